@@ -1,0 +1,129 @@
+#include "datasets/coco.hpp"
+
+#include <nlohmann/json.hpp>
+#include <set>
+#include <sstream>
+
+#include "datasets/io.hpp"
+#include "datasets/vocab.hpp"
+
+namespace sat {
+
+using nlohmann::json;
+
+std::string CaptionSet::image_path(const ImageEntry& e) const { return join_path(image_dir, e.file_name); }
+
+CaptionSet CaptionSet::subset(const std::vector<std::string>& names, const std::string& list_path) const {
+  std::map<std::string, int> by_name;
+  for (int i = 0; i < (int)images.size(); ++i) by_name[images[i].file_name] = i;
+  CaptionSet out;
+  out.json_path = json_path;
+  out.image_dir = image_dir;
+  std::set<std::string> seen;
+  for (size_t line = 0; line < names.size(); ++line) {
+    auto it = by_name.find(names[line]);
+    if (it == by_name.end())
+      fail(list_path, "line " + std::to_string(line + 1) + ": image '" + names[line] + "' is not in " + json_path);
+    if (!seen.insert(names[line]).second) continue;
+    ImageEntry e = images[it->second];
+    e.caption_indices.clear();
+    for (int ci : images[it->second].caption_indices) {
+      e.caption_indices.push_back((int)out.captions.size());
+      out.captions.push_back(captions[ci]);
+    }
+    out.image_index[e.id] = (int)out.images.size();
+    out.images.push_back(std::move(e));
+  }
+  return out;
+}
+
+static std::string where(const std::string& what, size_t i) { return what + "[" + std::to_string(i) + "]"; }
+
+CaptionSet load_coco_captions(const std::string& json_path, const std::string& image_dir) {
+  json j;
+  try {
+    j = json::parse(read_file(json_path));
+  } catch (const json::parse_error& e) {
+    fail(json_path, std::string("malformed JSON (") + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("images") || !j.contains("annotations") || !j["images"].is_array() ||
+      !j["annotations"].is_array())
+    fail(json_path, "not a COCO captions file (needs arrays \"images\" and \"annotations\")");
+  CaptionSet set;
+  set.json_path = json_path;
+  set.image_dir = image_dir;
+  auto& imgs = j["images"];
+  for (size_t i = 0; i < imgs.size(); ++i) {
+    auto& o = imgs[i];
+    ImageEntry e;
+    try {
+      e.id = o.at("id").get<int64_t>();
+      e.file_name = o.at("file_name").get<std::string>();
+      e.width = o.value("width", 0);
+      e.height = o.value("height", 0);
+      if (o.contains("objects"))
+        for (auto& b : o["objects"]) {
+          ObjectBox box;
+          box.shape = b.at("shape").get<std::string>();
+          box.colour = b.at("colour").get<std::string>();
+          box.size = b.at("size").get<std::string>();
+          auto bb = b.at("bbox").get<std::vector<float>>();
+          if (bb.size() != 4) throw std::runtime_error("bbox");
+          box.x = bb[0], box.y = bb[1], box.w = bb[2], box.h = bb[3];
+          e.objects.push_back(box);
+        }
+    } catch (const std::exception&) {
+      fail(json_path, where("images", i) + " is malformed (needs integer id and string file_name)");
+    }
+    if (set.image_index.count(e.id)) fail(json_path, where("images", i) + " repeats image id " + std::to_string(e.id));
+    set.image_index[e.id] = (int)set.images.size();
+    set.images.push_back(std::move(e));
+  }
+  auto& anns = j["annotations"];
+  for (size_t i = 0; i < anns.size(); ++i) {
+    auto& o = anns[i];
+    Caption c;
+    try {
+      c.image_id = o.at("image_id").get<int64_t>();
+      c.raw = o.at("caption").get<std::string>();
+      if (o.contains("grounding"))
+        for (auto& g : o["grounding"]) c.grounding.push_back({g.at("token").get<int>(), g.at("object").get<int>()});
+    } catch (const std::exception&) {
+      fail(json_path, where("annotations", i) + " is malformed (needs integer image_id and string caption)");
+    }
+    auto it = set.image_index.find(c.image_id);
+    if (it == set.image_index.end())
+      fail(json_path, where("annotations", i) + " names image_id " + std::to_string(c.image_id) + " not in images");
+    c.tokens = tokenize_caption(c.raw);
+    auto& img = set.images[it->second];
+    for (auto& [tok, obj] : c.grounding)
+      if (tok < 0 || tok >= (int)c.tokens.size() || obj < 0 || obj >= (int)img.objects.size())
+        fail(json_path, where("annotations", i) + " has a grounding entry out of range");
+    img.caption_indices.push_back((int)set.captions.size());
+    set.captions.push_back(std::move(c));
+  }
+  return set;
+}
+
+CaptionSet load_data_dir(const std::string& dir) {
+  std::string json_path = join_path(dir, "captions.json");
+  if (!file_exists(json_path)) fail(dir, "no captions.json in this data directory");
+  std::string images = join_path(dir, "images");
+  return load_coco_captions(json_path, file_exists(images) ? images : dir);
+}
+
+std::vector<std::string> read_name_list(const std::string& path) {
+  std::istringstream in(read_file(path));
+  std::vector<std::string> names;
+  std::string line;
+  while (std::getline(in, line)) {
+    while (!line.empty() && (line.back() == '\r' || line.back() == ' ' || line.back() == '\t')) line.pop_back();
+    size_t s = line.find_first_not_of(" \t");
+    if (s == std::string::npos) continue;
+    names.push_back(line.substr(s));
+  }
+  if (names.empty()) fail(path, "split list is empty");
+  return names;
+}
+
+}  // namespace sat

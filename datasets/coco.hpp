@@ -1,0 +1,49 @@
+// COCO-style caption sets: {"images": [{id, file_name, ...}], "annotations": [{image_id, caption}]}.
+// Synthetic sets add per-image "objects" (boxes) and per-caption "grounding" (token -> object).
+#pragma once
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+namespace sat {
+
+struct ObjectBox {
+  std::string shape, colour, size;
+  float x = 0, y = 0, w = 0, h = 0;  // pixels, top-left origin
+};
+
+struct Caption {
+  int64_t image_id = 0;
+  std::string raw;
+  std::vector<std::string> tokens;
+  std::vector<std::pair<int, int>> grounding;  // (token index, object index in the image)
+};
+
+struct ImageEntry {
+  int64_t id = 0;
+  std::string file_name;
+  int width = 0, height = 0;
+  std::vector<ObjectBox> objects;
+  std::vector<int> caption_indices;  // into CaptionSet::captions
+};
+
+struct CaptionSet {
+  std::string json_path;
+  std::string image_dir;
+  std::vector<ImageEntry> images;
+  std::vector<Caption> captions;
+  std::map<int64_t, int> image_index;  // id -> position in images
+
+  std::string image_path(const ImageEntry& e) const;
+  // Keeps only images whose file name is listed (one per line); errors name unknown entries.
+  CaptionSet subset(const std::vector<std::string>& file_names, const std::string& list_path) const;
+};
+
+// Reads a COCO captions JSON; image_dir holds the files named by "file_name".
+CaptionSet load_coco_captions(const std::string& json_path, const std::string& image_dir);
+// A data directory holds captions.json and images/ (what `sat synth` writes).
+CaptionSet load_data_dir(const std::string& dir);
+std::vector<std::string> read_name_list(const std::string& path);
+
+}  // namespace sat

@@ -1,0 +1,124 @@
+#include "datasets/io.hpp"
+
+#include <cerrno>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <fcntl.h>
+#include <fstream>
+#include <sstream>
+#include <sys/stat.h>
+#include <unistd.h>
+
+namespace sat {
+
+void fail(const std::string& file, const std::string& problem) { throw Error(file + ": " + problem); }
+
+std::string read_file(const std::string& path) {
+  struct stat st {};
+  if (stat(path.c_str(), &st) != 0) fail(path, "cannot open (" + std::string(std::strerror(errno)) + ")");
+  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, expected a file");
+  std::ifstream in(path, std::ios::binary);
+  if (!in) fail(path, "cannot open for reading");
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  if (in.bad()) fail(path, "read error");
+  return ss.str();
+}
+
+void write_file_atomic(const std::string& path, const std::string& bytes) {
+  std::string tmp = path + ".tmp." + std::to_string(getpid());
+  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  if (fd < 0) fail(path, "cannot write (" + std::string(std::strerror(errno)) + ")");
+  size_t done = 0;
+  while (done < bytes.size()) {
+    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      std::string why = std::strerror(errno);
+      ::close(fd);
+      ::unlink(tmp.c_str());
+      fail(path, "write failed (" + why + ")");
+    }
+    done += (size_t)n;
+  }
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    ::unlink(tmp.c_str());
+    fail(path, "write failed (" + std::string(std::strerror(errno)) + ")");
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::string why = std::strerror(errno);
+    ::unlink(tmp.c_str());
+    fail(path, "cannot replace file (" + why + ")");
+  }
+}
+
+bool file_exists(const std::string& path) {
+  struct stat st {};
+  return stat(path.c_str(), &st) == 0;
+}
+
+void make_dirs(const std::string& path) {
+  if (path.empty()) return;
+  std::string cur;
+  for (size_t i = 0; i <= path.size(); ++i) {
+    if (i == path.size() || path[i] == '/') {
+      if (!cur.empty() && !file_exists(cur) && ::mkdir(cur.c_str(), 0755) != 0 && errno != EEXIST)
+        fail(cur, "cannot create directory (" + std::string(std::strerror(errno)) + ")");
+    }
+    if (i < path.size()) cur += path[i];
+  }
+}
+
+std::string join_path(const std::string& dir, const std::string& name) {
+  if (dir.empty() || (!name.empty() && name[0] == '/')) return name;
+  return dir.back() == '/' ? dir + name : dir + "/" + name;
+}
+
+Param::Param(std::string n, std::vector<int64_t> s, bool train)
+    : name(std::move(n)), shape(std::move(s)), trainable(train) {
+  value.assign(shape_size(shape), 0.f);
+  if (trainable) grad.assign(value.size(), 0.f);
+}
+
+void Param::zero_grad() { std::fill(grad.begin(), grad.end(), 0.f); }
+
+int64_t shape_size(const std::vector<int64_t>& shape) {
+  int64_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::string shape_str(const std::vector<int64_t>& shape) {
+  std::string s = "[";
+  for (size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
+  return s + "]";
+}
+
+double Rng::uniform() { return (double)(engine() >> 11) * (1.0 / 9007199254740992.0); }
+double Rng::uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+int64_t Rng::integer(int64_t lo, int64_t hi) {
+  uint64_t range = (uint64_t)(hi - lo) + 1;
+  if (range == 0) return (int64_t)engine();
+  uint64_t limit = UINT64_MAX - UINT64_MAX % range;  // rejection keeps it unbiased
+  uint64_t x;
+  do x = engine(); while (x >= limit);
+  return lo + (int64_t)(x % range);
+}
+double Rng::normal() {
+  double u1 = uniform(), u2 = uniform();
+  if (u1 < 1e-300) u1 = 1e-300;
+  return std::sqrt(-2.0 * std::log(u1)) * std::cos(6.283185307179586 * u2);
+}
+std::string Rng::state() const {
+  std::ostringstream ss;
+  ss << engine;
+  return ss.str();
+}
+void Rng::set_state(const std::string& s) {
+  std::istringstream ss(s);
+  ss >> engine;
+  if (ss.fail()) throw Error("random generator state: cannot parse");
+}
+
+}  // namespace sat

@@ -1,0 +1,59 @@
+// Base layer: errors, files written atomically, parameters, the run's random generator.
+#pragma once
+#include <cstdint>
+#include <random>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+namespace sat {
+
+// Every library error is one line; the CLI prints "sat: <message>" and exits non-zero.
+struct Error : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+[[noreturn]] void fail(const std::string& file, const std::string& problem);
+
+std::string read_file(const std::string& path);
+// Writes to "<path>.tmp.<pid>", fsyncs, then renames over path: a reader never sees half a file.
+void write_file_atomic(const std::string& path, const std::string& bytes);
+bool file_exists(const std::string& path);
+void make_dirs(const std::string& path);
+std::string join_path(const std::string& dir, const std::string& name);
+
+// A named float32 tensor with its gradient. Row-major; shape in the usual (out, in, ...) order.
+struct Param {
+  std::string name;
+  std::vector<int64_t> shape;
+  std::vector<float> value;
+  std::vector<float> grad;
+  bool trainable = true;  // false for buffers such as batch-norm running statistics
+
+  Param() = default;
+  Param(std::string n, std::vector<int64_t> s, bool train = true);
+  int64_t size() const { return (int64_t)value.size(); }
+  void zero_grad();
+};
+int64_t shape_size(const std::vector<int64_t>& shape);
+std::string shape_str(const std::vector<int64_t>& shape);
+
+// One seeded generator per run; its state goes into checkpoints so --resume continues identically.
+// Distributions are written here (not std::) so the same seed gives the same numbers on every platform.
+struct Rng {
+  std::mt19937_64 engine;
+  explicit Rng(uint64_t seed = 1) : engine(seed) {}
+  double uniform();                       // [0, 1)
+  double uniform(double lo, double hi);   // [lo, hi)
+  int64_t integer(int64_t lo, int64_t hi);  // inclusive
+  double normal();
+  std::string state() const;
+  void set_state(const std::string& s);
+};
+
+// Deterministic shuffle with our own generator.
+template <typename T>
+void shuffle(std::vector<T>& v, Rng& rng) {
+  for (int64_t i = (int64_t)v.size() - 1; i > 0; --i) std::swap(v[i], v[rng.integer(0, i)]);
+}
+
+}  // namespace sat

@@ -1,0 +1,105 @@
+#include "seq/attention.hpp"
+
+#include <cmath>
+
+namespace sat {
+
+void softmax_rows(Mat& m) {
+  for (int r = 0; r < m.rows(); ++r) {
+    auto row = m.row(r);
+    float mx = row.maxCoeff();
+    row = (row.array() - mx).exp();
+    row /= row.sum();
+  }
+}
+
+namespace {
+
+void init_uniform(Param& p, Rng& rng, double fan_in) {
+  double a = 1.0 / std::sqrt(fan_in);
+  for (auto& v : p.value) v = (float)rng.uniform(-a, a);
+}
+
+class AdditiveScore final : public AttentionScore {
+ public:
+  AdditiveScore(int D, int n, int A, int L) : D_(D), n_(n), A_(A), L_(L) {
+    params_.emplace_back("attention.feat_proj.weight", std::vector<int64_t>{D, A});
+    params_.emplace_back("attention.feat_proj.bias", std::vector<int64_t>{A});
+    params_.emplace_back("attention.query_proj.weight", std::vector<int64_t>{n, A});
+    params_.emplace_back("attention.v", std::vector<int64_t>{A});
+  }
+  std::string name() const override { return "additive"; }
+  void init(Rng& rng) override {
+    init_uniform(params_[0], rng, D_);
+    std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
+    init_uniform(params_[2], rng, n_);
+    init_uniform(params_[3], rng, A_);
+  }
+  void precompute(const Mat& F, int B) override {
+    B_ = B;
+    F_ = &F;
+    UA_.noalias() = F * value_of(params_[0]);
+    UA_.rowwise() += value_of(params_[1]).row(0);
+    dUA_.setZero(UA_.rows(), UA_.cols());
+    tanh_cache_.clear();
+    h_cache_.clear();
+  }
+  void forward(int t, const Mat& h, Mat& e, bool keep) override {
+    Mat q = h * value_of(params_[2]);  // B x A
+    Mat T(B_ * L_, A_);
+    for (int b = 0; b < B_; ++b)
+      T.middleRows(b * L_, L_) = (UA_.middleRows(b * L_, L_).rowwise() + q.row(b)).array().tanh().matrix();
+    Eigen::Map<const Eigen::VectorXf> v(params_[3].value.data(), A_);
+    Eigen::VectorXf ev = T * v;  // B*L
+    e = Eigen::Map<Mat>(ev.data(), B_, L_);
+    if (keep) {
+      if ((int)tanh_cache_.size() <= t) tanh_cache_.resize(t + 1), h_cache_.resize(t + 1);
+      tanh_cache_[t] = std::move(T);
+      h_cache_[t] = h;
+    }
+  }
+  void backward(int t, const Mat& de, Mat& dh, Mat& dF) override {
+    const Mat& T = tanh_cache_[t];
+    Eigen::Map<const Eigen::RowVectorXf> v(params_[3].value.data(), A_);
+    Eigen::Map<const Eigen::VectorXf> de_flat(de.data(), B_ * L_);
+    // dv += T^T de
+    Eigen::Map<Eigen::VectorXf>(params_[3].grad.data(), A_).noalias() += T.transpose() * de_flat;
+    // d(pre-tanh) = de_i * v * (1 - T^2)
+    Mat dpre = (de_flat * v).array() * (1.f - T.array().square());
+    dUA_ += dpre;
+    Mat dq(B_, A_);
+    for (int b = 0; b < B_; ++b) dq.row(b) = dpre.middleRows(b * L_, L_).colwise().sum();
+    grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
+    dh.noalias() += dq * value_of(params_[2]).transpose();
+  }
+  void finish_backward(Mat& dF) override {
+    grad_of(params_[0]).noalias() += F_->transpose() * dUA_;
+    grad_of(params_[1]).row(0) += dUA_.colwise().sum();
+    dF.noalias() += dUA_ * value_of(params_[0]).transpose();
+  }
+  void select_rows(const std::vector<int>& rows) override {
+    Mat out(rows.size() * L_, A_);
+    for (size_t r = 0; r < rows.size(); ++r) out.middleRows(r * L_, L_) = UA_.middleRows(rows[r] * L_, L_);
+    UA_ = std::move(out);
+    B_ = (int)rows.size();
+  }
+
+ private:
+  int D_, n_, A_, L_, B_ = 0;
+  const Mat* F_ = nullptr;
+  Mat UA_, dUA_;
+  std::vector<Mat> tanh_cache_, h_cache_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionScore> make_additive_score(int D, int n, int A, int L) {
+  return std::make_unique<AdditiveScore>(D, n, A, L);
+}
+
+std::unique_ptr<AttentionScore> make_score(const std::string& kind, int D, int n, int A, int L) {
+  if (kind == "additive") return make_additive_score(D, n, A, L);
+  throw Error("unknown attention score '" + kind + "' (available: additive)");
+}
+
+}  // namespace sat

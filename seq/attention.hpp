@@ -1,0 +1,42 @@
+// Attention scores: how much each grid location matters given the decoder's query (hidden state).
+// The score is the swappable part; softmax, context and gate live in the decoder.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "seq/tensor.hpp"
+
+namespace sat {
+
+// Scores e (B x L) from a query h (B x n) and features F (B*L x D, rows grouped by caption).
+class AttentionScore {
+ public:
+  virtual ~AttentionScore() = default;
+  virtual std::string name() const = 0;
+  virtual void init(Rng& rng) = 0;
+  std::vector<Param>& params() { return params_; }
+  // Once per batch: work that depends only on the features.
+  virtual void precompute(const Mat& F, int B) = 0;
+  // e = score(h); with keep, remembers step t for backward.
+  virtual void forward(int t, const Mat& h, Mat& e, bool keep) = 0;
+  // de (B x L) -> adds to dh (B x n), to dF (B*L x D) and to parameter gradients.
+  virtual void backward(int t, const Mat& de, Mat& dh, Mat& dF) = 0;
+  // After all steps: gradients of the precomputed part.
+  virtual void finish_backward(Mat& dF) = 0;
+  // Keep only these rows (beam search reorders hypotheses; rows index B).
+  virtual void select_rows(const std::vector<int>& rows) = 0;
+
+ protected:
+  std::vector<Param> params_;
+};
+
+// Additive (Bahdanau): e_i = v . tanh(U a_i + W h + b).
+std::unique_ptr<AttentionScore> make_additive_score(int feature_dim, int hidden_dim, int attn_dim, int locations);
+std::unique_ptr<AttentionScore> make_score(const std::string& kind, int feature_dim, int hidden_dim, int attn_dim,
+                                           int locations);
+
+// Row-wise softmax in place.
+void softmax_rows(Mat& m);
+
+}  // namespace sat

@@ -1,0 +1,93 @@
+// LSTM decoder with soft attention over the feature grid (Xu et al. 2015):
+//   h0, c0 = tanh(MLP(mean feature));  alpha_t = softmax(score(h_{t-1}, a));  z_t = beta_t * sum_i alpha_ti a_i
+//   beta_t = sigmoid(w . h_{t-1} + b);  h_t, c_t = LSTM([E y_{t-1}; z_t], h_{t-1}, c_{t-1})
+//   p(y_t) = softmax(L_o dropout(tanh(E y_{t-1} + L_h dropout(h_t) + L_z z_t)))   (deep output layer)
+// Forward keeps what backward needs in a Cache; backward is written out by hand.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "seq/attention.hpp"
+#include "seq/tensor.hpp"
+
+namespace sat {
+
+struct DecoderConfig {
+  int vocab_size = 0;
+  int embed_dim = 128;
+  int hidden_dim = 256;
+  int attn_dim = 128;
+  int feature_dim = 0;
+  int grid_h = 0, grid_w = 0;
+  float dropout = 0.3f;
+  std::string attention = "soft";
+  std::string score = "additive";
+  std::string order = "bahdanau";
+  bool gate = true;  // the scalar gate beta on the context
+
+  int locations() const { return grid_h * grid_w; }
+  nlohmann::json to_json() const;
+  static DecoderConfig from_json(const nlohmann::json& j);
+};
+
+// Teacher-forced captions: input is <start> w1..wn, target is w1..wn <end>; pads are masked out.
+struct CaptionBatch {
+  int B = 0, T = 0;
+  std::vector<int> input, target;  // B x T
+  std::vector<float> mask;         // B x T, 1 where target is a real token
+  static CaptionBatch from_ids(const std::vector<std::vector<int>>& captions, int max_len);
+};
+
+struct DecoderLoss {
+  double cross_entropy = 0;  // mean over real tokens
+  double penalty = 0;        // lambda * mean_{b,i} (1 - sum_t alpha_ti)^2
+  int64_t tokens = 0;
+  double total() const { return cross_entropy + penalty; }
+};
+
+struct DecoderCache {
+  int B = 0, T = 0;
+  const Mat* F = nullptr;
+  const CaptionBatch* batch = nullptr;
+  float penalty_weight = 0;
+  Mat mean_feat;
+  std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state
+  std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c, hdrop_mask, out_tanh, odrop_mask, probs;
+  Mat alpha_sum;  // B x L: sum over real steps
+};
+
+class Decoder {
+ public:
+  explicit Decoder(const DecoderConfig& cfg);
+  const DecoderConfig& config() const { return cfg_; }
+  void init(Rng& rng);
+  std::vector<Param*> params();
+
+  // F: B*L x D features, one block of L rows per caption. training turns dropout on (drawn from rng).
+  DecoderLoss forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
+                      DecoderCache& cache);
+  // Adds parameter gradients and writes dF (B*L x D) for the encoder.
+  void backward(DecoderCache& cache, Mat& dF);
+
+  // Step-by-step inference (no dropout).
+  struct State {
+    Mat h, c;
+    Mat F;  // B*L x D, follows the rows when beams are reordered
+  };
+  void begin(const Mat& F, int B, State& st);
+  // tokens: previous word per row. logprobs: B x V. alpha: B x L.
+  void step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha);
+  void select_rows(State& st, const std::vector<int>& rows);
+
+ private:
+  Param& P(int i) { return params_[i]; }
+  void context(const Mat& F, const Mat& alpha, Mat& z) const;
+  DecoderConfig cfg_;
+  std::vector<Param> params_;
+  std::unique_ptr<AttentionScore> score_;
+};
+
+}  // namespace sat

@@ -1,0 +1,142 @@
+#include "seq/search.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+
+namespace sat {
+
+namespace {
+constexpr int kStart = 1, kEnd = 2;
+
+Hypothesis finish(Hypothesis h, bool with_end) {
+  int emitted = (int)h.tokens.size() + (with_end ? 1 : 0);
+  h.score = h.logprob / std::max(1, emitted);
+  return h;
+}
+}  // namespace
+
+std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len) {
+  Decoder::State st;
+  dec.begin(F, N, st);
+  std::vector<Hypothesis> out(N);
+  std::vector<int> rows(N), tokens(N, kStart);
+  for (int i = 0; i < N; ++i) rows[i] = i;
+  Mat logp, alpha;
+  for (int t = 0; t < max_len && !rows.empty(); ++t) {
+    dec.step(tokens, st, logp, alpha);
+    std::vector<int> keep, next;
+    for (int r = 0; r < (int)rows.size(); ++r) {
+      Hypothesis& h = out[rows[r]];
+      if (t == 0) logp(r, kEnd) = -std::numeric_limits<float>::infinity();  // never an empty caption
+      int best;
+      float lp = logp.row(r).maxCoeff(&best);
+      h.logprob += lp;
+      h.alphas.emplace_back(alpha.row(r).data(), alpha.row(r).data() + alpha.cols());
+      if (best == kEnd) {
+        h = finish(h, true);
+        continue;
+      }
+      h.tokens.push_back(best);
+      if (t + 1 == max_len) {
+        h = finish(h, false);
+        continue;
+      }
+      keep.push_back(r);
+      next.push_back(rows[r]);
+      tokens[keep.size() - 1] = best;
+    }
+    if (keep.size() != rows.size()) dec.select_rows(st, keep);
+    rows = next;
+    tokens.resize(rows.size());
+  }
+  return out;
+}
+
+std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len) {
+  if (beam < 1) throw Error("beam size must be at least 1");
+  Decoder::State st;
+  dec.begin(F, N, st);
+  const int V = dec.config().vocab_size;
+  // Live hypotheses, grouped by image; row r of the decoder state is live[r].
+  struct Live {
+    int image;
+    Hypothesis h;
+  };
+  std::vector<Live> live;
+  for (int i = 0; i < N; ++i) live.push_back({i, Hypothesis{}});
+  std::vector<std::vector<Hypothesis>> finished(N);
+  std::vector<int> tokens(N, kStart);
+  Mat logp, alpha;
+  for (int t = 0; t < max_len && !live.empty(); ++t) {
+    dec.step(tokens, st, logp, alpha);
+    std::vector<Live> next;
+    std::vector<int> rows;
+    std::vector<int> next_tokens;
+    size_t r0 = 0;
+    while (r0 < live.size()) {
+      const int img = live[r0].image;
+      size_t r1 = r0;
+      while (r1 < live.size() && live[r1].image == img) ++r1;
+      struct Cand {
+        double lp;
+        int row, word;
+      };
+      std::vector<Cand> cands;
+      cands.reserve((r1 - r0) * V);
+      for (size_t r = r0; r < r1; ++r)
+        for (int w = 0; w < V; ++w) {
+          if (t == 0 && w == kEnd) continue;  // never an empty caption
+          cands.push_back({live[r].h.logprob + logp((int)r, w), (int)r, w});
+        }
+      size_t top = std::min(cands.size(), (size_t)2 * beam);
+      std::partial_sort(cands.begin(), cands.begin() + top, cands.end(), [](const Cand& a, const Cand& b) {
+        if (a.lp != b.lp) return a.lp > b.lp;
+        if (a.row != b.row) return a.row < b.row;
+        return a.word < b.word;
+      });
+      int kept = 0;
+      for (size_t k = 0; k < top && kept < beam; ++k) {
+        const Cand& c = cands[k];
+        Hypothesis h = live[c.row].h;
+        h.logprob = c.lp;
+        h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
+        if (c.word == kEnd) {
+          if ((int)finished[img].size() < beam) finished[img].push_back(finish(std::move(h), true));
+          continue;
+        }
+        h.tokens.push_back(c.word);
+        if (t + 1 == max_len) {
+          finished[img].push_back(finish(std::move(h), false));
+          continue;
+        }
+        next.push_back({img, std::move(h)});
+        rows.push_back(c.row);
+        next_tokens.push_back(c.word);
+        ++kept;
+      }
+      if ((int)finished[img].size() >= beam) {  // done: drop this image's live rows
+        while (!next.empty() && next.back().image == img) {
+          next.pop_back();
+          rows.pop_back();
+          next_tokens.pop_back();
+        }
+      }
+      r0 = r1;
+    }
+    dec.select_rows(st, rows);
+    live = std::move(next);
+    tokens = std::move(next_tokens);
+  }
+  for (auto& l : live) finished[l.image].push_back(finish(std::move(l.h), false));
+  std::vector<Hypothesis> out(N);
+  for (int i = 0; i < N; ++i) {
+    auto& f = finished[i];
+    out[i] = *std::max_element(f.begin(), f.end(), [](const Hypothesis& a, const Hypothesis& b) {
+      return a.score < b.score;
+    });
+  }
+  return out;
+}
+
+}  // namespace sat

@@ -1,0 +1,20 @@
+// Caption search: greedy and batched beam search (length-normalized; never an empty caption).
+#pragma once
+#include <vector>
+
+#include "seq/decoder.hpp"
+
+namespace sat {
+
+struct Hypothesis {
+  std::vector<int> tokens;                 // words only (no <start>, no <end>)
+  std::vector<std::vector<float>> alphas;  // one attention map (L) per emitted token, <end> included
+  double logprob = 0;                      // sum over emitted tokens, <end> included
+  double score = 0;                        // logprob / number of emitted tokens
+};
+
+// F: N*L x D features of N images. One hypothesis per image.
+std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len);
+std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len);
+
+}  // namespace sat

@@ -1,0 +1,158 @@
+#include <doctest/doctest.h>
+
+#include "seq/decoder.hpp"
+#include "seq/search.hpp"
+#include "tests/gradcheck.hpp"
+#include "train/optimizer.hpp"
+
+using namespace sat;
+
+namespace {
+
+DecoderConfig small_config(float dropout) {
+  DecoderConfig c;
+  c.vocab_size = 11;
+  c.embed_dim = 6;
+  c.hidden_dim = 7;
+  c.attn_dim = 5;
+  c.feature_dim = 4;
+  c.grid_h = 2;
+  c.grid_w = 3;
+  c.dropout = dropout;
+  return c;
+}
+
+Mat random_features(int B, const DecoderConfig& c, Rng& rng) {
+  Mat F((int64_t)B * c.locations(), c.feature_dim);
+  for (int64_t i = 0; i < F.size(); ++i) F.data()[i] = (float)rng.normal();
+  return F;
+}
+
+CaptionBatch small_batch() {
+  // Different lengths, so masking is exercised.
+  return CaptionBatch::from_ids({{4, 5, 6, 7}, {8, 9}, {10, 4, 5}}, 10);
+}
+
+// Loss with dropout masks drawn from the same seed every call, so it is a fixed function of the weights.
+double loss_of(Decoder& dec, const Mat& F, const CaptionBatch& cb, float penalty, DecoderCache& cache) {
+  Rng r(77);
+  return dec.forward(F, cb, penalty, true, &r, cache).total();
+}
+
+}  // namespace
+
+TEST_CASE("decoder: every parameter and the features match finite differences") {
+  for (float penalty : {0.f, 3.f}) {
+    for (float dropout : {0.f, 0.3f}) {
+      CAPTURE(penalty);
+      CAPTURE(dropout);
+      Rng rng(5);
+      DecoderConfig cfg = small_config(dropout);
+      Decoder dec(cfg);
+      dec.init(rng);
+      for (auto* p : dec.params())  // make biases non-zero so their paths are exercised
+        for (auto& v : p->value) v += 0.05f * (float)rng.normal();
+      Mat F = random_features(3, cfg, rng);
+      CaptionBatch cb = small_batch();
+      DecoderCache cache;
+      loss_of(dec, F, cb, penalty, cache);
+      Mat dF;
+      for (auto* p : dec.params()) p->zero_grad();
+      dec.backward(cache, dF);
+      for (auto* p : dec.params()) {
+        CAPTURE(p->name);
+        std::vector<float> analytic = p->grad;
+        auto r = test::check_gradient(p->value, analytic, [&] { return loss_of(dec, F, cb, penalty, cache); });
+        CHECK(r.worst < 1e-2);
+        if (getenv("SAT_GRADCHECK_VERBOSE")) MESSAGE(p->name << " worst " << r.worst);
+      }
+      std::vector<float> fvals(F.data(), F.data() + F.size()), fgrad(dF.data(), dF.data() + dF.size());
+      auto r = test::check_gradient(fvals, fgrad, [&] {
+        Mat G = Eigen::Map<Mat>(fvals.data(), F.rows(), F.cols());
+        return loss_of(dec, G, cb, penalty, cache);
+      }, 30);
+      CHECK(r.worst < 1e-2);
+    }
+  }
+}
+
+TEST_CASE("decoder: the attention penalty is lambda * mean (1 - sum_t alpha)^2 and vanishes with lambda 0") {
+  Rng rng(3);
+  DecoderConfig cfg = small_config(0);
+  Decoder dec(cfg);
+  dec.init(rng);
+  Mat F = random_features(3, cfg, rng);
+  CaptionBatch cb = small_batch();
+  DecoderCache cache;
+  DecoderLoss l0 = dec.forward(F, cb, 0.f, false, nullptr, cache);
+  CHECK(l0.penalty == 0.0);
+  DecoderLoss l2 = dec.forward(F, cb, 2.f, false, nullptr, cache);
+  double expect = 0;
+  for (int b = 0; b < 3; ++b)
+    for (int i = 0; i < cfg.locations(); ++i) {
+      double s = 0;
+      for (int t = 0; t < cb.T; ++t) s += cb.mask[b * cb.T + t] * cache.alpha[t](b, i);
+      expect += (1 - s) * (1 - s);
+    }
+  expect = 2.0 * expect / (3 * cfg.locations());
+  CHECK(l2.penalty == doctest::Approx(expect).epsilon(1e-5));
+  CHECK(l2.cross_entropy == doctest::Approx(l0.cross_entropy).epsilon(1e-6));
+}
+
+TEST_CASE("decoder: a tiny batch overfits to near-zero loss") {
+  Rng rng(11);
+  DecoderConfig cfg = small_config(0);
+  cfg.hidden_dim = 32;
+  cfg.embed_dim = 16;
+  Decoder dec(cfg);
+  dec.init(rng);
+  Mat F = random_features(3, cfg, rng);
+  CaptionBatch cb = small_batch();
+  auto params = dec.params();
+  Adam adam;
+  adam.attach(params);
+  DecoderCache cache;
+  Mat dF;
+  double first = 0, last = 0;
+  for (int it = 0; it < 300; ++it) {
+    for (auto* p : params) p->zero_grad();
+    DecoderLoss l = dec.forward(F, cb, 0.f, true, &rng, cache);
+    if (it == 0) first = l.cross_entropy;
+    last = l.cross_entropy;
+    dec.backward(cache, dF);
+    adam.update(params, 1e-2f);
+  }
+  CHECK(first > 1.5);
+  CHECK(last < 0.02);
+  // ...and greedy decoding reproduces the memorized captions.
+  auto hyps = greedy_search(dec, F, 3, 10);
+  CHECK(hyps[0].tokens == std::vector<int>{4, 5, 6, 7});
+  CHECK(hyps[1].tokens == std::vector<int>{8, 9});
+  CHECK(hyps[2].tokens == std::vector<int>{10, 4, 5});
+}
+
+TEST_CASE("search: beam 1 equals greedy, captions are never empty, alphas are distributions") {
+  for (uint64_t seed : {1, 2, 3, 4}) {
+    Rng rng(seed);
+    DecoderConfig cfg = small_config(0);
+    Decoder dec(cfg);
+    dec.init(rng);
+    Mat F = random_features(5, cfg, rng);
+    auto g = greedy_search(dec, F, 5, 8);
+    auto b1 = beam_search(dec, F, 5, 1, 8);
+    auto b4 = beam_search(dec, F, 5, 4, 8);
+    for (int i = 0; i < 5; ++i) {
+      CHECK(g[i].tokens == b1[i].tokens);
+      CHECK(g[i].logprob == doctest::Approx(b1[i].logprob).epsilon(1e-5));
+      CHECK(!g[i].tokens.empty());
+      CHECK(!b4[i].tokens.empty());
+      CHECK(b4[i].score >= b1[i].score - 1e-6);  // a wider beam never finds a worse normalized score here
+      CHECK(b4[i].alphas.size() >= b4[i].tokens.size());
+      for (auto& a : b4[i].alphas) {
+        double s = 0;
+        for (float v : a) s += v;
+        CHECK(s == doctest::Approx(1.0).epsilon(1e-4));
+      }
+    }
+  }
+}

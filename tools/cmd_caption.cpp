@@ -1,0 +1,118 @@
+#include <algorithm>
+#include <cstdio>
+#include <dirent.h>
+#include <nlohmann/json.hpp>
+#include <sys/stat.h>
+
+#include "seq/search.hpp"
+#include "tools/commands.hpp"
+#include "train/model.hpp"
+#include "vision/image.hpp"
+#include "vision/overlay.hpp"
+
+namespace sat {
+
+namespace {
+
+bool is_dir(const std::string& p) {
+  struct stat st {};
+  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+}
+
+// Directories expand to the image files they hold (sorted).
+std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
+  std::vector<std::string> out;
+  for (auto& in : inputs) {
+    if (!is_dir(in)) {
+      out.push_back(in);
+      continue;
+    }
+    std::vector<std::string> names;
+    if (DIR* d = opendir(in.c_str())) {
+      while (dirent* e = readdir(d)) {
+        std::string n = e->d_name, lower = n;
+        std::transform(lower.begin(), lower.end(), lower.begin(), ::tolower);
+        for (const char* ext : {".jpg", ".jpeg", ".png", ".bmp", ".webp"})
+          if (lower.size() > strlen(ext) && lower.compare(lower.size() - strlen(ext), strlen(ext), ext) == 0)
+            names.push_back(n);
+      }
+      closedir(d);
+    }
+    std::sort(names.begin(), names.end());
+    if (names.empty()) fail(in, "directory holds no images (.jpg, .png, .bmp, .webp)");
+    for (auto& n : names) out.push_back(join_path(in, n));
+  }
+  return out;
+}
+
+std::vector<Hypothesis> run_search(CaptionModel& m, const Mat& F, int n, int beam) {
+  return beam <= 1 ? greedy_search(*m.decoder, F, n, m.max_len) : beam_search(*m.decoder, F, n, beam, m.max_len);
+}
+
+}  // namespace
+
+void add_caption_commands(CLI::App& app) {
+  struct CaptionArgs {
+    std::vector<std::string> images;
+    std::string model = default_model_path();
+    int beam = 3, batch = 16;
+    bool json = false;
+  };
+  auto a = std::make_shared<CaptionArgs>();
+  auto* cap = app.add_subcommand("caption", "Caption images (files or directories of images)");
+  cap->add_option("images", a->images, "Image files or directories")->required();
+  cap->add_option("--model", a->model, "Model file")->capture_default_str();
+  cap->add_option("--beam", a->beam, "Beam size (1 = greedy)")->capture_default_str();
+  cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
+  cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}]");
+  cap->callback([a] {
+    auto model = CaptionModel::load(a->model);
+    auto files = expand_inputs(a->images);
+    nlohmann::json out = nlohmann::json::array();
+    for (size_t s = 0; s < files.size(); s += std::max(1, a->batch)) {
+      std::vector<std::string> chunk(files.begin() + s, files.begin() + std::min(files.size(), s + std::max(1, a->batch)));
+      auto planes = model->load_planes(chunk);
+      Mat F = model->encode(planes, (int)chunk.size());
+      auto hyps = run_search(*model, F, (int)chunk.size(), a->beam);
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        std::string caption = join_words(model->vocab.decode(hyps[i].tokens));
+        if (a->json) out.push_back({{"file", chunk[i]}, {"caption", caption}});
+        else if (files.size() == 1) std::printf("%s\n", caption.c_str());
+        else std::printf("%s\t%s\n", chunk[i].c_str(), caption.c_str());
+      }
+      std::fflush(stdout);
+    }
+    if (a->json) std::printf("%s\n", out.dump(2).c_str());
+  });
+
+  struct AttendArgs {
+    std::string image, out, model = default_model_path();
+    int beam = 3, panel = 224, columns = 5;
+  };
+  auto b = std::make_shared<AttendArgs>();
+  auto* att = app.add_subcommand("attend", "Caption one image and draw where the model looked, word by word");
+  att->add_option("image", b->image, "Image file")->required();
+  att->add_option("--out", b->out, "Output image (.png or .jpg): one panel per word")->required();
+  att->add_option("--model", b->model, "Model file")->capture_default_str();
+  att->add_option("--beam", b->beam, "Beam size (1 = greedy)")->capture_default_str();
+  att->add_option("--panel", b->panel, "Panel side in pixels")->capture_default_str();
+  att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
+  att->callback([b] {
+    auto model = CaptionModel::load(b->model);
+    cv::Mat img = load_image_bgr(b->image);
+    auto planes = model->load_planes({b->image});
+    Mat F = model->encode(planes, 1);
+    Hypothesis h = run_search(*model, F, 1, b->beam)[0];
+    auto words = model->vocab.decode(h.tokens);
+    OverlayOptions o;
+    o.panel = std::max(32, b->panel);
+    o.columns = std::max(1, b->columns);
+    cv::Mat grid = attention_overlay(img, h.alphas, words, model->encoder_config.grid_h(),
+                                     model->encoder_config.grid_w(), o);
+    write_image(b->out, grid);
+    std::printf("%s\n", join_words(words).c_str());
+    std::fprintf(stderr, "attention overlay (%zu words) written to %s\n", words.size(), b->out.c_str());
+  });
+}
+
+}  // namespace sat

@@ -1,0 +1,59 @@
+#include <cstdio>
+
+#include "tools/commands.hpp"
+#include "train/trainer.hpp"
+
+namespace sat {
+
+void add_train_command(CLI::App& app) {
+  auto o = std::make_shared<TrainOptions>();
+  auto resume = std::make_shared<std::string>();
+  auto more_epochs = std::make_shared<int>(0);
+  auto* cmd = app.add_subcommand("train", "Train a captioner (encoder and decoder end to end)");
+  cmd->add_option("--data", o->data, "Training data: a directory with captions.json and images/, or a COCO captions JSON");
+  cmd->add_option("--images", o->images, "Image folder when --data is a JSON file (default: the JSON's folder)");
+  cmd->add_option("--train-split", o->train_split, "File listing the training image file names, one per line");
+  cmd->add_option("--val-data", o->val_data, "Validation data (directory or JSON; default: --data)");
+  cmd->add_option("--val-images", o->val_images, "Image folder for --val-data when it is a JSON file");
+  cmd->add_option("--val-split", o->val_split, "File listing the validation image file names");
+  cmd->add_option("--out", o->out, "Output directory: model.sat (best) and checkpoint.sat")->capture_default_str();
+  cmd->add_option("--blocks", o->blocks, "Encoder conv blocks: output channels, each 3x3 conv+BN+ReLU+2x2 max pool")->capture_default_str();
+  cmd->add_option("--input-size", o->input_size, "Encoder input side in pixels")->capture_default_str();
+  cmd->add_option("--coord-channels", o->coord_channels, "Append (row, column) channels to the feature grid")->capture_default_str();
+  cmd->add_option("--embed", o->embed_dim, "Word embedding size")->capture_default_str();
+  cmd->add_option("--hidden", o->hidden_dim, "LSTM hidden size")->capture_default_str();
+  cmd->add_option("--attn", o->attn_dim, "Attention projection size")->capture_default_str();
+  cmd->add_option("--dropout", o->dropout, "Dropout on the LSTM output and the deep output layer")->capture_default_str();
+  cmd->add_option("--max-len", o->max_len, "Longest caption in words (longer ones are cut)")->capture_default_str();
+  cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "Maximum number of epochs")->capture_default_str();
+  cmd->add_option("--batch", o->batch_images, "Images per batch (each brings its captions)")->capture_default_str();
+  cmd->add_option("--captions-per-image", o->captions_per_image, "Captions used per image and step (0 = all)")->capture_default_str();
+  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();
+  cmd->add_option("--lr-decay", o->lr_decay, "Learning rate factor per epoch")->capture_default_str();
+  cmd->add_option("--clip", o->clip, "Gradient-norm clipping threshold (0 = off)")->capture_default_str();
+  cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")->capture_default_str();
+  cmd->add_option("--patience", o->patience, "Stop after this many epochs without a better val BLEU-4")->capture_default_str();
+  cmd->add_option("--val-limit", o->val_limit, "Validate on at most this many images (0 = all)")->capture_default_str();
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")->capture_default_str();
+  cmd->add_option("--seed", o->seed, "Random seed (initialization, order, dropout)")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores)")->capture_default_str();
+  cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
+  cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs");
+  cmd->callback([o, resume, more_epochs, cmd] {
+    if (resume->empty() && o->data.empty()) throw CLI::RequiredError("--data (or --resume)");
+    std::string command = "sat";
+    for (auto& part : cmd->remaining_for_passthrough()) command += " " + part;
+    if (o->command.empty()) {
+      command = "sat train";
+      for (auto* opt : cmd->get_options())
+        if (opt->count() > 0 && opt->get_name() != "--help") command += " " + opt->get_name() + " " + opt->as<std::string>();
+      o->command = command;
+    }
+    auto summary = train(*o, *resume, *more_epochs);
+    std::printf("best val BLEU-4 %.4f (epoch %d), model %s\n", summary.best_bleu4, summary.best_epoch,
+                summary.model_path.c_str());
+  });
+}
+
+}  // namespace sat

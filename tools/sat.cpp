@@ -1,0 +1,36 @@
+// sat: Show, Attend and Tell. A thin CLI over the sat libraries.
+#include <cstdio>
+#include <cstdlib>
+#include <exception>
+
+#include "datasets/io.hpp"
+#include "tools/commands.hpp"
+
+namespace sat {
+std::string default_model_path() {
+  if (const char* env = std::getenv("SAT_MODEL")) return env;
+  return SAT_DEFAULT_MODEL;
+}
+}  // namespace sat
+
+int main(int argc, char** argv) {
+  CLI::App app{"sat: Show, Attend and Tell image captioning with attention maps (oneDNN encoder, LSTM decoder)"};
+  app.require_subcommand(1);
+  app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  sat::add_synth_command(app);
+  sat::add_train_command(app);
+  sat::add_caption_commands(app);
+  sat::add_eval_commands(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const std::bad_alloc&) {
+    std::fprintf(stderr, "sat: out of memory\n");
+    return 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "sat: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

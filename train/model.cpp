@@ -1,0 +1,103 @@
+#include "train/model.hpp"
+
+#include "vision/image.hpp"
+
+namespace sat {
+
+static const char* kFormat = "sat-caption-model";
+static const int kVersion = 1;
+
+void CaptionModel::build() {
+  decoder_config.vocab_size = vocab.size();
+  decoder_config.feature_dim = encoder_config.feature_dim();
+  decoder_config.grid_h = encoder_config.grid_h();
+  decoder_config.grid_w = encoder_config.grid_w();
+  encoder = std::make_unique<CnnEncoder>(encoder_config);
+  decoder = std::make_unique<Decoder>(decoder_config);
+}
+
+void CaptionModel::init(Rng& rng) {
+  encoder->init(rng);
+  decoder->init(rng);
+}
+
+std::vector<Param*> CaptionModel::params() {
+  std::vector<Param*> out;
+  for (auto& p : encoder->params()) out.push_back(&p);
+  for (auto* p : decoder->params()) out.push_back(p);
+  return out;
+}
+
+TensorFile CaptionModel::to_tensor_file() const {
+  TensorFile tf;
+  tf.metadata["format"] = kFormat;
+  tf.metadata["version"] = std::to_string(kVersion);
+  tf.metadata["encoder"] = encoder_config.to_json().dump();
+  tf.metadata["decoder"] = decoder_config.to_json().dump();
+  tf.metadata["vocab"] = nlohmann::json(vocab.words).dump();
+  tf.metadata["max_len"] = std::to_string(max_len);
+  tf.metadata["info"] = info.dump();
+  auto* self = const_cast<CaptionModel*>(this);
+  for (auto* p : self->params()) {
+    Param copy(p->name, p->shape, false);
+    copy.value = p->value;
+    tf.tensors.emplace(p->name, std::move(copy));
+  }
+  return tf;
+}
+
+void CaptionModel::save(const std::string& path) const { save_safetensors(path, to_tensor_file()); }
+
+std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& tf, const std::string& path) {
+  if (tf.metadata.count("format") == 0 || tf.metadata.at("format") != kFormat)
+    fail(path, "not a sat caption model (no \"format\": \"" + std::string(kFormat) + "\" in its header)");
+  if (tf.meta("version", path) != std::to_string(kVersion))
+    fail(path, "model file version " + tf.meta("version", path) + " is not supported (expected " +
+                   std::to_string(kVersion) + ")");
+  auto m = std::make_unique<CaptionModel>();
+  try {
+    m->encoder_config = EncoderConfig::from_json(nlohmann::json::parse(tf.meta("encoder", path)));
+    m->decoder_config = DecoderConfig::from_json(nlohmann::json::parse(tf.meta("decoder", path)));
+    m->vocab = Vocab::from_words(nlohmann::json::parse(tf.meta("vocab", path)).get<std::vector<std::string>>(), path);
+    m->max_len = std::stoi(tf.meta("max_len", path));
+    m->info = nlohmann::json::parse(tf.meta("info", path));
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind(path, 0) == 0) throw;
+    fail(path, msg);
+  } catch (const std::exception& e) {
+    fail(path, std::string("model header is malformed (") + e.what() + ")");
+  }
+  if (m->vocab.size() != m->decoder_config.vocab_size)
+    fail(path, "vocabulary has " + std::to_string(m->vocab.size()) + " words but the decoder expects " +
+                   std::to_string(m->decoder_config.vocab_size));
+  m->build();
+  for (auto* p : m->params()) {
+    const Param& src = tf.get(p->name, path);
+    if (src.shape != p->shape)
+      fail(path, "tensor '" + p->name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
+    p->value = src.value;
+  }
+  return m;
+}
+
+std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path) {
+  return from_tensor_file(load_safetensors(path), path);
+}
+
+std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& paths) const {
+  const int S = encoder_config.input_size;
+  std::vector<float> planes(paths.size() * 3 * S * S);
+  for (size_t i = 0; i < paths.size(); ++i)
+    image_to_planes(load_image_bgr(paths[i]), S, encoder_config.mean, encoder_config.stdev,
+                    planes.data() + i * 3 * S * S);
+  return planes;
+}
+
+Mat CaptionModel::encode(const std::vector<float>& planes, int n) {
+  std::vector<float> grid;
+  encoder->forward(planes.data(), n, false, grid);
+  return Eigen::Map<Mat>(grid.data(), (int64_t)n * encoder_config.locations(), encoder_config.feature_dim());
+}
+
+}  // namespace sat

@@ -1,0 +1,392 @@
+#include "train/trainer.hpp"
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <omp.h>
+
+#include "seq/search.hpp"
+#include "train/metrics.hpp"
+#include "train/optimizer.hpp"
+#include "train/progress.hpp"
+#include "vision/image.hpp"
+
+namespace sat {
+
+using nlohmann::json;
+
+json TrainOptions::to_json() const {
+  return {{"data", data}, {"images", images}, {"train_split", train_split}, {"val_data", val_data},
+          {"val_images", val_images}, {"val_split", val_split}, {"out", out}, {"blocks", blocks},
+          {"input_size", input_size}, {"coord_channels", coord_channels}, {"embed_dim", embed_dim},
+          {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim}, {"dropout", dropout}, {"max_len", max_len},
+          {"min_count", min_count}, {"epochs", epochs}, {"batch_images", batch_images},
+          {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
+          {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit},
+          {"checkpoint_every", checkpoint_every}, {"seed", seed}, {"threads", threads}, {"command", command}};
+}
+
+TrainOptions TrainOptions::from_json(const json& j) {
+  TrainOptions o;
+  try {
+#define GET(k) o.k = j.at(#k).get<decltype(o.k)>()
+    GET(data); GET(images); GET(train_split); GET(val_data); GET(val_images); GET(val_split); GET(out);
+    GET(blocks); GET(input_size); GET(coord_channels); GET(embed_dim); GET(hidden_dim); GET(attn_dim);
+    GET(dropout); GET(max_len); GET(min_count); GET(epochs); GET(batch_images); GET(captions_per_image);
+    GET(lr); GET(lr_decay); GET(clip); GET(penalty); GET(patience); GET(val_limit); GET(checkpoint_every);
+    GET(seed); GET(threads); GET(command);
+#undef GET
+  } catch (const std::exception& e) {
+    throw Error(std::string("training options are malformed (") + e.what() + ")");
+  }
+  return o;
+}
+
+std::string git_commit() {
+  FILE* p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
+  if (!p) return "unknown";
+  char buf[64] = {0};
+  std::string s = fgets(buf, sizeof buf, p) ? buf : "";
+  pclose(p);
+  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
+  return s.empty() ? "unknown" : s;
+}
+
+CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
+  CaptionSet set;
+  if (data.size() > 5 && data.substr(data.size() - 5) == ".json") {
+    std::string dir = images;
+    if (dir.empty()) {
+      auto slash = data.rfind('/');
+      dir = slash == std::string::npos ? "." : data.substr(0, slash);
+    }
+    set = load_coco_captions(data, dir);
+  } else {
+    set = load_data_dir(data);
+  }
+  if (!split.empty()) set = set.subset(read_name_list(split), split);
+  if (set.images.empty()) fail(set.json_path, "no images in this caption set");
+  if (set.captions.empty()) fail(set.json_path, "no captions in this caption set");
+  return set;
+}
+
+namespace {
+
+// Every image of a set decoded and resized once, kept as 8-bit RGB.
+struct ImageBank {
+  int size = 0;
+  std::vector<uint8_t> rgb;  // N x S x S x 3
+  void load(const CaptionSet& set, int S, const std::string& label) {
+    size = S;
+    const int n = (int)set.images.size();
+    rgb.resize((size_t)n * S * S * 3);
+    std::string error;
+    Progress bar(label, n);
+    int done = 0;
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int i = 0; i < n; ++i) {
+      try {
+        cv::Mat img = load_image_bgr(set.image_path(set.images[i]));
+        const float zero[3] = {0, 0, 0}, one[3] = {1.f / 255, 1.f / 255, 1.f / 255};
+        std::vector<float> planes(3 * S * S);
+        image_to_planes(img, S, zero, one, planes.data());  // planes hold 0..255
+        uint8_t* dst = rgb.data() + (size_t)i * S * S * 3;
+        for (int p = 0; p < S * S; ++p)
+          for (int c = 0; c < 3; ++c) dst[p * 3 + c] = (uint8_t)std::lround(planes[c * S * S + p]);
+      } catch (const std::exception& e) {
+#pragma omp critical
+        if (error.empty()) error = e.what();
+      }
+#pragma omp atomic
+      ++done;
+      if (omp_get_thread_num() == 0) bar.update(done, "images");
+    }
+    if (!error.empty()) throw Error(error);
+    bar.finish("images decoded");
+  }
+  void planes(const std::vector<int>& idx, const EncoderConfig& cfg, std::vector<float>& out) const {
+    const int S = size;
+    out.resize(idx.size() * 3 * S * S);
+    for (size_t k = 0; k < idx.size(); ++k) {
+      const uint8_t* src = rgb.data() + (size_t)idx[k] * S * S * 3;
+      float* dst = out.data() + k * 3 * S * S;
+      for (int c = 0; c < 3; ++c) {
+        const float a = 1.f / (255.f * cfg.stdev[c]), b = -cfg.mean[c] / cfg.stdev[c];
+        for (int p = 0; p < S * S; ++p) dst[c * S * S + p] = src[p * 3 + c] * a + b;
+      }
+    }
+  }
+};
+
+struct TrainState {
+  int epoch = 0;          // current epoch (0-based)
+  int step_in_epoch = 0;  // batches already done in this epoch
+  uint64_t epoch_seed = 0;
+  int64_t global_step = 0;
+  double best_bleu4 = -1;
+  int best_epoch = -1;
+  int bad_epochs = 0;
+  json history = json::array();
+  json to_json() const {
+    return {{"epoch", epoch}, {"step_in_epoch", step_in_epoch}, {"epoch_seed", epoch_seed},
+            {"global_step", global_step}, {"best_bleu4", best_bleu4}, {"best_epoch", best_epoch},
+            {"bad_epochs", bad_epochs}, {"history", history}};
+  }
+  static TrainState from_json(const json& j) {
+    TrainState s;
+    s.epoch = j.at("epoch");
+    s.step_in_epoch = j.at("step_in_epoch");
+    s.epoch_seed = j.at("epoch_seed");
+    s.global_step = j.at("global_step");
+    s.best_bleu4 = j.at("best_bleu4");
+    s.best_epoch = j.at("best_epoch");
+    s.bad_epochs = j.at("bad_epochs");
+    s.history = j.at("history");
+    return s;
+  }
+};
+
+void save_checkpoint(const std::string& path, CaptionModel& model, const Adam& adam, const TrainOptions& opt,
+                     const TrainState& st, const Rng& rng) {
+  TensorFile tf = model.to_tensor_file();
+  auto params = model.params();
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (!params[k]->trainable) continue;
+    Param m("adam.m/" + params[k]->name, params[k]->shape, false), v("adam.v/" + params[k]->name, params[k]->shape, false);
+    m.value = adam.m[k];
+    v.value = adam.v[k];
+    tf.tensors.emplace(m.name, std::move(m));
+    tf.tensors.emplace(v.name, std::move(v));
+  }
+  tf.metadata["checkpoint"] = json{{"options", opt.to_json()}, {"state", st.to_json()}, {"rng", rng.state()},
+                                   {"adam_step", adam.step}}.dump();
+  save_safetensors(path, tf);
+}
+
+std::vector<std::vector<std::string>> refs_of(const CaptionSet& set, int i) {
+  std::vector<std::vector<std::string>> r;
+  for (int ci : set.images[i].caption_indices) r.push_back(set.captions[ci].tokens);
+  return r;
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
+                                                     int beam, int batch) {
+  const int S = model.encoder_config.input_size;
+  std::vector<std::vector<std::string>> out;
+  for (int s = 0; s < n; s += batch) {
+    int m = std::min(batch, n - s);
+    std::vector<float> chunk(planes.begin() + (size_t)s * 3 * S * S, planes.begin() + (size_t)(s + m) * 3 * S * S);
+    Mat F = model.encode(chunk, m);
+    auto hyps = beam <= 1 ? greedy_search(*model.decoder, F, m, model.max_len)
+                          : beam_search(*model.decoder, F, m, beam, model.max_len);
+    for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
+  }
+  return out;
+}
+
+double validate_bleu4(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam) {
+  const int n = (int)(planes.size() / (3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size));
+  auto hyps = caption_planes(model, planes, n, beam);
+  std::vector<std::vector<Tokens>> refs;
+  for (int i = 0; i < n; ++i) refs.push_back(refs_of(set, i));
+  return corpus_bleu(hyps, refs).bleu[3];
+}
+
+TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epochs_override) {
+  std::unique_ptr<CaptionModel> model;
+  TrainState st;
+  Rng rng(opt.seed);
+  Adam adam;
+  TensorFile ckpt;
+  if (!resume_path.empty()) {
+    ckpt = load_safetensors(resume_path);
+    if (!ckpt.metadata.count("checkpoint")) fail(resume_path, "not a training checkpoint (no optimizer state)");
+    json c;
+    try {
+      c = json::parse(ckpt.metadata["checkpoint"]);
+      opt = TrainOptions::from_json(c.at("options"));
+      st = TrainState::from_json(c.at("state"));
+      rng.set_state(c.at("rng").get<std::string>());
+      adam.step = c.at("adam_step");
+    } catch (const Error& e) {
+      fail(resume_path, e.what());
+    } catch (const std::exception& e) {
+      fail(resume_path, std::string("checkpoint state is malformed (") + e.what() + ")");
+    }
+    model = CaptionModel::from_tensor_file(ckpt, resume_path);
+  }
+  if (max_epochs_override > 0) opt.epochs = max_epochs_override;
+  if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  if (opt.batch_images < 1 || opt.epochs < 1 || opt.max_len < 1) throw Error("train: batch, epochs and max-len must be positive");
+
+  CaptionSet train_set = load_caption_set(opt.data, opt.images, opt.train_split);
+  CaptionSet val_set = load_caption_set(opt.val_data.empty() ? opt.data : opt.val_data,
+                                        opt.val_data.empty() ? opt.images : opt.val_images, opt.val_split);
+  if (opt.val_limit > 0 && (int)val_set.images.size() > opt.val_limit) {
+    std::vector<std::string> names;
+    for (int i = 0; i < opt.val_limit; ++i) names.push_back(val_set.images[i].file_name);
+    val_set = val_set.subset(names, "--val-limit");
+  }
+  make_dirs(opt.out);
+
+  if (!model) {
+    model = std::make_unique<CaptionModel>();
+    model->encoder_config.input_size = opt.input_size;
+    model->encoder_config.blocks = EncoderConfig::parse_blocks(opt.blocks);
+    model->encoder_config.coord_channels = opt.coord_channels;
+    model->encoder_config = EncoderConfig::from_json(model->encoder_config.to_json());  // validates
+    std::vector<std::vector<std::string>> caps;
+    for (auto& c : train_set.captions) caps.push_back(c.tokens);
+    model->vocab = Vocab::build(caps, opt.min_count);
+    model->decoder_config.embed_dim = opt.embed_dim;
+    model->decoder_config.hidden_dim = opt.hidden_dim;
+    model->decoder_config.attn_dim = opt.attn_dim;
+    model->decoder_config.dropout = opt.dropout;
+    model->max_len = opt.max_len;
+    model->build();
+    model->init(rng);
+  }
+  auto params = model->params();
+  adam.attach(params);
+  if (!resume_path.empty()) {
+    for (size_t k = 0; k < params.size(); ++k) {
+      if (!params[k]->trainable) continue;
+      adam.m[k] = ckpt.get("adam.m/" + params[k]->name, resume_path).value;
+      adam.v[k] = ckpt.get("adam.v/" + params[k]->name, resume_path).value;
+    }
+    ckpt = TensorFile();
+    std::fprintf(stderr, "resuming %s at epoch %d, step %d\n", resume_path.c_str(), st.epoch + 1, st.step_in_epoch);
+  }
+  std::fprintf(stderr, "train: %zu images, %zu captions; val: %zu images; vocabulary %d words; grid %dx%dx%d\n",
+               train_set.images.size(), train_set.captions.size(), val_set.images.size(), model->vocab.size(),
+               model->encoder_config.grid_h(), model->encoder_config.grid_w(), model->encoder_config.feature_dim());
+
+  const int S = model->encoder_config.input_size, L = model->encoder_config.locations(),
+            D = model->encoder_config.feature_dim();
+  ImageBank train_bank, val_bank;
+  train_bank.load(train_set, S, "loading train images");
+  val_bank.load(val_set, S, "loading val images");
+  std::vector<float> val_planes;
+  {
+    std::vector<int> all(val_set.images.size());
+    for (size_t i = 0; i < all.size(); ++i) all[i] = (int)i;
+    val_bank.planes(all, model->encoder_config, val_planes);
+  }
+  std::vector<std::vector<int>> caption_ids(train_set.captions.size());
+  for (size_t i = 0; i < caption_ids.size(); ++i) caption_ids[i] = model->vocab.encode(train_set.captions[i].tokens);
+
+  const std::string ckpt_path = join_path(opt.out, "checkpoint.sat");
+  const std::string best_path = join_path(opt.out, "model.sat");
+  const int n_images = (int)train_set.images.size();
+  const int steps_per_epoch = (n_images + opt.batch_images - 1) / opt.batch_images;
+  TrainSummary summary;
+  summary.model_path = best_path;
+
+  std::vector<float> planes, grid, dgrid;
+  Mat F, dF;
+  DecoderCache cache;
+  for (; st.epoch < opt.epochs; ++st.epoch, st.step_in_epoch = 0) {
+    if (st.step_in_epoch == 0) st.epoch_seed = rng.engine();
+    Rng order_rng(st.epoch_seed);
+    std::vector<int> order(n_images);
+    for (int i = 0; i < n_images; ++i) order[i] = i;
+    shuffle(order, order_rng);
+    const float lr = opt.lr * std::pow(opt.lr_decay, (float)st.epoch);
+    char label[64];
+    std::snprintf(label, sizeof label, "epoch %d/%d", st.epoch + 1, opt.epochs);
+    Progress bar(label, steps_per_epoch);
+    double loss_sum = 0, pen_sum = 0;
+    int loss_count = 0;
+    int64_t captions_done = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
+      std::vector<int> idx(order.begin() + (size_t)s * opt.batch_images,
+                           order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()));
+      const int n = (int)idx.size();
+      std::vector<std::vector<int>> caps;
+      std::vector<int> cap_image;
+      for (int k = 0; k < n; ++k) {
+        std::vector<int> ci = train_set.images[idx[k]].caption_indices;
+        if (opt.captions_per_image > 0 && (int)ci.size() > opt.captions_per_image) {
+          shuffle(ci, rng);
+          ci.resize(opt.captions_per_image);
+        }
+        for (int c : ci) caps.push_back(caption_ids[c]), cap_image.push_back(k);
+      }
+      if (caps.empty()) continue;
+      train_bank.planes(idx, model->encoder_config, planes);
+      model->encoder->forward(planes.data(), n, true, grid);
+      const int B = (int)caps.size();
+      F.resize((int64_t)B * L, D);
+      for (int b = 0; b < B; ++b)
+        F.middleRows((int64_t)b * L, L) = Eigen::Map<Mat>(grid.data() + (size_t)cap_image[b] * L * D, L, D);
+      CaptionBatch cb = CaptionBatch::from_ids(caps, opt.max_len);
+      DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, &rng, cache);
+      model->decoder->backward(cache, dF);
+      dgrid.assign((size_t)n * L * D, 0.f);
+      for (int b = 0; b < B; ++b)
+        Eigen::Map<Mat>(dgrid.data() + (size_t)cap_image[b] * L * D, L, D) += dF.middleRows((int64_t)b * L, L);
+      model->encoder->backward(dgrid.data());
+      Adam::clip_grad_norm(params, opt.clip);
+      adam.update(params, lr);
+      for (auto* p : params) p->zero_grad();
+      if (!std::isfinite(loss.total())) throw Error("train: loss became " + std::to_string(loss.total()) + " at step " +
+                                                    std::to_string(st.global_step) + " (try a lower --lr)");
+      loss_sum += loss.cross_entropy;
+      pen_sum += loss.penalty;
+      ++loss_count;
+      captions_done += B;
+      ++st.global_step;
+      st.step_in_epoch = s + 1;
+      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      char stats[128];
+      std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_sum / loss_count,
+                    pen_sum / loss_count, captions_done / std::max(secs, 1e-9));
+      bar.update(s + 1, stats);
+      if (opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
+        save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
+    }
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char stats[160];
+    std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_count ? loss_sum / loss_count : 0.0,
+                  loss_count ? pen_sum / loss_count : 0.0, captions_done / std::max(secs, 1e-9));
+    bar.finish(stats);
+
+    double bleu4 = validate_bleu4(*model, val_set, val_planes);
+    bool improved = bleu4 > st.best_bleu4;
+    st.history.push_back({{"epoch", st.epoch + 1}, {"loss", loss_count ? loss_sum / loss_count : 0.0}, {"val_bleu4", bleu4}});
+    std::fprintf(stderr, "epoch %d: val BLEU-4 %.4f%s\n", st.epoch + 1, bleu4, improved ? " (best so far, saved)" : "");
+    if (improved) {
+      st.best_bleu4 = bleu4;
+      st.best_epoch = st.epoch + 1;
+      st.bad_epochs = 0;
+      model->info = {{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
+                     {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
+                     {"val_split", opt.val_split}, {"git_commit", git_commit()}, {"epoch", st.epoch + 1},
+                     {"val_bleu4", bleu4},          {"options", opt.to_json()}};
+      model->save(best_path);
+    } else {
+      st.bad_epochs++;
+    }
+    bool stop = st.bad_epochs >= opt.patience;
+    // The checkpoint describes the start of the next epoch.
+    TrainState next = st;
+    next.epoch = st.epoch + 1;
+    next.step_in_epoch = 0;
+    if (stop) next.epoch = opt.epochs;
+    save_checkpoint(ckpt_path, *model, adam, opt, next, rng);
+    summary.epochs_run++;
+    if (stop) {
+      std::fprintf(stderr, "early stop: no improvement for %d epochs\n", opt.patience);
+      break;
+    }
+  }
+  summary.best_bleu4 = st.best_bleu4;
+  summary.best_epoch = st.best_epoch;
+  std::fprintf(stderr, "best val BLEU-4 %.4f at epoch %d -> %s\n", st.best_bleu4, st.best_epoch, best_path.c_str());
+  return summary;
+}
+
+}  // namespace sat

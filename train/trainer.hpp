@@ -1,0 +1,69 @@
+// The training loop: cross-entropy + doubly stochastic attention penalty, Adam, clipping, lr decay,
+// per-epoch validation (BLEU-4), best-model keeping, early stopping, atomic checkpoints and --resume.
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/coco.hpp"
+#include "train/model.hpp"
+
+namespace sat {
+
+struct TrainOptions {
+  // data
+  std::string data;         // data dir (captions.json + images/) or a COCO captions JSON
+  std::string images;       // image folder when data is a JSON file
+  std::string train_split;  // optional list of training file names
+  std::string val_data;     // validation data dir/JSON (default: same as data)
+  std::string val_images;
+  std::string val_split;    // optional list of validation file names
+  std::string out = "runs/sat";
+  // model
+  std::string blocks = "16,32,64,128";
+  int input_size = 128;
+  bool coord_channels = true;
+  int embed_dim = 128, hidden_dim = 256, attn_dim = 128;
+  float dropout = 0.3f;
+  int max_len = 20, min_count = 1;
+  // optimization
+  int epochs = 15;
+  int batch_images = 16;
+  int captions_per_image = 0;  // 0: every caption of each image in the batch
+  float lr = 1e-3f, lr_decay = 0.9f, clip = 5.f, penalty = 1.f;
+  int patience = 4;
+  int val_limit = 0;  // validate on at most this many images (0: all)
+  int checkpoint_every = 100;
+  uint64_t seed = 1;
+  int threads = 0;
+  std::string command;  // recorded in the model file
+
+  nlohmann::json to_json() const;
+  static TrainOptions from_json(const nlohmann::json& j);
+};
+
+struct TrainSummary {
+  int epochs_run = 0;
+  double best_bleu4 = 0;
+  int best_epoch = 0;
+  std::string model_path;
+};
+
+// Starts a fresh run in opt.out, or continues the checkpoint at resume_path (whose options win).
+// max_epochs_override > 0 lets a resumed run go on for more epochs.
+TrainSummary train(TrainOptions opt, const std::string& resume_path = "", int max_epochs_override = 0);
+
+// Loads a caption set from a data dir or COCO JSON (+ image folder) and an optional split list.
+CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split);
+
+// Captions N images' planes in batches; greedy when beam == 1.
+std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
+                                                     int beam, int batch = 32);
+// Corpus BLEU-4 (coco-caption definition) of greedy captions over a set.
+double validate_bleu4(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam = 1);
+
+std::string git_commit();
+
+}  // namespace sat

@@ -1,0 +1,70 @@
+// A small CNN on oneDNN: blocks of conv -> batch norm (+ReLU) -> optional max pool, trained end to end.
+// Output is the feature grid: N x L x D (L = grid_h * grid_w locations in raster order, D channels).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/io.hpp"
+
+namespace sat {
+
+struct ConvBlockConfig {
+  int out_channels = 32;
+  int kernel = 3;
+  int pool = 2;  // max-pool window and stride; 1 = no pooling
+};
+
+struct EncoderConfig {
+  int input_size = 128;
+  std::vector<ConvBlockConfig> blocks = {{16, 3, 2}, {32, 3, 2}, {64, 3, 2}, {128, 3, 2}};
+  // Two channels holding each location's (row, column) in [-1, 1], appended to the grid so the
+  // decoder can say where things are ("above", "top left").
+  bool coord_channels = true;
+  float mean[3] = {0.5f, 0.5f, 0.5f};
+  float stdev[3] = {0.25f, 0.25f, 0.25f};
+  float bn_momentum = 0.9f;
+
+  int grid_h() const;
+  int grid_w() const { return grid_h(); }
+  int locations() const { return grid_h() * grid_w(); }
+  int feature_dim() const { return blocks.back().out_channels + (coord_channels ? 2 : 0); }
+  nlohmann::json to_json() const;
+  static EncoderConfig from_json(const nlohmann::json& j);  // throws Error on bad values
+  // "16,32,64,128" -> 3x3 conv blocks with 2x2 pooling.
+  static std::vector<ConvBlockConfig> parse_blocks(const std::string& spec);
+};
+
+class CnnEncoder {
+ public:
+  explicit CnnEncoder(const EncoderConfig& cfg);
+  ~CnnEncoder();
+  CnnEncoder(const CnnEncoder&) = delete;
+  CnnEncoder& operator=(const CnnEncoder&) = delete;
+
+  const EncoderConfig& config() const { return cfg_; }
+  std::vector<Param>& params() { return params_; }
+  void init(Rng& rng);  // He-normal conv weights, unit BN scale
+
+  // images: N x 3 x S x S planar floats. grid: N x L x D.
+  // training=true uses batch statistics, updates running statistics, and keeps what backward needs.
+  void forward(const float* images, int n, bool training, std::vector<float>& grid);
+  // dgrid: N x L x D for the last training forward; adds parameter gradients.
+  void backward(const float* dgrid);
+
+  // For tests: the batch-norm epsilon in use.
+  static constexpr float kBnEpsilon = 1e-5f;
+
+ private:
+  struct Plan;
+  Plan& plan_for(int n, bool training);
+  EncoderConfig cfg_;
+  std::vector<Param> params_;  // per block: conv.weight, bn.scale, bn.shift, bn.running_mean, bn.running_var
+  std::map<std::pair<int, bool>, std::unique_ptr<Plan>> plans_;
+  Plan* last_training_ = nullptr;
+};
+
+}  // namespace sat

@@ -1,0 +1,41 @@
+#include "vision/image.hpp"
+
+#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgproc.hpp>
+
+#include "datasets/io.hpp"
+
+namespace sat {
+
+cv::Mat load_image_bgr(const std::string& path) {
+  std::string bytes = read_file(path);  // names the file if it is missing or unreadable
+  if (bytes.empty()) fail(path, "empty file, not an image");
+  cv::Mat raw(1, (int)bytes.size(), CV_8UC1, bytes.data());
+  cv::Mat img;
+  try {
+    img = cv::imdecode(raw, cv::IMREAD_COLOR);
+  } catch (const cv::Exception&) {
+    img.release();
+  }
+  if (img.empty() || img.rows < 1 || img.cols < 1) fail(path, "cannot decode image (corrupt or not an image)");
+  return img;
+}
+
+void image_to_planes(const cv::Mat& bgr, int size, const float mean[3], const float stdev[3], float* out) {
+  cv::Mat resized;
+  if (bgr.rows == size && bgr.cols == size) {
+    resized = bgr;
+  } else {
+    bool shrink = bgr.rows > size || bgr.cols > size;
+    cv::resize(bgr, resized, cv::Size(size, size), 0, 0, shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
+  }
+  const size_t plane = (size_t)size * size;
+  for (int y = 0; y < size; ++y) {
+    const cv::Vec3b* row = resized.ptr<cv::Vec3b>(y);
+    for (int x = 0; x < size; ++x)
+      for (int c = 0; c < 3; ++c)  // BGR -> RGB
+        out[c * plane + (size_t)y * size + x] = (row[x][2 - c] / 255.f - mean[c]) / stdev[c];
+  }
+}
+
+}  // namespace sat

@@ -1,0 +1,16 @@
+// Pixels in: decode, resize, normalize (OpenCV). The encoder never sees anything but these planes.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+namespace sat {
+
+// Decodes an image file as 8-bit BGR; a missing, empty or undecodable file is an Error naming it.
+cv::Mat load_image_bgr(const std::string& path);
+
+// Resizes to size x size and writes planar RGB floats ((x/255 - mean) / std) into out (3*size*size).
+void image_to_planes(const cv::Mat& bgr, int size, const float mean[3], const float stdev[3], float* out);
+
+}  // namespace sat

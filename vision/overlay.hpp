@@ -1,0 +1,24 @@
+// Attention maps drawn over the image, one panel per generated word, all panels in one grid image.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+namespace sat {
+
+struct OverlayOptions {
+  int panel = 224;     // panel side in pixels
+  int columns = 5;
+  double blend = 0.55;  // weight of the heatmap over the image
+};
+
+// alphas[k] holds grid_h*grid_w weights for words[k]. The first panel is the image itself.
+cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<float>>& alphas,
+                          const std::vector<std::string>& words, int grid_h, int grid_w,
+                          const OverlayOptions& opt = {});
+
+// Writes an image with OpenCV, atomically; the format follows the extension (.png, .jpg).
+void write_image(const std::string& path, const cv::Mat& img);
+
+}  // namespace sat
