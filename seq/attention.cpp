@@ -41,17 +41,21 @@ class AdditiveScore final : public AttentionScore {
     UA_.noalias() = F * value_of(params_[0]);
     UA_.rowwise() += value_of(params_[1]).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
+    dUA_step_.resize(UA_.rows(), UA_.cols());
     tanh_cache_.clear();
     h_cache_.clear();
   }
   void forward(int t, const Mat& h, Mat& e, bool keep) override {
     Mat q = h * value_of(params_[2]);  // B x A
     Mat T(B_ * L_, A_);
-    for (int b = 0; b < B_; ++b)
-      T.middleRows(b * L_, L_) = (UA_.middleRows(b * L_, L_).rowwise() + q.row(b)).array().tanh().matrix();
+    e.resize(B_, L_);
     Eigen::Map<const Eigen::VectorXf> v(params_[3].value.data(), A_);
-    Eigen::VectorXf ev = T * v;  // B*L
-    e = Eigen::Map<Mat>(ev.data(), B_, L_);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) {
+      auto Tb = T.middleRows(b * L_, L_);
+      Tb = (UA_.middleRows(b * L_, L_).rowwise() + q.row(b)).array().tanh().matrix();
+      e.row(b).noalias() = (Tb * v).transpose();
+    }
     if (keep) {
       if ((int)tanh_cache_.size() <= t) tanh_cache_.resize(t + 1), h_cache_.resize(t + 1);
       tanh_cache_[t] = std::move(T);
@@ -64,11 +68,15 @@ class AdditiveScore final : public AttentionScore {
     Eigen::Map<const Eigen::VectorXf> de_flat(de.data(), B_ * L_);
     // dv += T^T de
     Eigen::Map<Eigen::VectorXf>(params_[3].grad.data(), A_).noalias() += T.transpose() * de_flat;
-    // d(pre-tanh) = de_i * v * (1 - T^2)
-    Mat dpre = (de_flat * v).array() * (1.f - T.array().square());
-    dUA_ += dpre;
     Mat dq(B_, A_);
-    for (int b = 0; b < B_; ++b) dq.row(b) = dpre.middleRows(b * L_, L_).colwise().sum();
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) {
+      // d(pre-tanh) = de_i * v * (1 - T^2); it feeds U a_i (summed over steps) and W h (summed over i).
+      auto dpre = dUA_step_.middleRows(b * L_, L_);
+      dpre = (de.row(b).transpose() * v).array() * (1.f - T.middleRows(b * L_, L_).array().square());
+      dUA_.middleRows(b * L_, L_) += dpre;
+      dq.row(b) = dpre.colwise().sum();
+    }
     grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();
   }
@@ -87,7 +95,7 @@ class AdditiveScore final : public AttentionScore {
  private:
   int D_, n_, A_, L_, B_ = 0;
   const Mat* F_ = nullptr;
-  Mat UA_, dUA_;
+  Mat UA_, dUA_, dUA_step_;
   std::vector<Mat> tanh_cache_, h_cache_;
 };
 

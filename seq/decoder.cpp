@@ -117,6 +117,7 @@ void Decoder::init(Rng& rng) {
 void Decoder::context(const Mat& F, const Mat& alpha, Mat& z) const {
   const int B = (int)alpha.rows(), L = cfg_.locations();
   z.resize(B, cfg_.feature_dim);
+#pragma omp parallel for schedule(static)
   for (int b = 0; b < B; ++b) z.row(b).noalias() = alpha.row(b) * F.middleRows(b * L, L);
 }
 
@@ -279,6 +280,7 @@ void Decoder::backward(DecoderCache& C, Mat& dF) {
 
     // context z = alpha F, then the penalty, then softmax
     Mat dalpha(B, L);
+#pragma omp parallel for schedule(static)
     for (int b = 0; b < B; ++b) {
       dalpha.row(b).noalias() = dz.row(b) * F.middleRows(b * L, L).transpose();
       dF.middleRows(b * L, L).noalias() += C.alpha[t].row(b).transpose() * dz.row(b);

@@ -26,7 +26,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--dropout", o->dropout, "Dropout on the LSTM output and the deep output layer")->capture_default_str();
   cmd->add_option("--max-len", o->max_len, "Longest caption in words (longer ones are cut)")->capture_default_str();
   cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")->capture_default_str();
-  cmd->add_option("--epochs", o->epochs, "Maximum number of epochs")->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "Maximum number of epochs (0: write the initialized, untrained model)")->capture_default_str();
   cmd->add_option("--batch", o->batch_images, "Images per batch (each brings its captions)")->capture_default_str();
   cmd->add_option("--captions-per-image", o->captions_per_image, "Captions used per image and step (0 = all)")->capture_default_str();
   cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();

@@ -21,6 +21,7 @@ int main(int argc, char** argv) {
   sat::add_train_command(app);
   sat::add_caption_commands(app);
   sat::add_eval_commands(app);
+  sat::add_bench_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -219,7 +219,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   }
   if (max_epochs_override > 0) opt.epochs = max_epochs_override;
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
-  if (opt.batch_images < 1 || opt.epochs < 1 || opt.max_len < 1) throw Error("train: batch, epochs and max-len must be positive");
+  if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1) throw Error("train: --batch and --max-len must be positive, --epochs not negative");
 
   CaptionSet train_set = load_caption_set(opt.data, opt.images, opt.train_split);
   CaptionSet val_set = load_caption_set(opt.val_data.empty() ? opt.data : opt.val_data,
@@ -284,6 +284,15 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   TrainSummary summary;
   summary.model_path = best_path;
 
+  if (opt.epochs == 0 && resume_path.empty()) {  // the untrained baseline: initialized weights, scored once
+    double bleu4 = validate_bleu4(*model, val_set, val_planes);
+    model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", git_commit()}, {"epoch", 0},
+                   {"val_bleu4", bleu4}, {"options", opt.to_json()}};
+    model->save(best_path);
+    std::fprintf(stderr, "untrained model (epochs 0): val BLEU-4 %.4f -> %s\n", bleu4, best_path.c_str());
+    summary.best_bleu4 = bleu4;
+    return summary;
+  }
   std::vector<float> planes, grid, dgrid;
   Mat F, dF;
   DecoderCache cache;

@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# End-to-end CLI test: synthesize a small set, train briefly, caption, attend, evaluate, and feed the CLI
+# bad inputs. Every failure must be a one-line "sat: <file>: <problem>" and a non-zero exit, never a crash.
+set -u
+SAT="$1"
+WORK=$(mktemp -d)
+trap 'rm -rf "$WORK"' EXIT
+failures=0
+fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
+pass() { echo "ok: $*"; }
+
+# expect_error NAME PATTERN CMD...: non-zero exit below 128 (no signal), one stderr line matching PATTERN.
+expect_error() {
+  local name="$1" pattern="$2"
+  shift 2
+  "$@" >"$WORK/out" 2>"$WORK/err"
+  local rc=$?
+  local lines
+  lines=$(wc -l <"$WORK/err")
+  if [ "$rc" -eq 0 ]; then fail "$name: exit 0"; return; fi
+  if [ "$rc" -ge 128 ]; then fail "$name: crashed (exit $rc): $(cat "$WORK/err")"; return; fi
+  if [ "$lines" -ne 1 ]; then fail "$name: expected one error line, got $lines: $(cat "$WORK/err")"; return; fi
+  if ! grep -qE "$pattern" "$WORK/err"; then fail "$name: message '$(cat "$WORK/err")' does not match '$pattern'"; return; fi
+  pass "$name: $(cat "$WORK/err")"
+}
+
+# --- data and a briefly trained model ------------------------------------------------------------------
+"$SAT" synth --out "$WORK/train" --images 1200 --seed 11 >/dev/null || fail "synth train"
+"$SAT" synth --out "$WORK/val" --images 150 --seed 12 >/dev/null || fail "synth val"
+"$SAT" synth --out "$WORK/val_again" --images 150 --seed 12 >/dev/null
+cmp -s "$WORK/val/captions.json" "$WORK/val_again/captions.json" && cmp -s "$WORK/val/images/000007.png" "$WORK/val_again/images/000007.png" \
+  && pass "synth: same seed, same bytes" || fail "synth is not deterministic"
+
+COMMON=(--data "$WORK/train" --val-data "$WORK/val" --blocks 16,32,64 --input-size 64 --embed 64 --hidden 128 --attn 64 --seed 3)
+"$SAT" train "${COMMON[@]}" --out "$WORK/untrained" --epochs 0 2>/dev/null >/dev/null || fail "train --epochs 0"
+"$SAT" train "${COMMON[@]}" --out "$WORK/run" --epochs 6 --lr 3e-3 --checkpoint-every 30 2>"$WORK/train.log" >/dev/null \
+  || { fail "train"; cat "$WORK/train.log"; }
+MODEL="$WORK/run/model.sat"
+[ -f "$MODEL" ] && [ -f "$WORK/run/checkpoint.sat" ] && pass "train wrote model.sat and checkpoint.sat" || fail "train outputs missing"
+
+bleu() { "$SAT" eval --model "$1" --data "$WORK/val" --beam 1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["Bleu_4"])'; }
+ground() { "$SAT" eval-grounding --model "$1" --data "$WORK/val" --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["grounding_accuracy"])'; }
+B0=$(bleu "$WORK/untrained/model.sat"); B1=$(bleu "$MODEL")
+G0=$(ground "$WORK/untrained/model.sat"); G1=$(ground "$MODEL")
+echo "untrained: BLEU-4 $B0 grounding $G0; trained: BLEU-4 $B1 grounding $G1"
+python3 -c "import sys; sys.exit(0 if $B1 > 0.3 and $B1 > $B0 + 0.25 else 1)" && pass "BLEU-4 clearly above untrained" || fail "BLEU-4 $B1 vs untrained $B0"
+python3 -c "import sys; sys.exit(0 if $G1 > $G0 + 0.15 else 1)" && pass "grounding clearly above untrained" || fail "grounding $G1 vs untrained $G0"
+
+# --- caption, attend, JSON output, resume -------------------------------------------------------------
+IMG="$WORK/val/images/000001.png"
+"$SAT" caption "$IMG" --model "$MODEL" >"$WORK/cap.txt" && [ -s "$WORK/cap.txt" ] && pass "caption: $(cat "$WORK/cap.txt")" || fail "caption"
+"$SAT" caption "$WORK/val/images" --model "$MODEL" --json --beam 2 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d)==150 and all(x["caption"] for x in d)' \
+  && pass "caption a directory as JSON" || fail "caption directory --json"
+"$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.png" >/dev/null 2>&1 && [ -s "$WORK/att.png" ] && pass "attend wrote an overlay" || fail "attend"
+"$SAT" train --resume "$WORK/run/checkpoint.sat" --more-epochs 7 2>"$WORK/resume.log" >/dev/null && grep -q "resuming" "$WORK/resume.log" \
+  && pass "resume continues" || { fail "resume"; cat "$WORK/resume.log"; }
+
+# --- bad inputs -----------------------------------------------------------------------------------------
+printf 'this is not a png' >"$WORK/fake.png"
+: >"$WORK/empty.png"
+head -c 100000 "$MODEL" >"$WORK/truncated.sat"
+head -c 5000 /dev/urandom >"$WORK/garbage.sat"
+printf '\x10\x00\x00\x00\x00\x00\x00\x00{"a": [1, 2' >"$WORK/badheader.sat"
+mkdir -p "$WORK/badjson" "$WORK/emptyset/images" "$WORK/nosuchimg/images"
+printf '{"images": [{"id": 1, "file_name": "a.png"}], "annotations": [' >"$WORK/badjson/captions.json"
+printf '{"images": [], "annotations": []}' >"$WORK/emptyset/captions.json"
+printf '{"images": [{"id": 1, "file_name": "gone.png"}], "annotations": [{"image_id": 1, "caption": "a cat"}]}' >"$WORK/nosuchimg/captions.json"
+printf '{"images": [{"id": 1, "file_name": "a.png"}], "annotations": [{"image_id": 2, "caption": "a cat"}]}' >"$WORK/badjson/dangling.json"
+
+expect_error "missing image" "^sat: $WORK/nope.png: cannot open" "$SAT" caption "$WORK/nope.png" --model "$MODEL"
+expect_error "non-image file" "^sat: $WORK/fake.png: cannot decode image" "$SAT" caption "$WORK/fake.png" --model "$MODEL"
+expect_error "empty image file" "^sat: $WORK/empty.png: empty file" "$SAT" attend "$WORK/empty.png" --model "$MODEL" --out "$WORK/x.png"
+expect_error "missing model" "^sat: $WORK/none.sat: cannot open" "$SAT" caption "$IMG" --model "$WORK/none.sat"
+expect_error "truncated model" "^sat: $WORK/truncated.sat: .*(truncated|outside|header)" "$SAT" caption "$IMG" --model "$WORK/truncated.sat"
+expect_error "garbage model" "^sat: $WORK/garbage.sat: not a sat model file" "$SAT" caption "$IMG" --model "$WORK/garbage.sat"
+expect_error "model with broken header" "^sat: $WORK/badheader.sat: not a sat model file" "$SAT" caption "$IMG" --model "$WORK/badheader.sat"
+expect_error "checkpoint needed for resume" "^sat: $WORK/untrained/model.sat: not a training checkpoint" "$SAT" train --resume "$WORK/untrained/model.sat"
+expect_error "malformed captions JSON" "^sat: $WORK/badjson/captions.json: malformed JSON" "$SAT" train --data "$WORK/badjson" --out "$WORK/r2"
+expect_error "annotation names unknown image" "^sat: $WORK/badjson/dangling.json: annotations\[0\]" "$SAT" train --data "$WORK/badjson/dangling.json" --out "$WORK/r3"
+expect_error "empty caption set" "^sat: $WORK/emptyset/captions.json: no images" "$SAT" train --data "$WORK/emptyset" --out "$WORK/r4"
+expect_error "image listed but missing" "^sat: $WORK/nosuchimg/images/gone.png: cannot open" "$SAT" train --data "$WORK/nosuchimg" --out "$WORK/r5"
+expect_error "grounding needs boxes" "^sat: $WORK/nosuchimg/captions.json: has no grounding" "$SAT" eval-grounding --model "$MODEL" --data "$WORK/nosuchimg"
+expect_error "unknown overlay format" "^sat: $WORK/att.xyz: cannot encode" "$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.xyz"
+expect_error "split lists an unknown image" "^sat: $WORK/split.txt: line 2" bash -c "printf '000001.png\nnope.png\n' >'$WORK/split.txt'; '$SAT' eval --model '$MODEL' --data '$WORK/val' --split '$WORK/split.txt'"
+"$SAT" caption --bogus-flag >/dev/null 2>&1; rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && pass "unknown flag rejected" || fail "unknown flag: exit $rc"
+
+echo "$failures failure(s)"
+[ "$failures" -eq 0 ]

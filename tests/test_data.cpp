@@ -1,0 +1,199 @@
+#include <doctest/doctest.h>
+
+#include <cstdio>
+#include <unistd.h>
+
+#include "datasets/coco.hpp"
+#include "datasets/safetensors.hpp"
+#include "datasets/synth.hpp"
+#include "datasets/vocab.hpp"
+#include "seq/search.hpp"
+#include "train/grounding.hpp"
+#include "train/metrics.hpp"
+#include "train/model.hpp"
+
+using namespace sat;
+
+namespace {
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/sat_test_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+}  // namespace
+
+TEST_CASE("tokenizer and vocabulary") {
+  CHECK(tokenize_caption("A man's dog, running!  Fast.") == std::vector<std::string>{"a", "man's", "dog", "running", "fast"});
+  CHECK(tokenize_caption(" ' , ").empty());
+  Vocab v = Vocab::build({{"a", "dog"}, {"a", "cat"}, {"a", "dog"}}, 2);
+  CHECK(v.size() == 6);  // 4 specials + a, dog
+  CHECK(v.words[4] == "a");
+  CHECK(v.id("cat") == Vocab::kUnk);
+  CHECK(v.decode({Vocab::kStart, 4, 5, Vocab::kEnd, 4}) == std::vector<std::string>{"a", "dog"});
+  CHECK_THROWS_AS(Vocab::from_words({"<pad>", "x"}, "f"), Error);
+  CHECK_THROWS_AS(Vocab::from_words({"<pad>", "<start>", "<end>", "<unk>", "a", "a"}, "f"), Error);
+}
+
+TEST_CASE("COCO captions: loading, subsets and errors that name the file") {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) {
+    FILE* f = std::fopen(dir.file(name).c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return dir.file(name);
+  };
+  std::string good = write("good.json",
+                           R"({"images": [{"id": 7, "file_name": "x.jpg"}, {"id": 9, "file_name": "y.jpg"}],
+                               "annotations": [{"image_id": 7, "caption": "A Dog."}, {"image_id": 9, "caption": "a cat"},
+                                               {"image_id": 7, "caption": "a dog running"}]})");
+  CaptionSet set = load_coco_captions(good, dir.path);
+  CHECK(set.images.size() == 2);
+  CHECK(set.images[0].caption_indices.size() == 2);
+  CHECK(set.captions[0].tokens == std::vector<std::string>{"a", "dog"});
+  CaptionSet sub = set.subset({"y.jpg"}, "list");
+  CHECK(sub.images.size() == 1);
+  CHECK(sub.captions.size() == 1);
+  CHECK(error_of([&] { set.subset({"y.jpg", "z.jpg"}, "split.txt"); }).find("split.txt: line 2") == 0);
+
+  std::string bad = write("bad.json", "{\"images\": [");
+  CHECK(error_of([&] { load_coco_captions(bad, dir.path); }).find(bad + ": malformed JSON") == 0);
+  std::string notcoco = write("notcoco.json", "[1, 2]");
+  CHECK(error_of([&] { load_coco_captions(notcoco, dir.path); }).find("not a COCO captions file") != std::string::npos);
+  std::string dangling = write("dangling.json", R"({"images": [], "annotations": [{"image_id": 1, "caption": "x"}]})");
+  CHECK(error_of([&] { load_coco_captions(dangling, dir.path); }).find("annotations[0] names image_id 1") != std::string::npos);
+  std::string wrongtype = write("wrongtype.json", R"({"images": [{"id": "a", "file_name": 3}], "annotations": []})");
+  CHECK(error_of([&] { load_coco_captions(wrongtype, dir.path); }).find("images[0] is malformed") != std::string::npos);
+  CHECK(error_of([&] { load_coco_captions(dir.file("missing.json"), dir.path); }).find("cannot open") != std::string::npos);
+}
+
+TEST_CASE("synthetic scenes: deterministic, grounded, objects apart") {
+  for (int i = 0; i < 40; ++i) {
+    SynthScene a = make_synth_scene(5, i, 128), b = make_synth_scene(5, i, 128);
+    REQUIRE(a.bgr == b.bgr);
+    REQUIRE(a.captions.size() == 5);
+    REQUIRE(!a.objects.empty());
+    REQUIRE(a.objects.size() <= 3);
+    for (size_t k = 0; k + 1 < a.objects.size(); ++k) {
+      auto& p = a.objects[k];
+      auto& q = a.objects[k + 1];
+      CHECK(p.x + p.w / 2 < q.x + q.w / 2);  // left to right
+      bool apart = p.x + p.w <= q.x || q.x + q.w <= p.x || p.y + p.h <= q.y || q.y + q.h <= p.y;
+      CHECK(apart);
+    }
+    for (auto& c : a.captions) {
+      // every object is named by exactly its size, colour and shape words
+      std::vector<int> per_object(a.objects.size(), 0);
+      for (auto& [tok, obj] : c.grounding) {
+        const ObjectBox& o = a.objects[obj];
+        const std::string& w = c.tokens[tok];
+        CHECK((w == o.size || w == o.colour || w == o.shape));
+        per_object[obj]++;
+      }
+      for (int n : per_object) CHECK(n == 3);
+    }
+  }
+  CHECK(make_synth_scene(5, 0, 128).bgr != make_synth_scene(6, 0, 128).bgr);
+}
+
+TEST_CASE("model files: save -> load -> caption gives the same words; damaged files are errors") {
+  TempDir dir;
+  CaptionModel m;
+  m.encoder_config.input_size = 32;
+  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
+  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
+  m.decoder_config.embed_dim = 8;
+  m.decoder_config.hidden_dim = 12;
+  m.decoder_config.attn_dim = 6;
+  m.max_len = 6;
+  m.build();
+  Rng rng(4);
+  m.init(rng);
+  std::vector<float> planes(2 * 3 * 32 * 32);
+  for (auto& v : planes) v = (float)rng.normal();
+  {  // move the BN running statistics away from their defaults, so the round trip covers them
+    std::vector<float> grid;
+    m.encoder->forward(planes.data(), 2, true, grid);
+  }
+  Mat F = m.encode(planes, 2);
+  auto before = beam_search(*m.decoder, F, 2, 3, m.max_len);
+  std::string path = dir.file("m.sat");
+  m.save(path);
+  auto loaded = CaptionModel::load(path);
+  Mat F2 = loaded->encode(planes, 2);
+  CHECK((F - F2).cwiseAbs().maxCoeff() == 0.f);
+  auto after = beam_search(*loaded->decoder, F2, 2, 3, loaded->max_len);
+  for (int i = 0; i < 2; ++i) CHECK(before[i].tokens == after[i].tokens);
+  CHECK(loaded->vocab.words == m.vocab.words);
+
+  std::string bytes = read_file(path);
+  for (size_t cut : {size_t(0), size_t(4), size_t(20), bytes.size() / 2, bytes.size() - 1}) {
+    write_file_atomic(dir.file("cut.sat"), bytes.substr(0, cut));
+    CHECK(error_of([&] { CaptionModel::load(dir.file("cut.sat")); }).find(dir.file("cut.sat") + ": ") == 0);
+  }
+  std::string flipped = bytes;
+  flipped[8] = '#';  // break the JSON header
+  write_file_atomic(dir.file("flip.sat"), flipped);
+  CHECK(error_of([&] { CaptionModel::load(dir.file("flip.sat")); }).find("not a sat model file") != std::string::npos);
+  TensorFile tf = load_safetensors(path);
+  tf.tensors.erase("lstm.bias");
+  save_safetensors(dir.file("missing.sat"), tf);
+  CHECK(error_of([&] { CaptionModel::load(dir.file("missing.sat")); }).find("missing tensor 'lstm.bias'") != std::string::npos);
+  tf = load_safetensors(path);
+  tf.metadata["decoder"] = "{\"vocab_size\": 3}";
+  save_safetensors(dir.file("badcfg.sat"), tf);
+  CHECK(error_of([&] { CaptionModel::load(dir.file("badcfg.sat")); }).find("decoder config is malformed") != std::string::npos);
+}
+
+TEST_CASE("atomic writes replace whole files and leave no temp files") {
+  TempDir dir;
+  std::string p = dir.file("f.txt");
+  write_file_atomic(p, "first");
+  write_file_atomic(p, "second");
+  CHECK(read_file(p) == "second");
+  CHECK(system(("test $(ls '" + dir.path + "' | wc -l) -eq 1").c_str()) == 0);
+  CHECK_THROWS_AS(write_file_atomic(dir.file("no/such/dir/f.txt"), "x"), Error);
+}
+
+TEST_CASE("BLEU: coco-caption definition on hand-made vectors") {
+  // Identical hypothesis and reference: 1.
+  auto r = corpus_bleu({{"a", "b", "c", "d"}}, {{{"a", "b", "c", "d"}}});
+  for (double b : r.bleu) CHECK(b == doctest::Approx(1.0));
+  // No matches at all: the tiny constants keep it finite and ~0.
+  r = corpus_bleu({{"x", "y", "z", "w"}}, {{{"a", "b", "c", "d"}}});
+  CHECK(r.bleu[0] < 1e-9);
+  // One hypothesis, two references: clipping by the max count in any reference; closest length, ties shorter.
+  r = corpus_bleu({{"the", "the", "the", "cat"}}, {{{"the", "cat", "sat"}, {"the", "the", "dog", "is", "here"}}});
+  CHECK(r.correct[0] == 3);  // "the" clipped to 2, "cat" 1
+  CHECK(r.reflen == 3);      // |4-3| = |4-5|: the shorter wins
+  CHECK(r.bleu[0] == doctest::Approx(3.0 / 4.0).epsilon(1e-9));
+  // Empty hypothesis: zero, no crash.
+  r = corpus_bleu({{}}, {{{"a", "b"}}});
+  CHECK(r.bleu[3] < 1e-9);
+  // Brevity penalty once at corpus level.
+  r = corpus_bleu({{"a", "b"}, {"c", "d", "e", "f"}}, {{{"a", "b", "x"}}, {{"c", "d", "e", "f"}}});
+  CHECK(r.testlen == 6);
+  CHECK(r.reflen == 7);
+  CHECK(r.bleu[0] == doctest::Approx(std::exp(1 - 7.0 / 6.0)).epsilon(1e-6));
+}
+
+TEST_CASE("grounding: cell to box overlap") {
+  ObjectBox box;
+  box.x = 40, box.y = 0, box.w = 20, box.h = 10;  // in a 128x128 image, 8x8 grid of 16-pixel cells
+  CHECK(cell_overlaps_box(2, 8, 8, 128, 128, box));   // row 0, col 2: x 32..48
+  CHECK(cell_overlaps_box(3, 8, 8, 128, 128, box));   // col 3: x 48..64
+  CHECK(!cell_overlaps_box(4, 8, 8, 128, 128, box));  // col 4: x 64..80
+  CHECK(!cell_overlaps_box(10, 8, 8, 128, 128, box)); // row 1
+}

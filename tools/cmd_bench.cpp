@@ -1,0 +1,120 @@
+#include <chrono>
+#include <cstdio>
+
+#include "seq/decoder.hpp"
+#include "tools/commands.hpp"
+#include "train/optimizer.hpp"
+#include "vision/cnn.hpp"
+
+namespace sat {
+
+namespace {
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+}  // namespace
+
+void add_bench_commands(CLI::App& app) {
+  auto* bench = app.add_subcommand("bench", "Benchmarks of the hot paths (figures, not assertions)");
+  bench->require_subcommand(1);
+
+  struct DecArgs {
+    int batch = 64, grid = 14, features = 512, embed = 512, hidden = 512, attn = 512, vocab = 3000, steps = 16;
+    float dropout = 0.5f;
+    int iters = 5, warmup = 1;
+  };
+  auto d = std::make_shared<DecArgs>();
+  auto* dec = bench->add_subcommand("decoder", "Time a soft-attention decoder training step (forward, backward, Adam)");
+  dec->add_option("--batch", d->batch, "Captions per step")->capture_default_str();
+  dec->add_option("--grid", d->grid, "Grid side (locations = grid^2)")->capture_default_str();
+  dec->add_option("--features", d->features, "Feature channels D")->capture_default_str();
+  dec->add_option("--embed", d->embed, "Embedding size")->capture_default_str();
+  dec->add_option("--hidden", d->hidden, "LSTM hidden size")->capture_default_str();
+  dec->add_option("--attn", d->attn, "Attention size")->capture_default_str();
+  dec->add_option("--vocab", d->vocab, "Vocabulary size")->capture_default_str();
+  dec->add_option("--steps", d->steps, "Caption length in steps")->capture_default_str();
+  dec->add_option("--dropout", d->dropout, "Dropout")->capture_default_str();
+  dec->add_option("--iters", d->iters, "Timed iterations")->capture_default_str();
+  dec->callback([d] {
+    DecoderConfig cfg;
+    cfg.vocab_size = d->vocab;
+    cfg.embed_dim = d->embed;
+    cfg.hidden_dim = d->hidden;
+    cfg.attn_dim = d->attn;
+    cfg.feature_dim = d->features;
+    cfg.grid_h = cfg.grid_w = d->grid;
+    cfg.dropout = d->dropout;
+    Decoder model(cfg);
+    Rng rng(1);
+    model.init(rng);
+    auto params = model.params();
+    Adam adam;
+    adam.attach(params);
+    const int L = cfg.locations();
+    Mat F((int64_t)d->batch * L, cfg.feature_dim);
+    for (int64_t i = 0; i < F.size(); ++i) F.data()[i] = (float)rng.uniform();
+    std::vector<std::vector<int>> caps(d->batch);
+    for (auto& c : caps)
+      for (int t = 0; t < d->steps - 1; ++t) c.push_back(4 + (int)rng.integer(0, d->vocab - 5));
+    CaptionBatch cb = CaptionBatch::from_ids(caps, d->steps);
+    DecoderCache cache;
+    Mat dF;
+    double best = 1e30, total = 0;
+    for (int it = 0; it < d->warmup + d->iters; ++it) {
+      auto t0 = std::chrono::steady_clock::now();
+      model.forward(F, cb, 1.f, true, &rng, cache);
+      model.backward(cache, dF);
+      Adam::clip_grad_norm(params, 5.0);
+      adam.update(params, 1e-4f);
+      for (auto* p : params) p->zero_grad();
+      double s = seconds_since(t0);
+      if (it >= d->warmup) best = std::min(best, s), total += s;
+    }
+    double mean = total / d->iters;
+    std::printf("decoder train step: B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d dropout=%.2f\n", d->batch, L,
+                cfg.feature_dim, d->embed, d->hidden, d->attn, d->vocab, cb.T, d->dropout);
+    std::printf("  mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f captions/s (best)\n", mean * 1e3,
+                best * 1e3, d->batch / mean, d->batch / best);
+  });
+
+  struct EncArgs {
+    std::string blocks = "16,32,64,128";
+    int size = 128, batch = 16, iters = 5;
+    bool train = true;
+  };
+  auto e = std::make_shared<EncArgs>();
+  auto* enc = bench->add_subcommand("cnn", "Time the trainable CNN encoder (forward and backward)");
+  enc->add_option("--blocks", e->blocks, "Conv blocks")->capture_default_str();
+  enc->add_option("--size", e->size, "Input side")->capture_default_str();
+  enc->add_option("--batch", e->batch, "Images per batch")->capture_default_str();
+  enc->add_option("--iters", e->iters, "Timed iterations")->capture_default_str();
+  enc->callback([e] {
+    EncoderConfig cfg;
+    cfg.input_size = e->size;
+    cfg.blocks = EncoderConfig::parse_blocks(e->blocks);
+    CnnEncoder model(cfg);
+    Rng rng(1);
+    model.init(rng);
+    std::vector<float> img((size_t)e->batch * 3 * e->size * e->size), grid;
+    for (auto& v : img) v = (float)rng.normal();
+    double fwd = 0, bwd = 0, inf = 0;
+    for (int it = 0; it <= e->iters; ++it) {
+      auto t0 = std::chrono::steady_clock::now();
+      model.forward(img.data(), e->batch, true, grid);
+      double f = seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      model.backward(grid.data());
+      double b = seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      model.forward(img.data(), e->batch, false, grid);
+      double i = seconds_since(t0);
+      if (it > 0) fwd += f, bwd += b, inf += i;
+    }
+    fwd /= e->iters, bwd /= e->iters, inf /= e->iters;
+    std::printf("cnn %s at %d, batch %d: train forward %.1f ms, backward %.1f ms (%.0f images/s); inference %.1f ms (%.0f images/s)\n",
+                e->blocks.c_str(), e->size, e->batch, fwd * 1e3, bwd * 1e3, e->batch / (fwd + bwd), inf * 1e3,
+                e->batch / inf);
+  });
+}
+
+}  // namespace sat
