@@ -1,5 +1,7 @@
 #include "train/metrics.hpp"
 
+#include <algorithm>
+#include <array>
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
@@ -62,6 +64,142 @@ BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::v
     if (ratio < 1) r.bleu[k] *= std::exp(1 - 1 / ratio);
   }
   return r;
+}
+
+double rouge_l(const Tokens& hyp, const std::vector<Tokens>& refs, double beta) {
+  if (refs.empty()) throw Error("rouge: an image has no references");
+  double best_p = 0, best_r = 0;
+  std::vector<int> prev, cur;
+  for (auto& ref : refs) {
+    // LCS length by dynamic programming over two rows.
+    prev.assign(hyp.size() + 1, 0);
+    cur.assign(hyp.size() + 1, 0);
+    for (size_t i = 1; i <= ref.size(); ++i) {
+      for (size_t j = 1; j <= hyp.size(); ++j)
+        cur[j] = ref[i - 1] == hyp[j - 1] ? prev[j - 1] + 1 : std::max(prev[j], cur[j - 1]);
+      std::swap(prev, cur);
+    }
+    double lcs = prev[hyp.size()];
+    if (!hyp.empty()) best_p = std::max(best_p, lcs / hyp.size());
+    if (!ref.empty()) best_r = std::max(best_r, lcs / ref.size());
+  }
+  if (best_p == 0 || best_r == 0) return 0;
+  return (1 + beta * beta) * best_p * best_r / (best_r + beta * beta * best_p);
+}
+
+double corpus_rouge_l(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs) {
+  if (hyps.size() != refs.size()) throw Error("rouge: hypotheses and reference sets differ in number");
+  if (hyps.empty()) return 0;
+  double sum = 0;
+  for (size_t i = 0; i < hyps.size(); ++i) sum += rouge_l(hyps[i], refs[i]);
+  return sum / hyps.size();
+}
+
+namespace {
+
+// n-grams as ids: words are interned once, an n-gram is the tuple of its word ids packed in 64 bits.
+struct NgramIndex {
+  std::unordered_map<std::string, uint32_t> words;
+  uint32_t id(const std::string& w) { return words.emplace(w, (uint32_t)words.size() + 1).first->second; }
+};
+using Ngram = uint64_t;  // 16 bits per word id would overflow; use a hash-combine of (n, ids) instead
+struct NgramHash {
+  size_t operator()(Ngram g) const { return (size_t)(g * 0x9E3779B97F4A7C15ull >> 7); }
+};
+using Counts = std::unordered_map<Ngram, double, NgramHash>;
+
+// Packs up to 4 word ids (each < 2^16 after remapping is not guaranteed), so ids are mixed injectively enough:
+// we keep exact keys by storing (n, w1..wn) in a 64-bit value when ids fit in 15 bits, else fall back to a
+// string map. Vocabularies of caption sets are far below 32768 words.
+Ngram pack(const uint32_t* w, int n) {
+  Ngram g = (Ngram)n;
+  for (int k = 0; k < n; ++k) g = (g << 15) | (w[k] & 0x7fff);
+  return g;
+}
+
+std::array<Counts, 4> ngram_counts(const std::vector<uint32_t>& ids) {
+  std::array<Counts, 4> c;
+  for (int n = 1; n <= 4; ++n)
+    for (int i = 0; i + n <= (int)ids.size(); ++i) c[n - 1][pack(ids.data() + i, n)] += 1;
+  return c;
+}
+
+struct TfIdf {
+  std::array<Counts, 4> vec;
+  std::array<double, 4> norm{};
+  double length = 0;  // the toolkit's "length": the number of bigrams (its n == 1 branch)
+};
+
+TfIdf to_vec(const std::array<Counts, 4>& counts, const std::unordered_map<Ngram, double, NgramHash>& df,
+             double log_ref_len) {
+  TfIdf v;
+  for (int n = 0; n < 4; ++n) {
+    for (auto& [g, tf] : counts[n]) {
+      auto it = df.find(g);
+      double d = std::log(std::max(1.0, it == df.end() ? 0.0 : it->second));
+      double w = tf * (log_ref_len - d);
+      v.vec[n][g] = w;
+      v.norm[n] += w * w;
+      if (n == 1) v.length += tf;
+    }
+    v.norm[n] = std::sqrt(v.norm[n]);
+  }
+  return v;
+}
+
+double cider_sim(const TfIdf& h, const TfIdf& r, double sigma) {
+  double delta = h.length - r.length, total = 0;
+  for (int n = 0; n < 4; ++n) {
+    double val = 0;
+    for (auto& [g, wh] : h.vec[n]) {
+      auto it = r.vec[n].find(g);
+      if (it != r.vec[n].end()) val += std::min(wh, it->second) * it->second;
+    }
+    if (h.norm[n] != 0 && r.norm[n] != 0) val /= h.norm[n] * r.norm[n];
+    total += val * std::exp(-(delta * delta) / (2 * sigma * sigma));
+  }
+  return total;
+}
+
+}  // namespace
+
+CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs, double sigma) {
+  if (hyps.size() != refs.size()) throw Error("cider: hypotheses and reference sets differ in number");
+  CiderResult res;
+  if (hyps.empty()) return res;
+  NgramIndex index;
+  auto ids_of = [&](const Tokens& t) {
+    std::vector<uint32_t> ids;
+    for (auto& w : t) ids.push_back(index.id(w));
+    return ids;
+  };
+  std::vector<std::array<Counts, 4>> hyp_counts;
+  std::vector<std::vector<std::array<Counts, 4>>> ref_counts(refs.size());
+  std::unordered_map<Ngram, double, NgramHash> df;
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    if (refs[i].empty()) throw Error("cider: an image has no references");
+    hyp_counts.push_back(ngram_counts(ids_of(hyps[i])));
+    std::unordered_map<Ngram, bool, NgramHash> seen;
+    for (auto& r : refs[i]) {
+      ref_counts[i].push_back(ngram_counts(ids_of(r)));
+      for (auto& c : ref_counts[i].back())
+        for (auto& [g, n] : c) seen[g] = true;
+    }
+    for (auto& [g, b] : seen) df[g] += 1;
+  }
+  if (index.words.size() >= 0x7fff) throw Error("cider: more than 32766 distinct words");
+  const double log_ref_len = std::log((double)refs.size());
+  double sum = 0;
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    TfIdf h = to_vec(hyp_counts[i], df, log_ref_len);
+    double s = 0;
+    for (auto& rc : ref_counts[i]) s += cider_sim(h, to_vec(rc, df, log_ref_len), sigma);
+    s = s / 4.0 / ref_counts[i].size() * 10.0;
+    res.per_image.push_back(s);
+    sum += s;
+  }
+  res.score = sum / hyps.size();
+  return res;
 }
 
 }  // namespace sat

@@ -18,4 +18,19 @@ struct BleuResult {
 };
 BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs);
 
+// ROUGE-L as coco-caption's Rouge: per image, LCS against each reference, the best precision and the best
+// recall combined with beta = 1.2; the mean over images.
+double rouge_l(const Tokens& hyp, const std::vector<Tokens>& refs, double beta = 1.2);
+double corpus_rouge_l(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs);
+
+// CIDEr-D as coco-caption's CiderScorer: tf-idf n-gram vectors (n = 1..4) with document frequencies over the
+// references of the set being scored, clipped hypothesis weights, a Gaussian length penalty (sigma = 6) on the
+// bigram-count difference, averaged over references and n, times 10; the mean over images.
+struct CiderResult {
+  double score = 0;
+  std::vector<double> per_image;
+};
+CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs,
+                           double sigma = 6.0);
+
 }  // namespace sat

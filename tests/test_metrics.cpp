@@ -1,0 +1,114 @@
+#include <doctest/doctest.h>
+
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <set>
+
+#include "datasets/io.hpp"
+#include "train/metrics.hpp"
+#include "train/ptb_tokenizer.hpp"
+
+using namespace sat;
+
+namespace {
+Tokens split(const std::string& s) {
+  Tokens t;
+  std::string cur;
+  for (char c : s) {
+    if (c == ' ') {
+      if (!cur.empty()) t.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  if (!cur.empty()) t.push_back(cur);
+  return t;
+}
+const std::string kCocoEval = SAT_SHARED_DATA "/coco-eval/";
+}  // namespace
+
+TEST_CASE("coco-caption demo: BLEU counts and scores, ROUGE-L, CIDEr-D match the toolkit") {
+  const std::string path = kCocoEval + "fakecap_tokenized_hyp_refs_1000.json";
+  if (!file_exists(path)) {
+    MESSAGE("skipped: " << path << " not present");
+    return;
+  }
+  auto j = nlohmann::json::parse(read_file(path));
+  std::vector<Tokens> hyps;
+  std::vector<std::vector<Tokens>> refs;
+  for (auto& e : j) {
+    hyps.push_back(split(e["test"]));
+    refs.emplace_back();
+    for (auto& r : e["refs"]) refs.back().push_back(split(r));
+  }
+  BleuResult b = corpus_bleu(hyps, refs);
+  CHECK(b.testlen == 9893);
+  CHECK(b.reflen == 9855);
+  CHECK(b.guess == std::array<int64_t, 4>{9893, 8893, 7893, 6893});
+  CHECK(b.correct == std::array<int64_t, 4>{5732, 2510, 1043, 423});
+  CHECK(std::fabs(b.bleu[0] - 0.5794) < 5e-4);
+  CHECK(std::fabs(b.bleu[1] - 0.4044) < 5e-4);
+  CHECK(std::fabs(b.bleu[2] - 0.2785) < 5e-4);
+  CHECK(std::fabs(b.bleu[3] - 0.1908) < 5e-4);
+  CHECK(std::fabs(corpus_rouge_l(hyps, refs) - 0.3963) < 5e-4);
+  CHECK(std::fabs(corpus_cider_d(hyps, refs).score - 0.5998) < 5e-4);
+}
+
+TEST_CASE("PTB tokenization matches the toolkit's tokenized references (>= 99%)") {
+  const std::string tok_path = kCocoEval + "fakecap_tokenized_hyp_refs_1000.json";
+  const std::string raw_path = kCocoEval + "val2014_refs4_codalab.json";
+  if (!file_exists(tok_path) || !file_exists(raw_path)) {
+    MESSAGE("skipped: coco-eval data not present");
+    return;
+  }
+  auto tok = nlohmann::json::parse(read_file(tok_path));
+  auto raw = nlohmann::json::parse(read_file(raw_path));
+  int total = 0, same = 0;
+  for (auto& e : tok) {
+    std::string id = std::to_string(e["image_id"].get<int64_t>());
+    if (!raw.contains(id)) continue;
+    std::set<std::string> refs;
+    for (auto& r : e["refs"]) refs.insert(r.get<std::string>());
+    for (auto& s : raw[id][0]) {
+      ++total;
+      same += refs.count(ptb_tokenize_joined(s.get<std::string>())) > 0;
+    }
+  }
+  MESSAGE("PTB tokenizer: " << same << " of " << total << " sentences identical");
+  CHECK(total == 4005);
+  CHECK(same >= 0.99 * total);
+}
+
+TEST_CASE("PTB tokenization: hand-made cases") {
+  CHECK(ptb_tokenize_joined("A man's dog, (running) fast.") == "a man 's dog running fast");
+  CHECK(ptb_tokenize_joined("They don't know; I can't.") == "they do n't know i ca n't");
+  CHECK(ptb_tokenize_joined("The \"Store\" sign -- closed...") == "the store sign closed");
+  CHECK(ptb_tokenize_joined("Mr. Smith at 3:30 paid $5, 50% off") == "mr. smith at 3:30 paid $ 5 50 % off");
+  CHECK(ptb_tokenize_joined("twin-hulled boat") == "twin-hulled boat");
+  CHECK(ptb_tokenize_joined("players' gear") == "players gear");
+  CHECK(ptb_tokenize_joined("   ").empty());
+}
+
+TEST_CASE("ROUGE-L and CIDEr-D on hand-made vectors") {
+  // identical hypothesis and reference
+  CHECK(rouge_l({"a", "b", "c"}, {{"a", "b", "c"}}) == doctest::Approx(1.0));
+  // one hypothesis, two references: best precision and best recall may come from different references
+  double p = 2.0 / 3, r = 1.0;  // LCS("a b c", "a c") = 2
+  double expect = (1 + 1.44) * p * r / (r + 1.44 * p);
+  CHECK(rouge_l({"a", "b", "c"}, {{"a", "c"}, {"x", "y", "z", "w"}}) == doctest::Approx(expect));
+  CHECK(rouge_l({"x"}, {{"a", "b"}}) == 0.0);
+  CHECK(rouge_l({}, {{"a", "b"}}) == 0.0);  // empty hypothesis
+  // a single image: every n-gram has document frequency 1 = the number of images, so idf is 0 and so is CIDEr
+  CHECK(corpus_cider_d({{"a", "b"}}, {{{"a", "b"}}}).score == 0.0);
+  // identical captions in a set where n-grams are informative score high; disjoint ones score 0
+  std::vector<Tokens> hyps = {{"a", "red", "circle"}, {"a", "blue", "square"}};
+  std::vector<std::vector<Tokens>> refs = {{{"a", "red", "circle"}}, {{"a", "blue", "square"}}};
+  auto c = corpus_cider_d(hyps, refs);
+  CHECK(c.score > 5.0);
+  auto z = corpus_cider_d({{"x", "y", "z"}, {"q"}}, refs);
+  CHECK(z.score == 0.0);
+  // the length penalty: a longer copy scores less than an exact one
+  auto longer = corpus_cider_d({{"a", "red", "circle", "a", "red", "circle"}, {"a", "blue", "square"}}, refs);
+  CHECK(longer.per_image[0] < c.per_image[0]);
+}
