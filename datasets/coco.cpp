@@ -126,4 +126,66 @@ std::vector<std::string> read_name_list(const std::string& path) {
   return names;
 }
 
+namespace {
+// One CSV record: fields split on commas, double-quoted fields may hold commas and "" for a quote.
+std::vector<std::string> parse_csv_line(const std::string& line, const std::string& path, size_t lineno) {
+  std::vector<std::string> fields(1);
+  bool quoted = false;
+  for (size_t i = 0; i < line.size(); ++i) {
+    char c = line[i];
+    if (quoted) {
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
+      else if (c == '"') quoted = false;
+      else fields.back() += c;
+    } else if (c == '"' && fields.back().empty()) {
+      quoted = true;
+    } else if (c == ',') {
+      fields.emplace_back();
+    } else {
+      fields.back() += c;
+    }
+  }
+  if (quoted) fail(path, "line " + std::to_string(lineno) + ": unterminated quoted field");
+  return fields;
+}
+}  // namespace
+
+CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& image_dir) {
+  std::istringstream in(read_file(path));
+  CaptionSet set;
+  set.json_path = path;
+  set.image_dir = image_dir;
+  std::map<std::string, int> by_name;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    auto f = parse_csv_line(line, path, lineno);
+    if (lineno == 1 && f.size() == 2 && f[0] == "image" && f[1] == "caption") continue;  // header
+    if (f.size() < 2 || f[0].empty())
+      fail(path, "line " + std::to_string(lineno) + ": expected \"image,caption\"");
+    std::string caption = f[1];
+    for (size_t k = 2; k < f.size(); ++k) caption += "," + f[k];  // unquoted commas belong to the caption
+    auto it = by_name.find(f[0]);
+    if (it == by_name.end()) {
+      ImageEntry e;
+      e.id = (int64_t)set.images.size() + 1;
+      e.file_name = f[0];
+      it = by_name.emplace(f[0], (int)set.images.size()).first;
+      set.image_index[e.id] = (int)set.images.size();
+      set.images.push_back(e);
+    }
+    Caption c;
+    c.image_id = set.images[it->second].id;
+    c.raw = caption;
+    c.tokens = tokenize_caption(caption);
+    set.images[it->second].caption_indices.push_back((int)set.captions.size());
+    set.captions.push_back(std::move(c));
+  }
+  if (set.captions.empty()) fail(path, "no captions in this file");
+  return set;
+}
+
 }  // namespace sat

@@ -42,6 +42,8 @@ struct CaptionSet {
 
 // Reads a COCO captions JSON; image_dir holds the files named by "file_name".
 CaptionSet load_coco_captions(const std::string& json_path, const std::string& image_dir);
+// Flickr8k's captions.csv ("image,caption" rows, quoted fields allowed); image ids are assigned in file order.
+CaptionSet load_flickr_captions_csv(const std::string& csv_path, const std::string& image_dir);
 // A data directory holds captions.json and images/ (what `sat synth` writes).
 CaptionSet load_data_dir(const std::string& dir);
 std::vector<std::string> read_name_list(const std::string& path);

@@ -9,19 +9,21 @@ failures=0
 fail() { echo "FAIL: $*"; failures=$((failures + 1)); }
 pass() { echo "ok: $*"; }
 
-# expect_error NAME PATTERN CMD...: non-zero exit below 128 (no signal), one stderr line matching PATTERN.
+# expect_error NAME PATTERN CMD...: non-zero exit below 128 (no signal) and exactly one error line, the last one,
+# "sat: ..." matching PATTERN (progress lines may come before it).
 expect_error() {
   local name="$1" pattern="$2"
   shift 2
   "$@" >"$WORK/out" 2>"$WORK/err"
   local rc=$?
-  local lines
-  lines=$(wc -l <"$WORK/err")
+  local errors last
+  errors=$(grep -c '^sat: ' "$WORK/err")
+  last=$(tail -n 1 "$WORK/err")
   if [ "$rc" -eq 0 ]; then fail "$name: exit 0"; return; fi
   if [ "$rc" -ge 128 ]; then fail "$name: crashed (exit $rc): $(cat "$WORK/err")"; return; fi
-  if [ "$lines" -ne 1 ]; then fail "$name: expected one error line, got $lines: $(cat "$WORK/err")"; return; fi
-  if ! grep -qE "$pattern" "$WORK/err"; then fail "$name: message '$(cat "$WORK/err")' does not match '$pattern'"; return; fi
-  pass "$name: $(cat "$WORK/err")"
+  if [ "$errors" -ne 1 ] || [ "${last#sat: }" = "$last" ]; then fail "$name: expected one final 'sat:' line: $(cat "$WORK/err")"; return; fi
+  if ! grep -qE "$pattern" <<<"$last"; then fail "$name: message '$last' does not match '$pattern'"; return; fi
+  pass "$name: $last"
 }
 
 # --- data and a briefly trained model ------------------------------------------------------------------

@@ -3,6 +3,8 @@
 
 #include "seq/decoder.hpp"
 #include "tools/commands.hpp"
+#include "train/evaluate.hpp"
+#include "train/trainer.hpp"
 #include "train/optimizer.hpp"
 #include "vision/cnn.hpp"
 
@@ -114,6 +116,53 @@ void add_bench_commands(CLI::App& app) {
     std::printf("cnn %s at %d, batch %d: train forward %.1f ms, backward %.1f ms (%.0f images/s); inference %.1f ms (%.0f images/s)\n",
                 e->blocks.c_str(), e->size, e->batch, fwd * 1e3, bwd * 1e3, e->batch / (fwd + bwd), inf * 1e3,
                 e->batch / inf);
+  });
+
+  struct MetricArgs {
+    int images = 5000, refs = 5, words = 1000;
+    std::string captions;
+  };
+  auto m = std::make_shared<MetricArgs>();
+  auto* met = bench->add_subcommand("metrics", "Time corpus scoring (PTB tokenization, BLEU, ROUGE-L, CIDEr-D)");
+  met->add_option("--images", m->images, "Images")->capture_default_str();
+  met->add_option("--refs", m->refs, "References per image")->capture_default_str();
+  met->add_option("--words", m->words, "Vocabulary of the random captions")->capture_default_str();
+  met->add_option("--captions", m->captions,
+                  "Real captions instead (COCO JSON, captions.csv or data dir): each image's references are its "
+                  "captions, its hypothesis is a caption of the next image");
+  met->callback([m] {
+    Rng rng(7);
+    auto sentence = [&] {
+      std::string s;
+      int len = (int)rng.integer(8, 14);
+      for (int k = 0; k < len; ++k) {
+        // Zipf-like word choice so n-grams repeat as in real captions
+        int w = (int)(std::pow(rng.uniform(), 3.0) * m->words);
+        s += (k ? " " : "") + std::string("w") + std::to_string(w);
+      }
+      return s + ".";
+    };
+    std::vector<std::string> hyps;
+    std::vector<std::vector<std::string>> refs(m->images);
+    if (!m->captions.empty()) {
+      CaptionSet set = load_caption_set(m->captions, "", "");
+      if ((int)set.images.size() < m->images + 1) throw Error(m->captions + ": fewer images than --images");
+      for (int i = 0; i < m->images; ++i) {
+        for (int ci : set.images[i].caption_indices)
+          if ((int)refs[i].size() < m->refs) refs[i].push_back(set.captions[ci].raw);
+        hyps.push_back(set.captions[set.images[i + 1].caption_indices[0]].raw);
+      }
+    } else {
+      for (int i = 0; i < m->images; ++i) {
+        hyps.push_back(sentence());
+        for (int r = 0; r < m->refs; ++r) refs[i].push_back(sentence());
+      }
+    }
+    auto t0 = std::chrono::steady_clock::now();
+    CaptionScores sc = score_captions(hyps, refs);
+    double s = seconds_since(t0);
+    std::printf("scored %d images x %d references (tokenize + BLEU + ROUGE-L + CIDEr-D) in %.3f s  (CIDEr %.3f)\n",
+                m->images, m->refs, s, sc.cider_d);
   });
 }
 

@@ -3,6 +3,7 @@
 
 #include "tools/commands.hpp"
 #include "train/grounding.hpp"
+#include "train/evaluate.hpp"
 #include "train/metrics.hpp"
 #include "train/trainer.hpp"
 
@@ -37,49 +38,56 @@ void add_eval_commands(CLI::App& app) {
   });
 
   struct EvalArgs {
-    std::string model = default_model_path(), data, images, split, results_out;
+    std::string model = default_model_path(), data, images, split, results_out, results, refs;
     int beam = 3;
     bool json = false;
   };
   auto e = std::make_shared<EvalArgs>();
-  auto* ev = app.add_subcommand("eval", "Caption a data set with a model and score it (coco-caption BLEU)");
-  ev->add_option("--model", e->model, "Model file")->capture_default_str();
-  ev->add_option("--data", e->data, "Data directory or COCO captions JSON")->required();
-  ev->add_option("--images", e->images, "Image folder when --data is a JSON file");
+  auto* ev = app.add_subcommand(
+      "eval",
+      "Score captions with coco-caption metrics: a results file against references (--results, --refs), or a "
+      "model on a data set (--model, --data)");
+  ev->add_option("--results", e->results, "COCO results file [{\"image_id\", \"caption\"}] to score");
+  ev->add_option("--refs", e->refs, "References for --results: COCO captions JSON, Flickr8k captions.csv or a data dir");
+  ev->add_option("--model", e->model, "Model file (when captioning --data)")->capture_default_str();
+  ev->add_option("--data", e->data, "Data to caption and score: a data dir, COCO captions JSON or captions.csv");
+  ev->add_option("--images", e->images, "Image folder when --data is a JSON/CSV file");
   ev->add_option("--split", e->split, "Only these image file names (one per line)");
   ev->add_option("--beam", e->beam, "Beam size (1 = greedy)")->capture_default_str();
-  ev->add_option("--results-out", e->results_out, "Also write a COCO results file [{image_id, caption}]");
+  ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
   ev->callback([e] {
-    auto model = CaptionModel::load(e->model);
-    CaptionSet set = load_caption_set(e->data, e->images, e->split);
-    std::vector<Tokens> hyps;
-    std::vector<std::vector<Tokens>> refs;
-    nlohmann::json results = nlohmann::json::array();
-    const size_t chunk = 64;
-    for (size_t s = 0; s < set.images.size(); s += chunk) {
-      std::vector<std::string> paths;
-      for (size_t i = s; i < std::min(set.images.size(), s + chunk); ++i) paths.push_back(set.image_path(set.images[i]));
-      auto planes = model->load_planes(paths);
-      auto caps = caption_planes(*model, planes, (int)paths.size(), e->beam);
-      for (size_t k = 0; k < caps.size(); ++k) {
-        const ImageEntry& img = set.images[s + k];
-        hyps.push_back(caps[k]);
-        std::vector<Tokens> r;
-        for (int ci : img.caption_indices) r.push_back(set.captions[ci].tokens);
-        refs.push_back(r);
-        results.push_back({{"image_id", img.id}, {"caption", join_words(caps[k])}});
-      }
-    }
-    if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
-    BleuResult b = corpus_bleu(hyps, refs);
-    if (e->json) {
-      std::printf("%s\n", nlohmann::json{{"Bleu_1", b.bleu[0]}, {"Bleu_2", b.bleu[1]}, {"Bleu_3", b.bleu[2]},
-                                         {"Bleu_4", b.bleu[3]}, {"images", hyps.size()}}.dump(2).c_str());
+    CaptionScores scores;
+    if (!e->results.empty()) {
+      if (e->refs.empty()) throw CLI::RequiredError("--refs (with --results)");
+      CaptionSet refs = load_caption_set(e->refs, e->images, e->split);
+      scores = score_results(load_results(e->results), refs, e->results);
     } else {
-      std::printf("%zu images, beam %d\n", hyps.size(), e->beam);
-      for (int k = 0; k < 4; ++k) std::printf("Bleu_%d  %.4f\n", k + 1, b.bleu[k]);
+      if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
+      auto model = CaptionModel::load(e->model);
+      CaptionSet set = load_caption_set(e->data, e->images, e->split);
+      std::vector<std::string> hyps;
+      std::vector<std::vector<std::string>> refs;
+      nlohmann::json results = nlohmann::json::array();
+      const size_t chunk = 64;
+      for (size_t s = 0; s < set.images.size(); s += chunk) {
+        std::vector<std::string> paths;
+        for (size_t i = s; i < std::min(set.images.size(), s + chunk); ++i) paths.push_back(set.image_path(set.images[i]));
+        auto planes = model->load_planes(paths);
+        auto caps = caption_planes(*model, planes, (int)paths.size(), e->beam);
+        for (size_t k = 0; k < caps.size(); ++k) {
+          const ImageEntry& img = set.images[s + k];
+          hyps.push_back(join_words(caps[k]));
+          refs.emplace_back();
+          for (int ci : img.caption_indices) refs.back().push_back(set.captions[ci].raw);
+          results.push_back({{"image_id", img.id}, {"caption", hyps.back()}});
+        }
+      }
+      if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
+      scores = score_captions(hyps, refs);
     }
+    if (e->json) std::printf("%s\n", scores.to_json().dump(2).c_str());
+    else std::printf("%s", scores.table().c_str());
   });
 }
 

@@ -33,8 +33,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr-decay", o->lr_decay, "Learning rate factor per epoch")->capture_default_str();
   cmd->add_option("--clip", o->clip, "Gradient-norm clipping threshold (0 = off)")->capture_default_str();
   cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")->capture_default_str();
-  cmd->add_option("--patience", o->patience, "Stop after this many epochs without a better val BLEU-4")->capture_default_str();
+  cmd->add_option("--patience", o->patience, "Stop after this many epochs without a better validation score (--metric)")->capture_default_str();
   cmd->add_option("--val-limit", o->val_limit, "Validate on at most this many images (0 = all)")->capture_default_str();
+  cmd->add_option("--metric", o->metric, "Validation score that picks the best model and stops early: bleu4 or cider")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed (initialization, order, dropout)")->capture_default_str();
   cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores)")->capture_default_str();
@@ -51,8 +52,8 @@ void add_train_command(CLI::App& app) {
       o->command = command;
     }
     auto summary = train(*o, *resume, *more_epochs);
-    std::printf("best val BLEU-4 %.4f (epoch %d), model %s\n", summary.best_bleu4, summary.best_epoch,
-                summary.model_path.c_str());
+    std::printf("best val %s %.4f (epoch %d), model %s\n", summary.metric == "cider" ? "CIDEr-D" : "BLEU-4",
+                summary.best_score, summary.best_epoch, summary.model_path.c_str());
   });
 }
 

@@ -11,33 +11,55 @@
 namespace sat {
 
 namespace {
-using NgramCounts = std::unordered_map<std::string, int>;
 
-NgramCounts count_ngrams(const Tokens& words, int n) {
-  NgramCounts c;
-  for (int k = 1; k <= n; ++k)
-    for (int i = 0; i + k <= (int)words.size(); ++i) {
-      std::string key = words[i];
-      for (int j = 1; j < k; ++j) key += ' ' + words[i + j];
-      c[key]++;
-    }
+// Words are interned once; an n-gram key packs its order and up to four 15-bit word ids into 64 bits, so
+// orders occupy disjoint ranges and keys are exact (caption vocabularies stay far below 32767 words).
+struct NgramIndex {
+  std::unordered_map<std::string, uint32_t> words;
+  uint32_t id(const std::string& w) { return words.emplace(w, (uint32_t)words.size() + 1).first->second; }
+};
+using Ngram = uint64_t;
+struct NgramHash {
+  size_t operator()(Ngram g) const { return (size_t)(g * 0x9E3779B97F4A7C15ull >> 7); }
+};
+
+Ngram pack(const uint32_t* w, int n) {
+  Ngram g = (Ngram)n;
+  for (int k = 0; k < n; ++k) g = (g << 15) | (w[k] & 0x7fff);
+  return g;
+}
+
+std::vector<uint32_t> intern(NgramIndex& index, const Tokens& t) {
+  std::vector<uint32_t> ids;
+  ids.reserve(t.size());
+  for (auto& w : t) ids.push_back(index.id(w));
+  return ids;
+}
+
+// Counts of every n-gram (n = 1..4) in one map; the order is recoverable from the key.
+std::unordered_map<Ngram, int, NgramHash> all_ngrams(const std::vector<uint32_t>& ids) {
+  std::unordered_map<Ngram, int, NgramHash> c;
+  for (int n = 1; n <= 4; ++n)
+    for (int i = 0; i + n <= (int)ids.size(); ++i) c[pack(ids.data() + i, n)]++;
   return c;
 }
-int ngram_order(const std::string& key) {
-  int n = 1;
-  for (char ch : key) n += ch == ' ';
-  return n;
+int order_of(Ngram g) {
+  int n = 0;
+  while (g >= 0x8000) g >>= 15, ++n;  // strip word ids until only the order is left
+  return (int)g;
 }
+
 }  // namespace
 
 BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs) {
   if (hyps.size() != refs.size()) throw Error("bleu: hypotheses and reference sets differ in number");
   BleuResult r;
+  NgramIndex index;
   for (size_t i = 0; i < hyps.size(); ++i) {
     if (refs[i].empty()) throw Error("bleu: an image has no references");
-    NgramCounts maxcounts;
+    std::unordered_map<Ngram, int, NgramHash> maxcounts;
     for (auto& ref : refs[i])
-      for (auto& [g, c] : count_ngrams(ref, 4)) {
+      for (auto& [g, c] : all_ngrams(intern(index, ref))) {
         int& m = maxcounts[g];
         if (c > m) m = c;
       }
@@ -50,11 +72,12 @@ BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::v
     r.testlen += testlen;
     r.reflen += best_len;
     for (int k = 0; k < 4; ++k) r.guess[k] += std::max(0, testlen - k);
-    for (auto& [g, c] : count_ngrams(hyps[i], 4)) {
+    for (auto& [g, c] : all_ngrams(intern(index, hyps[i]))) {
       auto it = maxcounts.find(g);
-      if (it != maxcounts.end()) r.correct[ngram_order(g) - 1] += std::min(c, it->second);
+      if (it != maxcounts.end()) r.correct[order_of(g) - 1] += std::min(c, it->second);
     }
   }
+  if (index.words.size() >= 0x7fff) throw Error("bleu: more than 32766 distinct words");
   const double tiny = 1e-15, small = 1e-9;
   double bleu = 1;
   double ratio = (r.testlen + tiny) / (r.reflen + small);
@@ -91,54 +114,47 @@ double corpus_rouge_l(const std::vector<Tokens>& hyps, const std::vector<std::ve
   if (hyps.size() != refs.size()) throw Error("rouge: hypotheses and reference sets differ in number");
   if (hyps.empty()) return 0;
   double sum = 0;
+#pragma omp parallel for reduction(+ : sum) schedule(dynamic, 64)
   for (size_t i = 0; i < hyps.size(); ++i) sum += rouge_l(hyps[i], refs[i]);
   return sum / hyps.size();
 }
 
 namespace {
 
-// n-grams as ids: words are interned once, an n-gram is the tuple of its word ids packed in 64 bits.
-struct NgramIndex {
-  std::unordered_map<std::string, uint32_t> words;
-  uint32_t id(const std::string& w) { return words.emplace(w, (uint32_t)words.size() + 1).first->second; }
-};
-using Ngram = uint64_t;  // 16 bits per word id would overflow; use a hash-combine of (n, ids) instead
-struct NgramHash {
-  size_t operator()(Ngram g) const { return (size_t)(g * 0x9E3779B97F4A7C15ull >> 7); }
-};
-using Counts = std::unordered_map<Ngram, double, NgramHash>;
+// A sentence's n-grams of one order as (key, value) sorted by key: similarities are merges, not lookups.
+using SparseVec = std::vector<std::pair<Ngram, double>>;
 
-// Packs up to 4 word ids (each < 2^16 after remapping is not guaranteed), so ids are mixed injectively enough:
-// we keep exact keys by storing (n, w1..wn) in a 64-bit value when ids fit in 15 bits, else fall back to a
-// string map. Vocabularies of caption sets are far below 32768 words.
-Ngram pack(const uint32_t* w, int n) {
-  Ngram g = (Ngram)n;
-  for (int k = 0; k < n; ++k) g = (g << 15) | (w[k] & 0x7fff);
-  return g;
-}
-
-std::array<Counts, 4> ngram_counts(const std::vector<uint32_t>& ids) {
-  std::array<Counts, 4> c;
-  for (int n = 1; n <= 4; ++n)
-    for (int i = 0; i + n <= (int)ids.size(); ++i) c[n - 1][pack(ids.data() + i, n)] += 1;
-  return c;
+std::array<SparseVec, 4> ngram_counts(const std::vector<uint32_t>& ids) {
+  std::array<SparseVec, 4> out;
+  std::vector<Ngram> keys;
+  for (int n = 1; n <= 4; ++n) {
+    keys.clear();
+    for (int i = 0; i + n <= (int)ids.size(); ++i) keys.push_back(pack(ids.data() + i, n));
+    std::sort(keys.begin(), keys.end());
+    for (size_t i = 0; i < keys.size(); ++i) {
+      if (out[n - 1].empty() || out[n - 1].back().first != keys[i]) out[n - 1].push_back({keys[i], 0.0});
+      out[n - 1].back().second += 1;
+    }
+  }
+  return out;
 }
 
 struct TfIdf {
-  std::array<Counts, 4> vec;
+  std::array<SparseVec, 4> vec;
   std::array<double, 4> norm{};
   double length = 0;  // the toolkit's "length": the number of bigrams (its n == 1 branch)
 };
 
-TfIdf to_vec(const std::array<Counts, 4>& counts, const std::unordered_map<Ngram, double, NgramHash>& df,
+TfIdf to_vec(const std::array<SparseVec, 4>& counts, const std::unordered_map<Ngram, int, NgramHash>& df,
              double log_ref_len) {
   TfIdf v;
   for (int n = 0; n < 4; ++n) {
+    v.vec[n].reserve(counts[n].size());
     for (auto& [g, tf] : counts[n]) {
       auto it = df.find(g);
-      double d = std::log(std::max(1.0, it == df.end() ? 0.0 : it->second));
+      double d = std::log(std::max(1.0, it == df.end() ? 0.0 : (double)it->second));
       double w = tf * (log_ref_len - d);
-      v.vec[n][g] = w;
+      v.vec[n].push_back({g, w});
       v.norm[n] += w * w;
       if (n == 1) v.length += tf;
     }
@@ -151,9 +167,11 @@ double cider_sim(const TfIdf& h, const TfIdf& r, double sigma) {
   double delta = h.length - r.length, total = 0;
   for (int n = 0; n < 4; ++n) {
     double val = 0;
-    for (auto& [g, wh] : h.vec[n]) {
-      auto it = r.vec[n].find(g);
-      if (it != r.vec[n].end()) val += std::min(wh, it->second) * it->second;
+    auto a = h.vec[n].begin(), b = r.vec[n].begin();
+    while (a != h.vec[n].end() && b != r.vec[n].end()) {
+      if (a->first < b->first) ++a;
+      else if (b->first < a->first) ++b;
+      else val += std::min(a->second, b->second) * b->second, ++a, ++b;
     }
     if (h.norm[n] != 0 && r.norm[n] != 0) val /= h.norm[n] * r.norm[n];
     total += val * std::exp(-(delta * delta) / (2 * sigma * sigma));
@@ -168,34 +186,34 @@ CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<st
   CiderResult res;
   if (hyps.empty()) return res;
   NgramIndex index;
-  auto ids_of = [&](const Tokens& t) {
-    std::vector<uint32_t> ids;
-    for (auto& w : t) ids.push_back(index.id(w));
-    return ids;
-  };
-  std::vector<std::array<Counts, 4>> hyp_counts;
-  std::vector<std::vector<std::array<Counts, 4>>> ref_counts(refs.size());
-  std::unordered_map<Ngram, double, NgramHash> df;
+  std::vector<std::array<SparseVec, 4>> hyp_counts;
+  std::vector<std::vector<std::array<SparseVec, 4>>> ref_counts(refs.size());
+  std::unordered_map<Ngram, int, NgramHash> df;
+  std::vector<Ngram> present;
   for (size_t i = 0; i < hyps.size(); ++i) {
     if (refs[i].empty()) throw Error("cider: an image has no references");
-    hyp_counts.push_back(ngram_counts(ids_of(hyps[i])));
-    std::unordered_map<Ngram, bool, NgramHash> seen;
-    for (auto& r : refs[i]) {
-      ref_counts[i].push_back(ngram_counts(ids_of(r)));
+    hyp_counts.push_back(ngram_counts(intern(index, hyps[i])));
+    present.clear();
+    for (auto& r : refs[i]) {  // document frequency: in how many images' references an n-gram occurs
+      ref_counts[i].push_back(ngram_counts(intern(index, r)));
       for (auto& c : ref_counts[i].back())
-        for (auto& [g, n] : c) seen[g] = true;
+        for (auto& [g, n] : c) present.push_back(g);
     }
-    for (auto& [g, b] : seen) df[g] += 1;
+    std::sort(present.begin(), present.end());
+    present.erase(std::unique(present.begin(), present.end()), present.end());
+    for (Ngram g : present) df[g]++;
   }
   if (index.words.size() >= 0x7fff) throw Error("cider: more than 32766 distinct words");
   const double log_ref_len = std::log((double)refs.size());
   double sum = 0;
+  res.per_image.resize(hyps.size());
+#pragma omp parallel for reduction(+ : sum) schedule(dynamic, 64)
   for (size_t i = 0; i < hyps.size(); ++i) {
     TfIdf h = to_vec(hyp_counts[i], df, log_ref_len);
     double s = 0;
     for (auto& rc : ref_counts[i]) s += cider_sim(h, to_vec(rc, df, log_ref_len), sigma);
     s = s / 4.0 / ref_counts[i].size() * 10.0;
-    res.per_image.push_back(s);
+    res.per_image[i] = s;
     sum += s;
   }
   res.score = sum / hyps.size();

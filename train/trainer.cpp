@@ -23,7 +23,7 @@ json TrainOptions::to_json() const {
           {"min_count", min_count}, {"epochs", epochs}, {"batch_images", batch_images},
           {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
           {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit},
-          {"checkpoint_every", checkpoint_every}, {"seed", seed}, {"threads", threads}, {"command", command}};
+          {"checkpoint_every", checkpoint_every}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
 TrainOptions TrainOptions::from_json(const json& j) {
@@ -36,6 +36,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     GET(lr); GET(lr_decay); GET(clip); GET(penalty); GET(patience); GET(val_limit); GET(checkpoint_every);
     GET(seed); GET(threads); GET(command);
 #undef GET
+    o.metric = j.value("metric", std::string("bleu4"));
   } catch (const std::exception& e) {
     throw Error(std::string("training options are malformed (") + e.what() + ")");
   }
@@ -54,7 +55,15 @@ std::string git_commit() {
 
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
   CaptionSet set;
-  if (data.size() > 5 && data.substr(data.size() - 5) == ".json") {
+  auto dir_of = [](const std::string& file) {
+    auto slash = file.rfind('/');
+    return slash == std::string::npos ? std::string(".") : file.substr(0, slash);
+  };
+  if (data.size() > 4 && data.substr(data.size() - 4) == ".csv") {
+    std::string dir = images;
+    if (dir.empty()) dir = file_exists(join_path(dir_of(data), "images")) ? join_path(dir_of(data), "images") : dir_of(data);
+    set = load_flickr_captions_csv(data, dir);
+  } else if (data.size() > 5 && data.substr(data.size() - 5) == ".json") {
     std::string dir = images;
     if (dir.empty()) {
       auto slash = data.rfind('/');
@@ -123,13 +132,13 @@ struct TrainState {
   int step_in_epoch = 0;  // batches already done in this epoch
   uint64_t epoch_seed = 0;
   int64_t global_step = 0;
-  double best_bleu4 = -1;
+  double best_score = -1;
   int best_epoch = -1;
   int bad_epochs = 0;
   json history = json::array();
   json to_json() const {
     return {{"epoch", epoch}, {"step_in_epoch", step_in_epoch}, {"epoch_seed", epoch_seed},
-            {"global_step", global_step}, {"best_bleu4", best_bleu4}, {"best_epoch", best_epoch},
+            {"global_step", global_step}, {"best_score", best_score}, {"best_epoch", best_epoch},
             {"bad_epochs", bad_epochs}, {"history", history}};
   }
   static TrainState from_json(const json& j) {
@@ -138,7 +147,7 @@ struct TrainState {
     s.step_in_epoch = j.at("step_in_epoch");
     s.epoch_seed = j.at("epoch_seed");
     s.global_step = j.at("global_step");
-    s.best_bleu4 = j.at("best_bleu4");
+    s.best_score = j.at("best_score");
     s.best_epoch = j.at("best_epoch");
     s.bad_epochs = j.at("bad_epochs");
     s.history = j.at("history");
@@ -163,12 +172,6 @@ void save_checkpoint(const std::string& path, CaptionModel& model, const Adam& a
   save_safetensors(path, tf);
 }
 
-std::vector<std::vector<std::string>> refs_of(const CaptionSet& set, int i) {
-  std::vector<std::vector<std::string>> r;
-  for (int ci : set.images[i].caption_indices) r.push_back(set.captions[ci].tokens);
-  return r;
-}
-
 }  // namespace
 
 std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
@@ -186,12 +189,21 @@ std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const 
   return out;
 }
 
-double validate_bleu4(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam) {
+CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam) {
   const int n = (int)(planes.size() / (3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size));
-  auto hyps = caption_planes(model, planes, n, beam);
-  std::vector<std::vector<Tokens>> refs;
-  for (int i = 0; i < n; ++i) refs.push_back(refs_of(set, i));
-  return corpus_bleu(hyps, refs).bleu[3];
+  auto words = caption_planes(model, planes, n, beam);
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  for (int i = 0; i < n; ++i) {
+    hyps.push_back(join_words(words[i]));
+    refs.emplace_back();
+    for (int ci : set.images[i].caption_indices) refs.back().push_back(set.captions[ci].raw);
+  }
+  return score_captions(hyps, refs);
+}
+
+static double metric_of(const CaptionScores& s, const std::string& metric) {
+  return metric == "cider" ? s.cider_d : s.bleu[3];
 }
 
 TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epochs_override) {
@@ -219,6 +231,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   }
   if (max_epochs_override > 0) opt.epochs = max_epochs_override;
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  if (opt.metric != "bleu4" && opt.metric != "cider") throw Error("train: --metric must be bleu4 or cider");
   if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1) throw Error("train: --batch and --max-len must be positive, --epochs not negative");
 
   CaptionSet train_set = load_caption_set(opt.data, opt.images, opt.train_split);
@@ -285,12 +298,14 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   summary.model_path = best_path;
 
   if (opt.epochs == 0 && resume_path.empty()) {  // the untrained baseline: initialized weights, scored once
-    double bleu4 = validate_bleu4(*model, val_set, val_planes);
+    CaptionScores sc = validate(*model, val_set, val_planes);
     model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", git_commit()}, {"epoch", 0},
-                   {"val_bleu4", bleu4}, {"options", opt.to_json()}};
+                   {"val_scores", sc.to_json()}, {"options", opt.to_json()}};
     model->save(best_path);
-    std::fprintf(stderr, "untrained model (epochs 0): val BLEU-4 %.4f -> %s\n", bleu4, best_path.c_str());
-    summary.best_bleu4 = bleu4;
+    std::fprintf(stderr, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
+                 best_path.c_str());
+    summary.best_score = metric_of(sc, opt.metric);
+    summary.metric = opt.metric;
     return summary;
   }
   std::vector<float> planes, grid, dgrid;
@@ -363,18 +378,20 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
                   loss_count ? pen_sum / loss_count : 0.0, captions_done / std::max(secs, 1e-9));
     bar.finish(stats);
 
-    double bleu4 = validate_bleu4(*model, val_set, val_planes);
-    bool improved = bleu4 > st.best_bleu4;
-    st.history.push_back({{"epoch", st.epoch + 1}, {"loss", loss_count ? loss_sum / loss_count : 0.0}, {"val_bleu4", bleu4}});
-    std::fprintf(stderr, "epoch %d: val BLEU-4 %.4f%s\n", st.epoch + 1, bleu4, improved ? " (best so far, saved)" : "");
+    CaptionScores sc = validate(*model, val_set, val_planes);
+    const double score = metric_of(sc, opt.metric);
+    bool improved = score > st.best_score;
+    st.history.push_back({{"epoch", st.epoch + 1}, {"loss", loss_count ? loss_sum / loss_count : 0.0}, {"val", sc.to_json()}});
+    std::fprintf(stderr, "epoch %d: val BLEU-4 %.4f  CIDEr-D %.4f  ROUGE-L %.4f%s\n", st.epoch + 1, sc.bleu[3], sc.cider_d,
+                 sc.rouge_l, improved ? "  (best so far, saved)" : "");
     if (improved) {
-      st.best_bleu4 = bleu4;
+      st.best_score = score;
       st.best_epoch = st.epoch + 1;
       st.bad_epochs = 0;
       model->info = {{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
                      {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
                      {"val_split", opt.val_split}, {"git_commit", git_commit()}, {"epoch", st.epoch + 1},
-                     {"val_bleu4", bleu4},          {"options", opt.to_json()}};
+                     {"val_scores", sc.to_json()},  {"options", opt.to_json()}};
       model->save(best_path);
     } else {
       st.bad_epochs++;
@@ -392,9 +409,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       break;
     }
   }
-  summary.best_bleu4 = st.best_bleu4;
+  summary.best_score = st.best_score;
   summary.best_epoch = st.best_epoch;
-  std::fprintf(stderr, "best val BLEU-4 %.4f at epoch %d -> %s\n", st.best_bleu4, st.best_epoch, best_path.c_str());
+  summary.metric = opt.metric;
   return summary;
 }
 

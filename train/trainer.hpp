@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/coco.hpp"
+#include "train/evaluate.hpp"
 #include "train/model.hpp"
 
 namespace sat {
@@ -36,6 +37,7 @@ struct TrainOptions {
   int patience = 4;
   int val_limit = 0;  // validate on at most this many images (0: all)
   int checkpoint_every = 100;
+  std::string metric = "bleu4";  // validation score that picks the best model: bleu4 or cider
   uint64_t seed = 1;
   int threads = 0;
   std::string command;  // recorded in the model file
@@ -46,7 +48,8 @@ struct TrainOptions {
 
 struct TrainSummary {
   int epochs_run = 0;
-  double best_bleu4 = 0;
+  double best_score = 0;
+  std::string metric;
   int best_epoch = 0;
   std::string model_path;
 };
@@ -61,8 +64,8 @@ CaptionSet load_caption_set(const std::string& data, const std::string& images, 
 // Captions N images' planes in batches; greedy when beam == 1.
 std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
                                                      int beam, int batch = 32);
-// Corpus BLEU-4 (coco-caption definition) of greedy captions over a set.
-double validate_bleu4(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam = 1);
+// coco-caption scores of the model's captions (greedy when beam is 1) for a set whose planes are given.
+CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam = 1);
 
 std::string git_commit();
 

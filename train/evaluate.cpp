@@ -1,0 +1,109 @@
+#include "train/evaluate.hpp"
+
+#include <cstdio>
+#include <map>
+#include <set>
+
+#include "datasets/io.hpp"
+#include "train/ptb_tokenizer.hpp"
+
+namespace sat {
+
+using nlohmann::json;
+
+json CaptionScores::to_json() const {
+  json j = {{"images", images}, {"Bleu_1", bleu[0]}, {"Bleu_2", bleu[1]}, {"Bleu_3", bleu[2]},
+            {"Bleu_4", bleu[3]}, {"ROUGE_L", rouge_l}, {"CIDEr", cider_d}};
+  if (meteor >= 0) j["METEOR"] = meteor;
+  return j;
+}
+
+std::string CaptionScores::table() const {
+  char buf[512];
+  std::string s;
+  for (int k = 0; k < 4; ++k) {
+    std::snprintf(buf, sizeof buf, "Bleu_%d   %.4f\n", k + 1, bleu[k]);
+    s += buf;
+  }
+  if (meteor >= 0) {
+    std::snprintf(buf, sizeof buf, "METEOR   %.4f  (approximation: exact+stem+synonym stages, no paraphrase table)\n", meteor);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "ROUGE_L  %.4f\nCIDEr    %.4f  (CIDEr-D)\n", rouge_l, cider_d);
+  s += buf;
+  std::snprintf(buf, sizeof buf, "images   %d\n", images);
+  return s + buf;
+}
+
+CaptionScores score_captions(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs) {
+  if (hyps.size() != refs.size()) throw Error("scoring: hypotheses and references differ in number");
+  std::vector<Tokens> h(hyps.size());
+  std::vector<std::vector<Tokens>> r(hyps.size());
+#pragma omp parallel for schedule(dynamic, 64)
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    h[i] = ptb_tokenize(hyps[i]);
+    for (auto& ref : refs[i]) r[i].push_back(ptb_tokenize(ref));
+  }
+  CaptionScores s;
+  s.images = (int)hyps.size();
+  if (hyps.empty()) return s;
+  s.bleu = corpus_bleu(h, r).bleu;
+  s.rouge_l = corpus_rouge_l(h, r);
+  s.cider_d = corpus_cider_d(h, r).score;
+  return s;
+}
+
+std::vector<ResultEntry> load_results(const std::string& path) {
+  std::string text = read_file(path);
+  if (text.find_first_not_of(" \t\r\n") == std::string::npos) fail(path, "empty results file");
+  json j;
+  try {
+    j = json::parse(text);
+  } catch (const json::parse_error& e) {
+    fail(path, std::string("malformed JSON (") + e.what() + ")");
+  }
+  if (!j.is_array()) fail(path, "a results file is a JSON array of {\"image_id\", \"caption\"}");
+  if (j.empty()) fail(path, "results file holds no captions");
+  std::vector<ResultEntry> out;
+  for (size_t i = 0; i < j.size(); ++i) {
+    auto& e = j[i];
+    if (!e.is_object() || !e.contains("image_id") || !e.contains("caption") || !e["caption"].is_string() ||
+        !(e["image_id"].is_number_integer() || e["image_id"].is_string()))
+      fail(path, "entry " + std::to_string(i) + " needs an integer or string image_id and a string caption");
+    out.push_back({e["image_id"], e["caption"].get<std::string>()});
+  }
+  return out;
+}
+
+CaptionScores score_results(const std::vector<ResultEntry>& results, const CaptionSet& refs,
+                            const std::string& results_path) {
+  std::map<std::string, int> by_name;
+  for (int i = 0; i < (int)refs.images.size(); ++i) {
+    by_name[refs.images[i].file_name] = i;
+    auto dot = refs.images[i].file_name.rfind('.');
+    if (dot != std::string::npos) by_name.emplace(refs.images[i].file_name.substr(0, dot), i);
+  }
+  std::set<int> seen;
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> rs;
+  for (size_t k = 0; k < results.size(); ++k) {
+    const auto& id = results[k].image_id;
+    int idx = -1;
+    if (id.is_number_integer()) {
+      auto it = refs.image_index.find(id.get<int64_t>());
+      if (it != refs.image_index.end()) idx = it->second;
+    } else {
+      auto it = by_name.find(id.get<std::string>());
+      if (it != by_name.end()) idx = it->second;
+    }
+    if (idx < 0) fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " is not in " + refs.json_path);
+    if (!seen.insert(idx).second) fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " has a second caption");
+    hyps.push_back(results[k].caption);
+    rs.emplace_back();
+    for (int ci : refs.images[idx].caption_indices) rs.back().push_back(refs.captions[ci].raw);
+    if (rs.back().empty()) fail(refs.json_path, "image " + id.dump() + " has no reference captions");
+  }
+  return score_captions(hyps, rs);
+}
+
+}  // namespace sat

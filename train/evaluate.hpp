@@ -1,0 +1,36 @@
+// Scoring captions the coco-caption way: PTB-tokenize hypotheses and references, then every metric.
+#pragma once
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/coco.hpp"
+#include "train/metrics.hpp"
+
+namespace sat {
+
+struct CaptionScores {
+  int images = 0;
+  std::array<double, 4> bleu{};
+  double meteor = -1;  // < 0: not computed
+  double rouge_l = 0;
+  double cider_d = 0;
+  nlohmann::json to_json() const;
+  std::string table() const;  // aligned, one metric per line
+};
+
+// Raw text in; tokenization as the toolkit's PTBTokenizer step.
+CaptionScores score_captions(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs);
+
+// A COCO results file: [{"image_id": ..., "caption": "..."}]. image_id may be a number or a file name.
+struct ResultEntry {
+  nlohmann::json image_id;
+  std::string caption;
+};
+std::vector<ResultEntry> load_results(const std::string& path);
+// Scores results against a caption set; every result must name an image of the set, once.
+CaptionScores score_results(const std::vector<ResultEntry>& results, const CaptionSet& refs,
+                            const std::string& results_path);
+
+}  // namespace sat
