@@ -5,6 +5,7 @@
 #include <set>
 
 #include "datasets/io.hpp"
+#include "train/meteor.hpp"
 #include "train/metrics.hpp"
 #include "train/ptb_tokenizer.hpp"
 
@@ -111,4 +112,45 @@ TEST_CASE("ROUGE-L and CIDEr-D on hand-made vectors") {
   // the length penalty: a longer copy scores less than an exact one
   auto longer = corpus_cider_d({{"a", "red", "circle", "a", "red", "circle"}, {"a", "blue", "square"}}, refs);
   CHECK(longer.per_image[0] < c.per_image[0]);
+}
+
+TEST_CASE("METEOR approximation: formulas, stages, and the toolkit's demo within 0.01") {
+  std::string why;
+  if (!meteor_available(&why)) {
+    MESSAGE("skipped: " << why);
+    return;
+  }
+  MeteorParams p;
+  // identical: Fmean 1, a single chunk covering both -> no fragmentation penalty
+  CHECK(meteor_stats({"a", "dog", "runs"}, {"a", "dog", "runs"}).score(p) == doctest::Approx(1.0));
+  CHECK(meteor_stats({"x", "y"}, {"a", "b"}).score(p) == 0.0);
+  CHECK(meteor_stats({}, {"a", "b"}).score(p) == 0.0);
+  // the stem stage: "riding" ~ "rides"; the synonym stage: "car" ~ "automobile"
+  MeteorStats st = meteor_stats({"man", "riding"}, {"man", "rides"});
+  CHECK(st.test_content[1] == 1);
+  MeteorStats sy = meteor_stats({"red", "car"}, {"red", "automobile"});
+  CHECK(sy.test_content[2] == 1);
+  // stage weights: an exact match beats a stem match beats nothing
+  double exact = meteor_stats({"man", "rides"}, {"man", "rides"}).score(p);
+  double stem = st.score(p);
+  double none = meteor_stats({"man", "xyz"}, {"man", "rides"}).score(p);
+  CHECK(exact > stem);
+  CHECK(stem > none);
+  // fragmentation: the same words out of order score lower
+  CHECK(meteor_stats({"b", "a", "d", "c"}, {"a", "b", "c", "d"}).score(p) <
+        meteor_stats({"a", "b", "c", "d"}, {"a", "b", "c", "d"}).score(p));
+
+  const std::string path = kCocoEval + "fakecap_tokenized_hyp_refs_1000.json";
+  if (!file_exists(path)) return;
+  auto j = nlohmann::json::parse(read_file(path));
+  std::vector<Tokens> hyps;
+  std::vector<std::vector<Tokens>> refs;
+  for (auto& e : j) {
+    hyps.push_back(split(e["test"]));
+    refs.emplace_back();
+    for (auto& r : e["refs"]) refs.back().push_back(split(r));
+  }
+  double m = corpus_meteor(hyps, refs);
+  MESSAGE("METEOR (approximation) on the coco-caption demo: " << m << " (the jar: 0.195)");
+  CHECK(std::fabs(m - 0.195) < 0.01);
 }

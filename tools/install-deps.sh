@@ -2,7 +2,7 @@
 # Installs the Debian 12 packages sat builds with, if any are missing (uses sudo when not root).
 set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
-      nlohmann-json3-dev libcli11-dev python3)
+      nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base python3)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

@@ -5,6 +5,7 @@
 #include <set>
 
 #include "datasets/io.hpp"
+#include "train/meteor.hpp"
 #include "train/ptb_tokenizer.hpp"
 
 namespace sat {
@@ -50,6 +51,7 @@ CaptionScores score_captions(const std::vector<std::string>& hyps, const std::ve
   s.bleu = corpus_bleu(h, r).bleu;
   s.rouge_l = corpus_rouge_l(h, r);
   s.cider_d = corpus_cider_d(h, r).score;
+  if (meteor_available()) s.meteor = corpus_meteor(h, r);
   return s;
 }
 
