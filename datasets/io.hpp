@@ -1,6 +1,8 @@
 // Base layer: errors, files written atomically, parameters, the run's random generator.
 #pragma once
 #include <cstdint>
+#include <cstdlib>
+#include <new>
 #include <random>
 #include <stdexcept>
 #include <string>
@@ -21,12 +23,34 @@ bool file_exists(const std::string& path);
 void make_dirs(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
 
+// 64-byte aligned storage for tensors: SIMD code (Eigen, oneDNN) then takes the same path in every process,
+// so results are bit-identical from run to run (a resumed run continues exactly as the uninterrupted one).
+template <typename T>
+struct AlignedAllocator {
+  using value_type = T;
+  AlignedAllocator() = default;
+  template <typename U>
+  AlignedAllocator(const AlignedAllocator<U>&) {}
+  T* allocate(size_t n) {
+    size_t bytes = (n * sizeof(T) + 63) / 64 * 64;
+    void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+    if (!p) throw std::bad_alloc();
+    return static_cast<T*>(p);
+  }
+  void deallocate(T* p, size_t) { std::free(p); }
+  template <typename U>
+  bool operator==(const AlignedAllocator<U>&) const { return true; }
+  template <typename U>
+  bool operator!=(const AlignedAllocator<U>&) const { return false; }
+};
+using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
+
 // A named float32 tensor with its gradient. Row-major; shape in the usual (out, in, ...) order.
 struct Param {
   std::string name;
   std::vector<int64_t> shape;
-  std::vector<float> value;
-  std::vector<float> grad;
+  FloatBuffer value;
+  FloatBuffer grad;
   bool trainable = true;  // false for buffers such as batch-norm running statistics
 
   Param() = default;

@@ -26,7 +26,8 @@ struct GradCheckResult {
 
 // loss(): recomputes the scalar loss from the current values. analytic: gradient buffer filled beforehand.
 // Checks up to `samples` entries spread over the tensor. float32 forward passes, so eps is not tiny.
-inline GradCheckResult check_gradient(std::vector<float>& values, const std::vector<float>& analytic,
+template <typename Values, typename Analytic>
+GradCheckResult check_gradient(Values& values, const Analytic& analytic,
                                       const std::function<double()>& loss, int samples = 12, double eps = 1e-2,
                                       double floor = 2e-3, double kink_tolerance = 0) {
   GradCheckResult r;

@@ -61,7 +61,7 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       dec.backward(cache, dF);
       for (auto* p : dec.params()) {
         CAPTURE(p->name);
-        std::vector<float> analytic = p->grad;
+        FloatBuffer analytic = p->grad;
         auto r = test::check_gradient(p->value, analytic, [&] { return loss_of(dec, F, cb, penalty, cache); });
         CHECK(r.worst < 1e-2);
         if (getenv("SAT_GRADCHECK_VERBOSE")) MESSAGE(p->name << " worst " << r.worst);

@@ -40,7 +40,7 @@ void check_encoder(const EncoderConfig& cfg, double tol) {
   for (auto& p : probe.enc.params()) {
     if (!p.trainable) continue;
     CAPTURE(p.name);
-    std::vector<float> analytic = p.grad;
+    FloatBuffer analytic = p.grad;
     // Max pooling and ReLU have kinks: keep the step small so few samples straddle one.
     // Many ReLU/pool kinks bend the curve: a small step, and a floor scaled to this tensor's gradients
     // so that float32 round-off on tiny entries does not count as an error.

@@ -9,6 +9,7 @@ void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
   auto resume = std::make_shared<std::string>();
   auto more_epochs = std::make_shared<int>(0);
+  auto stop_after = std::make_shared<int64_t>(0);
   auto* cmd = app.add_subcommand("train", "Train a captioner (encoder and decoder end to end)");
   cmd->add_option("--data", o->data, "Training data: a directory with captions.json and images/, or a COCO captions JSON");
   cmd->add_option("--images", o->images, "Image folder when --data is a JSON file (default: the JSON's folder)");
@@ -41,7 +42,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores)")->capture_default_str();
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
   cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs");
-  cmd->callback([o, resume, more_epochs, cmd] {
+  cmd->add_option("--stop-after", *stop_after, "End this run after N steps with a checkpoint (continue with --resume)");
+  cmd->callback([o, resume, more_epochs, stop_after, cmd] {
     if (resume->empty() && o->data.empty()) throw CLI::RequiredError("--data (or --resume)");
     std::string command = "sat";
     for (auto& part : cmd->remaining_for_passthrough()) command += " " + part;
@@ -51,7 +53,7 @@ void add_train_command(CLI::App& app) {
         if (opt->count() > 0 && opt->get_name() != "--help") command += " " + opt->get_name() + " " + opt->as<std::string>();
       o->command = command;
     }
-    auto summary = train(*o, *resume, *more_epochs);
+    auto summary = train(*o, *resume, *more_epochs, *stop_after);
     std::printf("best val %s %.4f (epoch %d), model %s\n", summary.metric == "cider" ? "CIDEr-D" : "BLEU-4",
                 summary.best_score, summary.best_epoch, summary.model_path.c_str());
   });

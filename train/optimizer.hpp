@@ -9,7 +9,7 @@ namespace sat {
 struct Adam {
   float beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f;
   int64_t step = 0;
-  std::vector<std::vector<float>> m, v;  // one per trainable param, in params order
+  std::vector<FloatBuffer> m, v;  // one per trainable param, in params order
 
   void attach(const std::vector<Param*>& params);
   // Scales gradients so their global L2 norm is at most max_norm (<= 0: no clipping); returns the norm before.

@@ -206,7 +206,8 @@ static double metric_of(const CaptionScores& s, const std::string& metric) {
   return metric == "cider" ? s.cider_d : s.bleu[3];
 }
 
-TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epochs_override) {
+TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epochs_override,
+                   int64_t stop_after_steps) {
   std::unique_ptr<CaptionModel> model;
   TrainState st;
   Rng rng(opt.seed);
@@ -228,6 +229,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       fail(resume_path, std::string("checkpoint state is malformed (") + e.what() + ")");
     }
     model = CaptionModel::from_tensor_file(ckpt, resume_path);
+    // Continue where the checkpoint lies (it may have been moved since).
+    auto slash = resume_path.rfind('/');
+    opt.out = slash == std::string::npos ? "." : resume_path.substr(0, slash);
   }
   if (max_epochs_override > 0) opt.epochs = max_epochs_override;
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
@@ -311,6 +315,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   std::vector<float> planes, grid, dgrid;
   Mat F, dF;
   DecoderCache cache;
+  int64_t steps_this_run = 0;
   for (; st.epoch < opt.epochs; ++st.epoch, st.step_in_epoch = 0) {
     if (st.step_in_epoch == 0) st.epoch_seed = rng.engine();
     Rng order_rng(st.epoch_seed);
@@ -371,6 +376,15 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       bar.update(s + 1, stats);
       if (opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
         save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
+      if (stop_after_steps > 0 && ++steps_this_run == stop_after_steps && s + 1 < steps_per_epoch) {
+        save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
+        std::fprintf(stderr, "\nstopped after %lld steps (epoch %d, step %d); continue with --resume %s\n",
+                     (long long)stop_after_steps, st.epoch + 1, st.step_in_epoch, ckpt_path.c_str());
+        summary.best_score = st.best_score;
+        summary.best_epoch = st.best_epoch;
+        summary.metric = opt.metric;
+        return summary;
+      }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char stats[160];

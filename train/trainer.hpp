@@ -55,8 +55,10 @@ struct TrainSummary {
 };
 
 // Starts a fresh run in opt.out, or continues the checkpoint at resume_path (whose options win).
-// max_epochs_override > 0 lets a resumed run go on for more epochs.
-TrainSummary train(TrainOptions opt, const std::string& resume_path = "", int max_epochs_override = 0);
+// max_epochs_override > 0 lets a resumed run go on for more epochs. stop_after_steps > 0 ends this run after
+// that many optimizer steps with a checkpoint (as an interruption would), so --resume can pick it up.
+TrainSummary train(TrainOptions opt, const std::string& resume_path = "", int max_epochs_override = 0,
+                   int64_t stop_after_steps = 0);
 
 // Loads a caption set from a data dir or COCO JSON (+ image folder) and an optional split list.
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split);
