@@ -4,6 +4,8 @@
 #include "seq/decoder.hpp"
 #include "tools/commands.hpp"
 #include "train/evaluate.hpp"
+#include "train/meteor.hpp"
+#include "train/ptb_tokenizer.hpp"
 #include "train/trainer.hpp"
 #include "train/optimizer.hpp"
 #include "vision/cnn.hpp"
@@ -158,11 +160,37 @@ void add_bench_commands(CLI::App& app) {
         for (int r = 0; r < m->refs; ++r) refs[i].push_back(sentence());
       }
     }
+    std::string why;
     auto t0 = std::chrono::steady_clock::now();
+    bool have_meteor = meteor_available(&why);  // loads WordNet once per process
+    double load = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
     CaptionScores sc = score_captions(hyps, refs);
-    double s = seconds_since(t0);
-    std::printf("scored %d images x %d references (tokenize + BLEU + ROUGE-L + CIDEr-D) in %.3f s  (CIDEr %.3f)\n",
-                m->images, m->refs, s, sc.cider_d);
+    double total = seconds_since(t0);
+    // The same corpus again, metric by metric.
+    std::vector<Tokens> h(hyps.size());
+    std::vector<std::vector<Tokens>> r(hyps.size());
+    t0 = std::chrono::steady_clock::now();
+    for (size_t i = 0; i < hyps.size(); ++i) {
+      h[i] = ptb_tokenize(hyps[i]);
+      for (auto& x : refs[i]) r[i].push_back(ptb_tokenize(x));
+    }
+    double tok = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    corpus_bleu(h, r);
+    double bleu = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    corpus_rouge_l(h, r);
+    double rouge = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    corpus_cider_d(h, r);
+    double cider = seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    if (have_meteor) corpus_meteor(h, r);
+    double meteor = seconds_since(t0);
+    std::printf("scored %d images x %d references, all metrics: %.3f s (CIDEr %.3f)\n", m->images, m->refs, total, sc.cider_d);
+    std::printf("  tokenize %.3f s (1 thread)  BLEU %.3f s  ROUGE-L %.3f s  CIDEr-D %.3f s  METEOR %.3f s%s; WordNet load %.3f s (once)\n",
+                tok, bleu, rouge, cider, meteor, have_meteor ? "" : (" (unavailable: " + why + ")").c_str(), load);
   });
 }
 

@@ -111,6 +111,7 @@ void add_caption_commands(CLI::App& app) {
                                      model->encoder_config.grid_w(), o);
     write_image(b->out, grid);
     std::printf("%s\n", join_words(words).c_str());
+    std::fflush(stdout);
     std::fprintf(stderr, "attention overlay (%zu words) written to %s\n", words.size(), b->out.c_str());
   });
 }

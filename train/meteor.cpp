@@ -143,6 +143,19 @@ std::string stem(const std::string& w) {
   return std::string((const char*)out, sb_stemmer_length(holder.s));
 }
 
+// Stems and synsets per distinct word, cached per thread: a corpus repeats its words many times.
+struct WordInfo {
+  std::string stem;
+  std::vector<uint32_t> synsets;
+};
+const WordInfo& word_info(const std::string& w) {
+  thread_local std::unordered_map<std::string, WordInfo> cache;
+  auto it = cache.find(w);
+  if (it != cache.end()) return it->second;
+  if (cache.size() > 200000) cache.clear();  // bounded memory on huge corpora
+  return cache.emplace(w, WordInfo{stem(w), wordnet().synsets_of(w)}).first->second;
+}
+
 bool share_synset(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b) {
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
@@ -194,22 +207,15 @@ MeteorStats meteor_stats(const Tokens& hyp, const Tokens& ref) {
   std::vector<int> match_h(n, -1), match_r(m, -1), stage_h(n, -1);
   // Stage by stage (exact, stem, synonym), over the words still unmatched: first the longest order-preserving
   // set of pairs (so matches form few chunks), then any remaining pairs.
-  std::vector<std::string> hs(n), rs(m);
-  std::vector<std::vector<uint32_t>> hsyn(n), rsyn(m);
+  std::vector<const WordInfo*> hi(n), ri(m);
+  for (int i = 0; i < n; ++i) hi[i] = &word_info(hyp[i]);
+  for (int j = 0; j < m; ++j) ri[j] = &word_info(ref[j]);
   for (int stage = 0; stage < 3; ++stage) {
-    if (stage == 1) {
-      for (int i = 0; i < n; ++i) hs[i] = stem(hyp[i]);
-      for (int j = 0; j < m; ++j) rs[j] = stem(ref[j]);
-    } else if (stage == 2) {
-      const WordNet& wn = wordnet();
-      for (int i = 0; i < n; ++i) if (match_h[i] < 0) hsyn[i] = wn.synsets_of(hyp[i]);
-      for (int j = 0; j < m; ++j) if (match_r[j] < 0) rsyn[j] = wn.synsets_of(ref[j]);
-    }
     auto same = [&](int i, int j) {
       if (match_h[i] >= 0 || match_r[j] >= 0) return false;
       if (stage == 0) return hyp[i] == ref[j];
-      if (stage == 1) return hs[i] == rs[j];
-      return hyp[i] != ref[j] && share_synset(hsyn[i], rsyn[j]);
+      if (stage == 1) return hi[i]->stem == ri[j]->stem;
+      return hyp[i] != ref[j] && share_synset(hi[i]->synsets, ri[j]->synsets);
     };
     std::vector<std::vector<int>> L(n + 1, std::vector<int>(m + 1, 0));
     for (int i = n - 1; i >= 0; --i)

@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <omp.h>
+#include <unistd.h>
 
 #include "seq/search.hpp"
 #include "train/metrics.hpp"
@@ -44,7 +45,14 @@ TrainOptions TrainOptions::from_json(const json& j) {
 }
 
 std::string git_commit() {
-  FILE* p = popen("git rev-parse --short=12 HEAD 2>/dev/null", "r");
+  // The checkout the running binary was built in (build/sat lives inside it), not the working directory.
+  char exe[4096] = {0};
+  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
+  std::string dir = len > 0 ? std::string(exe, len) : std::string(".");
+  dir = dir.substr(0, dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
+  if (dir.empty()) dir = ".";
+  std::string cmd = "git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null";
+  FILE* p = popen(cmd.c_str(), "r");
   if (!p) return "unknown";
   char buf[64] = {0};
   std::string s = fgets(buf, sizeof buf, p) ? buf : "";
