@@ -22,18 +22,21 @@ void init_uniform(Param& p, Rng& rng, double fan_in) {
 
 class AdditiveScore final : public AttentionScore {
  public:
-  AdditiveScore(int D, int n, int A, int L) : D_(D), n_(n), A_(A), L_(L) {
+  AdditiveScore(int D, int n, int A, int L, bool coverage) : D_(D), n_(n), A_(A), L_(L), coverage_(coverage) {
     params_.emplace_back("attention.feat_proj.weight", std::vector<int64_t>{D, A});
     params_.emplace_back("attention.feat_proj.bias", std::vector<int64_t>{A});
     params_.emplace_back("attention.query_proj.weight", std::vector<int64_t>{n, A});
     params_.emplace_back("attention.v", std::vector<int64_t>{A});
+    if (coverage_) params_.emplace_back("attention.coverage", std::vector<int64_t>{A});
   }
+  bool uses_coverage() const override { return coverage_; }
   std::string name() const override { return "additive"; }
   void init(Rng& rng) override {
     init_uniform(params_[0], rng, D_);
     std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
     init_uniform(params_[2], rng, n_);
     init_uniform(params_[3], rng, A_);
+    if (coverage_) init_uniform(params_[4], rng, 1.0);
   }
   void precompute(const Mat& F, int B) override {
     B_ = B;
@@ -45,7 +48,8 @@ class AdditiveScore final : public AttentionScore {
     tanh_cache_.clear();
     h_cache_.clear();
   }
-  void forward(int t, const Mat& h, Mat& e, bool keep) override {
+  void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) override {
+    if (coverage_ && !coverage) throw Error("attention: this score needs the coverage");
     Mat q = h * value_of(params_[2]);  // B x A
     Mat T(B_ * L_, A_);
     e.resize(B_, L_);
@@ -53,16 +57,19 @@ class AdditiveScore final : public AttentionScore {
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B_; ++b) {
       auto Tb = T.middleRows(b * L_, L_);
-      Tb = (UA_.middleRows(b * L_, L_).rowwise() + q.row(b)).array().tanh().matrix();
+      Tb = UA_.middleRows(b * L_, L_).rowwise() + q.row(b);
+      if (coverage_) Tb.noalias() += coverage->row(b).transpose() * value_of(params_[4]);
+      Tb = Tb.array().tanh().matrix();
       e.row(b).noalias() = (Tb * v).transpose();
     }
     if (keep) {
-      if ((int)tanh_cache_.size() <= t) tanh_cache_.resize(t + 1), h_cache_.resize(t + 1);
+      if ((int)tanh_cache_.size() <= t) tanh_cache_.resize(t + 1), h_cache_.resize(t + 1), cov_cache_.resize(t + 1);
       tanh_cache_[t] = std::move(T);
       h_cache_[t] = h;
+      if (coverage_) cov_cache_[t] = *coverage;
     }
   }
-  void backward(int t, const Mat& de, Mat& dh, Mat& dF) override {
+  void backward(int t, const Mat& de, Mat& dh, Mat& dF, Mat* dcoverage) override {
     const Mat& T = tanh_cache_[t];
     Eigen::Map<const Eigen::RowVectorXf> v(params_[3].value.data(), A_);
     Eigen::Map<const Eigen::VectorXf> de_flat(de.data(), B_ * L_);
@@ -79,6 +86,14 @@ class AdditiveScore final : public AttentionScore {
     }
     grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();
+    if (coverage_) {
+      // pre-tanh += c_bi * w_c: d w_c = sum_bi c_bi dpre_bi, d c_bi = dpre_bi . w_c
+      Eigen::Map<const Eigen::RowVectorXf> cov(cov_cache_[t].data(), B_ * L_);
+      grad_of(params_[4]).noalias() += cov * dUA_step_;
+      Eigen::Map<const Eigen::VectorXf> wc(params_[4].value.data(), A_);
+      Eigen::VectorXf dc = dUA_step_ * wc;
+      if (dcoverage) *dcoverage = Eigen::Map<Mat>(dc.data(), B_, L_);
+    }
   }
   void finish_backward(Mat& dF) override {
     grad_of(params_[0]).noalias() += F_->transpose() * dUA_;
@@ -94,19 +109,20 @@ class AdditiveScore final : public AttentionScore {
 
  private:
   int D_, n_, A_, L_, B_ = 0;
+  bool coverage_ = false;
   const Mat* F_ = nullptr;
   Mat UA_, dUA_, dUA_step_;
-  std::vector<Mat> tanh_cache_, h_cache_;
+  std::vector<Mat> tanh_cache_, h_cache_, cov_cache_;
 };
 
 }  // namespace
 
-std::unique_ptr<AttentionScore> make_additive_score(int D, int n, int A, int L) {
-  return std::make_unique<AdditiveScore>(D, n, A, L);
+std::unique_ptr<AttentionScore> make_additive_score(int D, int n, int A, int L, bool coverage) {
+  return std::make_unique<AdditiveScore>(D, n, A, L, coverage);
 }
 
-std::unique_ptr<AttentionScore> make_score(const std::string& kind, int D, int n, int A, int L) {
-  if (kind == "additive") return make_additive_score(D, n, A, L);
+std::unique_ptr<AttentionScore> make_score(const std::string& kind, int D, int n, int A, int L, bool coverage) {
+  if (kind == "additive") return make_additive_score(D, n, A, L, coverage);
   throw Error("unknown attention score '" + kind + "' (available: additive)");
 }
 

@@ -18,10 +18,13 @@ class AttentionScore {
   std::vector<Param>& params() { return params_; }
   // Once per batch: work that depends only on the features.
   virtual void precompute(const Mat& F, int B) = 0;
-  // e = score(h); with keep, remembers step t for backward.
-  virtual void forward(int t, const Mat& h, Mat& e, bool keep) = 0;
-  // de (B x L) -> adds to dh (B x n), to dF (B*L x D) and to parameter gradients.
-  virtual void backward(int t, const Mat& de, Mat& dh, Mat& dF) = 0;
+  // e = score(h, coverage); with keep, remembers step t for backward. coverage (B x L, the attention each
+  // location received at earlier steps) is used only by scores built with coverage, and may be null otherwise.
+  virtual void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) = 0;
+  // de (B x L) -> adds to dh (B x n), to dF (B*L x D), to parameter gradients, and writes dcoverage (B x L)
+  // when the score uses coverage.
+  virtual void backward(int t, const Mat& de, Mat& dh, Mat& dF, Mat* dcoverage) = 0;
+  virtual bool uses_coverage() const { return false; }
   // After all steps: gradients of the precomputed part.
   virtual void finish_backward(Mat& dF) = 0;
   // Keep only these rows (beam search reorders hypotheses; rows index B).
@@ -31,10 +34,12 @@ class AttentionScore {
   std::vector<Param> params_;
 };
 
-// Additive (Bahdanau): e_i = v . tanh(U a_i + W h + b).
-std::unique_ptr<AttentionScore> make_additive_score(int feature_dim, int hidden_dim, int attn_dim, int locations);
+// Additive (Bahdanau): e_i = v . tanh(U a_i + W h + b), plus w_c * c_i with coverage (Tu et al. 2016), where
+// c_i is the attention location i received so far: the score can then prefer what has not been looked at.
+std::unique_ptr<AttentionScore> make_additive_score(int feature_dim, int hidden_dim, int attn_dim, int locations,
+                                                    bool coverage = false);
 std::unique_ptr<AttentionScore> make_score(const std::string& kind, int feature_dim, int hidden_dim, int attn_dim,
-                                           int locations);
+                                           int locations, bool coverage = false);
 
 // Row-wise softmax in place.
 void softmax_rows(Mat& m);

@@ -16,7 +16,8 @@ enum : int {
 nlohmann::json DecoderConfig::to_json() const {
   return {{"vocab_size", vocab_size}, {"embed_dim", embed_dim}, {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim},
           {"feature_dim", feature_dim}, {"grid_h", grid_h},        {"grid_w", grid_w},         {"dropout", dropout},
-          {"attention", attention},   {"score", score},            {"order", order},           {"gate", gate}};
+          {"attention", attention},   {"score", score},            {"order", order},           {"gate", gate},
+          {"coverage", coverage}};
 }
 
 DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
@@ -34,6 +35,7 @@ DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
     c.score = j.at("score");
     c.order = j.at("order");
     c.gate = j.at("gate");
+    c.coverage = j.value("coverage", false);
   } catch (const std::exception& e) {
     throw Error(std::string("decoder config is malformed (") + e.what() + ")");
   }
@@ -88,7 +90,7 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
   params_[kOutContext] = Param("out.context", {D, m});
   params_[kOutW] = Param("out.weight", {m, V});
   params_[kOutB] = Param("out.bias", {V});
-  score_ = make_score(cfg.score, D, n, cfg.attn_dim, cfg.locations());
+  score_ = make_score(cfg.score, D, n, cfg.attn_dim, cfg.locations(), cfg.coverage);
 }
 
 std::vector<Param*> Decoder::params() {
@@ -152,6 +154,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   C.c[0] = ((C.mean_feat * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
   score_->precompute(F, B);
   C.alpha_sum.setZero(B, L);
+  Mat cov = Mat::Zero(B, L);
 
   auto E = value_of(P(kEmbed));
   DecoderLoss loss;
@@ -160,9 +163,10 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   for (int t = 0; t < T; ++t) {
     for (int b = 0; b < B; ++b) emb.row(b) = E.row(batch.input[(size_t)b * T + t]);
     const Mat& hp = C.h[t];
-    score_->forward(t, hp, e, true);
+    score_->forward(t, hp, cfg_.coverage ? &cov : nullptr, e, true);
     softmax_rows(e);
     C.alpha[t] = e;
+    if (cfg_.coverage) cov += e;
     for (int b = 0; b < B; ++b) C.alpha_sum.row(b) += batch.mask[(size_t)b * T + t] * C.alpha[t].row(b);
     context(F, C.alpha[t], C.z[t]);
     if (cfg_.gate) {
@@ -223,6 +227,9 @@ void Decoder::backward(DecoderCache& C, Mat& dF) {
   auto gE = grad_of(P(kEmbed));
   Mat dh_next = Mat::Zero(B, n), dc_next = Mat::Zero(B, n);
   Mat emb(B, cfg_.embed_dim);
+  // Coverage at step t sums the alphas of all earlier steps, so alpha_t gets the coverage gradients of every
+  // later step: dcov_later accumulates them while time runs backward.
+  Mat dcov_later = Mat::Zero(B, L), dcov;
   for (int t = T - 1; t >= 0; --t) {
     for (int b = 0; b < B; ++b) emb.row(b) = E.row(batch.input[(size_t)b * T + t]);
     // softmax + cross-entropy
@@ -286,10 +293,12 @@ void Decoder::backward(DecoderCache& C, Mat& dF) {
       dF.middleRows(b * L, L).noalias() += C.alpha[t].row(b).transpose() * dz.row(b);
       dalpha.row(b) += batch.mask[(size_t)b * T + t] * dS.row(b);
     }
+    if (cfg_.coverage) dalpha += dcov_later;
     const Mat& a = C.alpha[t];
     Eigen::ArrayXf dot = (a.cwiseProduct(dalpha)).rowwise().sum().array();
     Mat de = (a.array() * (dalpha.array().colwise() - dot)).matrix();
-    score_->backward(t, de, dh_prev, dF);
+    score_->backward(t, de, dh_prev, dF, cfg_.coverage ? &dcov : nullptr);
+    if (cfg_.coverage) dcov_later += dcov;
 
     for (int b = 0; b < B; ++b) gE.row(batch.input[(size_t)b * T + t]) += demb.row(b);
     dh_next = std::move(dh_prev);
@@ -318,6 +327,7 @@ void Decoder::begin(const Mat& F, int B, State& st) {
   for (int b = 0; b < B; ++b) mean.row(b) = F.middleRows(b * L, L).colwise().mean();
   st.h = ((mean * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
   st.c = ((mean * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
+  st.coverage = Mat::Zero(B, L);
   score_->precompute(st.F, B);
 }
 
@@ -326,8 +336,9 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
   auto E = value_of(P(kEmbed));
   Mat emb(B, cfg_.embed_dim);
   for (int b = 0; b < B; ++b) emb.row(b) = E.row(tokens[b]);
-  score_->forward(0, st.h, alpha, false);
+  score_->forward(0, st.h, &st.coverage, alpha, false);
   softmax_rows(alpha);
+  st.coverage += alpha;
   Mat z;
   context(st.F, alpha, z);
   if (cfg_.gate) {
@@ -357,13 +368,15 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
 
 void Decoder::select_rows(State& st, const std::vector<int>& rows) {
   const int L = cfg_.locations();
-  Mat h(rows.size(), st.h.cols()), c(rows.size(), st.c.cols()), F(rows.size() * L, st.F.cols());
+  Mat h(rows.size(), st.h.cols()), c(rows.size(), st.c.cols()), F(rows.size() * L, st.F.cols()),
+      cov(rows.size(), st.coverage.cols());
   for (size_t r = 0; r < rows.size(); ++r) {
     h.row(r) = st.h.row(rows[r]);
     c.row(r) = st.c.row(rows[r]);
+    cov.row(r) = st.coverage.row(rows[r]);
     F.middleRows(r * L, L) = st.F.middleRows(rows[r] * L, L);
   }
-  st.h = std::move(h), st.c = std::move(c), st.F = std::move(F);
+  st.h = std::move(h), st.c = std::move(c), st.F = std::move(F), st.coverage = std::move(cov);
   score_->select_rows(rows);
 }
 

@@ -27,6 +27,7 @@ struct DecoderConfig {
   std::string score = "additive";
   std::string order = "bahdanau";
   bool gate = true;  // the scalar gate beta on the context
+  bool coverage = false;  // the attention score also sees how much each location was attended so far
 
   int locations() const { return grid_h * grid_w; }
   nlohmann::json to_json() const;
@@ -75,6 +76,7 @@ class Decoder {
   // Step-by-step inference (no dropout).
   struct State {
     Mat h, c;
+    Mat coverage;  // B x L, attention received so far
     Mat F;  // B*L x D, follows the rows when beams are reordered
   };
   void begin(const Mat& F, int B, State& st);

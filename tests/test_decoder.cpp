@@ -9,8 +9,9 @@ using namespace sat;
 
 namespace {
 
-DecoderConfig small_config(float dropout) {
+DecoderConfig small_config(float dropout, bool coverage = false) {
   DecoderConfig c;
+  c.coverage = coverage;
   c.vocab_size = 11;
   c.embed_dim = 6;
   c.hidden_dim = 7;
@@ -42,12 +43,15 @@ double loss_of(Decoder& dec, const Mat& F, const CaptionBatch& cb, float penalty
 }  // namespace
 
 TEST_CASE("decoder: every parameter and the features match finite differences") {
-  for (float penalty : {0.f, 3.f}) {
-    for (float dropout : {0.f, 0.3f}) {
+  for (int variant = 0; variant < 5; ++variant) {
+    {
+      const float penalty = variant % 2 ? 3.f : 0.f, dropout = variant >= 2 ? 0.3f : 0.f;
+      const bool coverage = variant == 4;
       CAPTURE(penalty);
       CAPTURE(dropout);
+      CAPTURE(coverage);
       Rng rng(5);
-      DecoderConfig cfg = small_config(dropout);
+      DecoderConfig cfg = small_config(dropout, coverage);
       Decoder dec(cfg);
       dec.init(rng);
       for (auto* p : dec.params())  // make biases non-zero so their paths are exercised
@@ -134,7 +138,7 @@ TEST_CASE("decoder: a tiny batch overfits to near-zero loss") {
 TEST_CASE("search: beam 1 equals greedy, captions are never empty, alphas are distributions") {
   for (uint64_t seed : {1, 2, 3, 4}) {
     Rng rng(seed);
-    DecoderConfig cfg = small_config(0);
+    DecoderConfig cfg = small_config(0, seed % 2 == 0);  // with and without coverage
     Decoder dec(cfg);
     dec.init(rng);
     Mat F = random_features(5, cfg, rng);

@@ -66,25 +66,9 @@ void add_eval_commands(CLI::App& app) {
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
       auto model = CaptionModel::load(e->model);
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
-      std::vector<std::string> hyps;
-      std::vector<std::vector<std::string>> refs;
-      nlohmann::json results = nlohmann::json::array();
-      const size_t chunk = 64;
-      for (size_t s = 0; s < set.images.size(); s += chunk) {
-        std::vector<std::string> paths;
-        for (size_t i = s; i < std::min(set.images.size(), s + chunk); ++i) paths.push_back(set.image_path(set.images[i]));
-        auto planes = model->load_planes(paths);
-        auto caps = caption_planes(*model, planes, (int)paths.size(), e->beam);
-        for (size_t k = 0; k < caps.size(); ++k) {
-          const ImageEntry& img = set.images[s + k];
-          hyps.push_back(join_words(caps[k]));
-          refs.emplace_back();
-          for (int ci : img.caption_indices) refs.back().push_back(set.captions[ci].raw);
-          results.push_back({{"image_id", img.id}, {"caption", hyps.back()}});
-        }
-      }
+      nlohmann::json results;
+      scores = caption_and_score(*model, set, e->beam, &results);
       if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
-      scores = score_captions(hyps, refs);
     }
     if (e->json) std::printf("%s\n", scores.to_json().dump(2).c_str());
     else std::printf("%s", scores.table().c_str());

@@ -25,6 +25,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--hidden", o->hidden_dim, "LSTM hidden size")->capture_default_str();
   cmd->add_option("--attn", o->attn_dim, "Attention projection size")->capture_default_str();
   cmd->add_option("--dropout", o->dropout, "Dropout on the LSTM output and the deep output layer")->capture_default_str();
+  cmd->add_option("--coverage", o->coverage, "Coverage-aware attention: the score also sees how much each location was attended so far")->capture_default_str();
   cmd->add_option("--max-len", o->max_len, "Longest caption in words (longer ones are cut)")->capture_default_str();
   cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Maximum number of epochs (0: write the initialized, untrained model)")->capture_default_str();

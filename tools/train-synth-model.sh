@@ -11,7 +11,7 @@ start=$(date +%s)
 "$sat" synth --out data/synth-train --images 6000 --seed 1
 "$sat" synth --out data/synth-val --images 500 --seed 2
 "$sat" train --data data/synth-train --val-data data/synth-val --out model --epochs 18 --lr 2e-3 --lr-decay 0.85 \
-  --penalty 0 --captions-per-image 2 --patience 6
+  --penalty 0 --captions-per-image 2 --patience 6 --coverage true
 echo "synth + train wall time: $(( $(date +%s) - start )) s"
 cp model/model.sat "$top/models/synth.sat"
 echo "wrote $top/models/synth.sat"

@@ -20,7 +20,7 @@ json TrainOptions::to_json() const {
   return {{"data", data}, {"images", images}, {"train_split", train_split}, {"val_data", val_data},
           {"val_images", val_images}, {"val_split", val_split}, {"out", out}, {"blocks", blocks},
           {"input_size", input_size}, {"coord_channels", coord_channels}, {"embed_dim", embed_dim},
-          {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim}, {"dropout", dropout}, {"max_len", max_len},
+          {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim}, {"dropout", dropout}, {"coverage", coverage}, {"max_len", max_len},
           {"min_count", min_count}, {"epochs", epochs}, {"batch_images", batch_images},
           {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
           {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit},
@@ -38,6 +38,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     GET(seed); GET(threads); GET(command);
 #undef GET
     o.metric = j.value("metric", std::string("bleu4"));
+    o.coverage = j.value("coverage", false);
   } catch (const std::exception& e) {
     throw Error(std::string("training options are malformed (") + e.what() + ")");
   }
@@ -210,6 +211,27 @@ CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::ve
   return score_captions(hyps, refs);
 }
 
+CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int beam, json* results) {
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  if (results) *results = json::array();
+  const size_t chunk = 64;
+  for (size_t s = 0; s < set.images.size(); s += chunk) {
+    std::vector<std::string> paths;
+    for (size_t i = s; i < std::min(set.images.size(), s + chunk); ++i) paths.push_back(set.image_path(set.images[i]));
+    auto planes = model.load_planes(paths);
+    auto caps = caption_planes(model, planes, (int)paths.size(), beam);
+    for (size_t k = 0; k < caps.size(); ++k) {
+      const ImageEntry& img = set.images[s + k];
+      hyps.push_back(join_words(caps[k]));
+      refs.emplace_back();
+      for (int ci : img.caption_indices) refs.back().push_back(set.captions[ci].raw);
+      if (results) results->push_back({{"image_id", img.id}, {"caption", hyps.back()}});
+    }
+  }
+  return score_captions(hyps, refs);
+}
+
 static double metric_of(const CaptionScores& s, const std::string& metric) {
   return metric == "cider" ? s.cider_d : s.bleu[3];
 }
@@ -269,6 +291,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     model->decoder_config.hidden_dim = opt.hidden_dim;
     model->decoder_config.attn_dim = opt.attn_dim;
     model->decoder_config.dropout = opt.dropout;
+    model->decoder_config.coverage = opt.coverage;
     model->max_len = opt.max_len;
     model->build();
     model->init(rng);

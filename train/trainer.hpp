@@ -28,6 +28,7 @@ struct TrainOptions {
   bool coord_channels = true;
   int embed_dim = 128, hidden_dim = 256, attn_dim = 128;
   float dropout = 0.3f;
+  bool coverage = false;
   int max_len = 20, min_count = 1;
   // optimization
   int epochs = 15;
@@ -66,6 +67,10 @@ CaptionSet load_caption_set(const std::string& data, const std::string& images, 
 // Captions N images' planes in batches; greedy when beam == 1.
 std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
                                                      int beam, int batch = 32);
+// Captions every image of a set (decoding images in chunks) and scores the captions against the set's
+// references; results, when given, receives a COCO results file [{image_id, caption}].
+CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int beam, nlohmann::json* results = nullptr);
+
 // coco-caption scores of the model's captions (greedy when beam is 1) for a set whose planes are given.
 CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam = 1);
 
