@@ -33,7 +33,7 @@ expect_error() {
 cmp -s "$WORK/val/captions.json" "$WORK/val_again/captions.json" && cmp -s "$WORK/val/images/000007.png" "$WORK/val_again/images/000007.png" \
   && pass "synth: same seed, same bytes" || fail "synth is not deterministic"
 
-COMMON=(--data "$WORK/train" --val-data "$WORK/val" --seed 3 --penalty 0 --captions-per-image 2)
+COMMON=(--data "$WORK/train" --val-data "$WORK/val" --seed 3 --penalty 0 --captions-per-image 2 --coverage true)
 "$SAT" train "${COMMON[@]}" --out "$WORK/untrained" --epochs 0 2>/dev/null >/dev/null || fail "train --epochs 0"
 "$SAT" train "${COMMON[@]}" --out "$WORK/run" --epochs 10 --lr 2e-3 --checkpoint-every 30 2>"$WORK/train.log" >/dev/null \
   || { fail "train"; cat "$WORK/train.log"; }
