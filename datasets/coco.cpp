@@ -13,6 +13,12 @@ using nlohmann::json;
 
 std::string CaptionSet::image_path(const ImageEntry& e) const { return join_path(image_dir, e.file_name); }
 
+std::vector<std::string> CaptionSet::references(int i) const {
+  std::vector<std::string> refs;
+  for (int ci : images[i].caption_indices) refs.push_back(captions[ci].raw);
+  return refs;
+}
+
 CaptionSet CaptionSet::subset(const std::vector<std::string>& names, const std::string& list_path) const {
   std::map<std::string, int> by_name;
   for (int i = 0; i < (int)images.size(); ++i) by_name[images[i].file_name] = i;

@@ -36,6 +36,8 @@ struct CaptionSet {
   std::map<int64_t, int> image_index;  // id -> position in images
 
   std::string image_path(const ImageEntry& e) const;
+  // The raw reference captions of images[i].
+  std::vector<std::string> references(int i) const;
   // Keeps only images whose file name is listed (one per line); errors name unknown entries.
   CaptionSet subset(const std::vector<std::string>& file_names, const std::string& list_path) const;
 };

@@ -112,8 +112,7 @@ struct Builder {
   Caption done() const {
     Caption c;
     for (auto& [s, k] : pieces) {
-      if (!c.raw.empty() && s != "," && s != ":") c.raw += ' ';
-      else if (!c.raw.empty()) c.raw += (s == ":" ? " " : "");
+      if (!c.raw.empty() && s != ",") c.raw += ' ';  // "a, b" but "shapes : a"
       c.raw += s;
       for (auto& t : tokenize_caption(s)) {
         if (k >= 0) c.grounding.push_back({(int)c.tokens.size(), k});

@@ -138,7 +138,7 @@ static void dropout_mask(Mat& mask, int rows, int cols, float p, bool training, 
 
 DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
                              DecoderCache& C) {
-  const int B = batch.B, T = batch.T, L = cfg_.locations(), n = cfg_.hidden_dim, V = cfg_.vocab_size;
+  const int B = batch.B, T = batch.T, L = cfg_.locations(), n = cfg_.hidden_dim;
   if (F.rows() != (int64_t)B * L || F.cols() != cfg_.feature_dim)
     throw Error("decoder: features are " + std::to_string(F.rows()) + "x" + std::to_string(F.cols()) + ", expected " +
                 std::to_string((int64_t)B * L) + "x" + std::to_string(cfg_.feature_dim));
@@ -206,7 +206,6 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       loss.tokens++;
     }
   }
-  (void)V;
   loss.cross_entropy = loss.tokens ? ce / loss.tokens : 0;
   loss.penalty = penalty_weight * (1.f - C.alpha_sum.array()).square().mean();
   return loss;

@@ -4,7 +4,6 @@
 #include "tools/commands.hpp"
 #include "train/grounding.hpp"
 #include "train/evaluate.hpp"
-#include "train/metrics.hpp"
 #include "train/trainer.hpp"
 
 namespace sat {

@@ -101,8 +101,7 @@ CaptionScores score_results(const std::vector<ResultEntry>& results, const Capti
     if (idx < 0) fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " is not in " + refs.json_path);
     if (!seen.insert(idx).second) fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " has a second caption");
     hyps.push_back(results[k].caption);
-    rs.emplace_back();
-    for (int ci : refs.images[idx].caption_indices) rs.back().push_back(refs.captions[ci].raw);
+    rs.push_back(refs.references(idx));
     if (rs.back().empty()) fail(refs.json_path, "image " + id.dump() + " has no reference captions");
   }
   return score_captions(hyps, rs);

@@ -205,8 +205,7 @@ CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::ve
   std::vector<std::vector<std::string>> refs;
   for (int i = 0; i < n; ++i) {
     hyps.push_back(join_words(words[i]));
-    refs.emplace_back();
-    for (int ci : set.images[i].caption_indices) refs.back().push_back(set.captions[ci].raw);
+    refs.push_back(set.references(i));
   }
   return score_captions(hyps, refs);
 }
@@ -224,8 +223,7 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int 
     for (size_t k = 0; k < caps.size(); ++k) {
       const ImageEntry& img = set.images[s + k];
       hyps.push_back(join_words(caps[k]));
-      refs.emplace_back();
-      for (int ci : img.caption_indices) refs.back().push_back(set.captions[ci].raw);
+      refs.push_back(set.references((int)(s + k)));
       if (results) results->push_back({{"image_id", img.id}, {"caption", hyps.back()}});
     }
   }
