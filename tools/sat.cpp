@@ -2,6 +2,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <exception>
+#include <string>
 
 #include "datasets/io.hpp"
 #include "tools/commands.hpp"
@@ -11,9 +12,17 @@ std::string default_model_path() {
   if (const char* env = std::getenv("SAT_MODEL")) return env;
   return SAT_DEFAULT_MODEL;
 }
+std::string default_encoder_path() {
+  if (const char* env = std::getenv("SAT_ENCODER")) return env;
+  return SAT_DEFAULT_ENCODER;
+}
+static std::string g_command_line;
+const std::string& command_line() { return g_command_line; }
 }  // namespace sat
 
 int main(int argc, char** argv) {
+  sat::g_command_line = "sat";
+  for (int i = 1; i < argc; ++i) sat::g_command_line += std::string(" ") + argv[i];
   CLI::App app{"sat: Show, Attend and Tell image captioning with attention maps (oneDNN encoder, LSTM decoder)"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
@@ -22,6 +31,7 @@ int main(int argc, char** argv) {
   sat::add_caption_commands(app);
   sat::add_eval_commands(app);
   sat::add_bench_commands(app);
+  sat::add_encoder_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -22,13 +22,39 @@ static stream& cpu_stream() {
   return s;
 }
 
+EncoderConfig EncoderConfig::make_pretrained(const NetGraph& full, const std::string& cut, int input_size,
+                                             const float mean[3], const float stdev[3]) {
+  EncoderConfig c;
+  c.kind = "pretrained";
+  c.blocks.clear();
+  c.coord_channels = false;
+  c.graph = full.cut(cut);
+  c.cut = cut;
+  c.input_size = input_size;
+  for (int i = 0; i < 3; ++i) c.mean[i] = mean[i], c.stdev[i] = stdev[i];
+  auto shapes = c.graph.shapes(input_size, input_size);
+  c.pretrained_grid_h = shapes.back().h, c.pretrained_grid_w = shapes.back().w;
+  c.pretrained_channels = shapes.back().c;
+  return c;
+}
+
+int EncoderConfig::grid_w() const { return pretrained() ? pretrained_grid_w : grid_h(); }
+
 int EncoderConfig::grid_h() const {
+  if (pretrained()) return pretrained_grid_h;
   int h = input_size;
   for (auto& b : blocks) h = (b.pool > 1) ? (h < b.pool ? 0 : (h - b.pool) / b.pool + 1) : h;
   return h;
 }
 
 nlohmann::json EncoderConfig::to_json() const {
+  if (pretrained())
+    return {{"kind", "pretrained"},
+            {"input_size", input_size},
+            {"cut", cut},
+            {"mean", {mean[0], mean[1], mean[2]}},
+            {"std", {stdev[0], stdev[1], stdev[2]}},
+            {"graph", graph.to_json()}};
   nlohmann::json bl = nlohmann::json::array();
   for (auto& b : blocks) bl.push_back({{"out_channels", b.out_channels}, {"kernel", b.kernel}, {"pool", b.pool}});
   return {{"kind", "cnn"},
@@ -42,6 +68,20 @@ nlohmann::json EncoderConfig::to_json() const {
 
 EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
   EncoderConfig c;
+  if (j.is_object() && j.value("kind", "cnn") == "pretrained") {
+    try {
+      auto m = j.at("mean").get<std::vector<float>>(), s = j.at("std").get<std::vector<float>>();
+      if (m.size() != 3 || s.size() != 3) throw Error("mean/std need 3 values");
+      int size = j.at("input_size").get<int>();
+      if (size < 8 || size > 2048) throw Error("encoder input_size out of range");
+      return make_pretrained(NetGraph::from_json(j.at("graph")), j.at("cut").get<std::string>(), size, m.data(),
+                             s.data());
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      throw Error(std::string("encoder config is malformed (") + e.what() + ")");
+    }
+  }
   try {
     c.input_size = j.at("input_size").get<int>();
     c.blocks.clear();

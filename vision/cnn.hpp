@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/io.hpp"
+#include "vision/netgraph.hpp"
 
 namespace sat {
 
@@ -18,7 +19,11 @@ struct ConvBlockConfig {
   int pool = 2;  // max-pool window and stride; 1 = no pooling
 };
 
+// How to turn an image into the feature grid. kind "cnn": the small CNN below, trained here end to end.
+// kind "pretrained": an imported network (graph cut at `cut`, e.g. InceptionV3 at mixed5), frozen, run on oneDNN
+// by PretrainedEncoder; its weights travel with the model file.
 struct EncoderConfig {
+  std::string kind = "cnn";
   int input_size = 128;
   std::vector<ConvBlockConfig> blocks = {{16, 3, 2}, {32, 3, 2}, {64, 3, 2}, {128, 3, 2}};
   // Two channels holding each location's (row, column) in [-1, 1], appended to the grid so the
@@ -27,11 +32,21 @@ struct EncoderConfig {
   float mean[3] = {0.5f, 0.5f, 0.5f};
   float stdev[3] = {0.25f, 0.25f, 0.25f};
   float bn_momentum = 0.9f;
+  // pretrained only
+  NetGraph graph;
+  std::string cut;
+  int pretrained_grid_h = 0, pretrained_grid_w = 0, pretrained_channels = 0;  // from the graph at input_size
 
+  bool pretrained() const { return kind == "pretrained"; }
+  // A pretrained config: the graph cut at `cut`, shapes inferred at input_size (throws Error if too small).
+  static EncoderConfig make_pretrained(const NetGraph& full, const std::string& cut, int input_size,
+                                       const float mean[3], const float stdev[3]);
   int grid_h() const;
-  int grid_w() const { return grid_h(); }
+  int grid_w() const;
   int locations() const { return grid_h() * grid_w(); }
-  int feature_dim() const { return blocks.back().out_channels + (coord_channels ? 2 : 0); }
+  int feature_dim() const {
+    return pretrained() ? pretrained_channels : blocks.back().out_channels + (coord_channels ? 2 : 0);
+  }
   nlohmann::json to_json() const;
   static EncoderConfig from_json(const nlohmann::json& j);  // throws Error on bad values
   // "16,32,64,128" -> 3x3 conv blocks with 2x2 pooling.

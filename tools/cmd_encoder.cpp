@@ -1,0 +1,79 @@
+// sat import-tfjs: a tfjs Layers model -> the project's encoder file.
+#include <cstdio>
+
+#include "tools/commands.hpp"
+#include "vision/pretrained.hpp"
+#include "vision/tfjs.hpp"
+
+namespace sat {
+
+static std::vector<float> parse_triple(const std::string& s, const std::string& flag) {
+  std::vector<float> v;
+  size_t pos = 0;
+  while (pos <= s.size()) {
+    size_t comma = s.find(',', pos);
+    std::string item = s.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    try {
+      size_t used = 0;
+      v.push_back(std::stof(item, &used));
+      if (used != item.size()) throw std::invalid_argument(item);
+    } catch (const std::exception&) {
+      throw Error(flag + ": '" + s + "' is not three comma-separated numbers");
+    }
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  if (v.size() != 3) throw Error(flag + ": '" + s + "' is not three comma-separated numbers");
+  return v;
+}
+
+void add_encoder_commands(CLI::App& app) {
+  struct Args {
+    std::string in, out, mean = "0,0,0", stdev = "1,1,1", source, licence, cut;
+    int input_size = 0;
+  };
+  auto a = std::make_shared<Args>();
+  auto* cmd = app.add_subcommand("import-tfjs",
+                                 "Import a TensorFlow.js Layers model (model.json + .bin shards, or the UMD .min.js "
+                                 "files nsfwjs ships) as a sat encoder file");
+  cmd->add_option("model", a->in, "model.json / model.min.js, or the directory holding it")->required();
+  cmd->add_option("--out", a->out, "Encoder file to write")->required();
+  cmd->add_option("--mean", a->mean, "Per-channel mean subtracted from RGB/255 (e.g. 0.5,0.5,0.5 for Keras' [-1,1])")
+      ->capture_default_str();
+  cmd->add_option("--std", a->stdev, "Per-channel divisor after the mean")->capture_default_str();
+  cmd->add_option("--input-size", a->input_size, "Default input side (0: the model's declared size, else 299)");
+  cmd->add_option("--cut", a->cut, "Keep the network only up to this layer (e.g. mixed7); default: the whole trunk");
+  cmd->add_option("--source", a->source, "Where the model came from (recorded in the file)");
+  cmd->add_option("--licence", a->licence, "Licence of the weights (recorded in the file)");
+  cmd->callback([a] {
+    ImportedNet imp = import_tfjs(a->in);
+    PretrainedNet net;
+    net.graph = a->cut.empty() ? imp.graph : imp.graph.cut(a->cut);
+    net.weights = select_tensors(net.graph, imp.weights, a->in);
+    net.input_size = a->input_size > 0 ? a->input_size : imp.input_h > 0 ? imp.input_h : 299;
+    auto m = parse_triple(a->mean, "--mean"), s = parse_triple(a->stdev, "--std");
+    for (int i = 0; i < 3; ++i) {
+      if (s[i] == 0) throw Error("--std: values must not be zero");
+      net.mean[i] = m[i], net.stdev[i] = s[i];
+    }
+    net.info = {{"source", a->source.empty() ? a->in : a->source},
+                {"licence", a->licence},
+                {"command", command_line()},
+                {"dropped_head_layers", imp.dropped}};
+    // Builds the network once: a graph or weight problem surfaces now, not when the file is first used.
+    PretrainedEncoder check(net.graph, net.weights, net.input_size, a->in);
+    save_pretrained_net(a->out, net);
+    size_t convs = 0;
+    for (auto& n : net.graph.nodes) convs += n.op == "conv";
+    std::printf("imported %zu layers (%zu convolutions with batch norm and ReLU folded in), %zu uint8 + %zu float32 "
+                "tensors; dropped the head: %zu layers\n",
+                net.graph.nodes.size(), convs, net.weights.quantized.size(), net.weights.tensors.size(),
+                imp.dropped.size());
+    std::printf("cut points: ");
+    for (auto& c : net.graph.cut_points()) std::printf("%s ", c.c_str());
+    std::printf("\nat %dx%d the last layer gives %dx%dx%d; wrote %s\n", net.input_size, net.input_size, check.grid_h(),
+                check.grid_w(), check.channels(), a->out.c_str());
+  });
+}
+
+}  // namespace sat

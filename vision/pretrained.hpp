@@ -1,0 +1,65 @@
+// An imported pretrained CNN (InceptionV3 from tfjs) run for inference on oneDNN: batch norm folded into the
+// convolution weights and bias, ReLU as a post-op, every activation in the 8-channel blocked layout chosen
+// for AVX2 (no reorders inside the network: the image goes in planar, the grid comes out N x L x D), and at
+// batch 1 each concatenation's inputs are written straight into their slice of its output (no copies).
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/safetensors.hpp"
+#include "vision/netgraph.hpp"
+
+namespace sat {
+
+class PretrainedEncoder {
+ public:
+  // graph: already cut at the layer that gives the grid. weights: the tensors its conv nodes name
+  // (kernels HWIO, biases, batch-norm beta/gamma/moving statistics), float32 or uint8-quantized.
+  // `where` names the model file in errors (missing tensor, wrong shape).
+  PretrainedEncoder(const NetGraph& graph, const TensorFile& weights, int input_size, const std::string& where);
+  ~PretrainedEncoder();
+  PretrainedEncoder(const PretrainedEncoder&) = delete;
+  PretrainedEncoder& operator=(const PretrainedEncoder&) = delete;
+
+  int input_size() const { return input_size_; }
+  int grid_h() const { return grid_h_; }
+  int grid_w() const { return grid_w_; }
+  int channels() const { return channels_; }
+  double macs_per_image() const { return macs_; }
+
+  // images: N x 3 x S x S planar floats (already normalized). grid: N x L x D, L in raster order.
+  void forward(const float* images, int n, std::vector<float>& grid);
+
+ private:
+  struct Plan;
+  Plan& plan_for(int n);
+  NetGraph graph_;
+  std::vector<NodeShape> shapes_;
+  int input_size_, grid_h_, grid_w_, channels_;
+  double macs_;
+  std::map<int, FloatBuffer> conv_w_, conv_b_;  // node index -> folded OIHW weights and bias
+  std::map<int, std::unique_ptr<Plan>> plans_;
+};
+
+// The encoder model file ("sat-encoder"): an imported network, the input it expects, where it came from.
+struct PretrainedNet {
+  NetGraph graph;       // the whole imported trunk; users cut it (mixed5 by default for InceptionV3)
+  TensorFile weights;   // as imported (uint8-quantized tensors stay quantized)
+  int input_size = 299;
+  float mean[3] = {0.f, 0.f, 0.f}, stdev[3] = {1.f, 1.f, 1.f};  // planes = (RGB / 255 - mean) / std
+  nlohmann::json info = nlohmann::json::object();                 // provenance: source, licence, command
+};
+void save_pretrained_net(const std::string& path, const PretrainedNet& net);
+// Validates the header, the graph and every tensor the graph names (shape included); errors name the file.
+PretrainedNet load_pretrained_net(const std::string& path);
+// Only the tensors a (cut) graph uses, in their stored form.
+TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where);
+
+// The tensor names a graph's conv nodes need, with their expected shapes given the graph's channel counts.
+std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGraph& graph);
+
+}  // namespace sat
