@@ -113,8 +113,10 @@ CaptionSet load_coco_captions(const std::string& json_path, const std::string& i
 
 CaptionSet load_data_dir(const std::string& dir) {
   std::string json_path = join_path(dir, "captions.json");
-  if (!file_exists(json_path)) fail(dir, "no captions.json in this data directory");
   std::string images = join_path(dir, "images");
+  if (!file_exists(json_path) && file_exists(join_path(dir, "captions.csv")))
+    return load_flickr_captions_csv(join_path(dir, "captions.csv"), file_exists(images) ? images : dir);
+  if (!file_exists(json_path)) fail(dir, "no captions.json (or captions.csv) in this data directory");
   return load_coco_captions(json_path, file_exists(images) ? images : dir);
 }
 

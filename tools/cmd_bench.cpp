@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstdio>
+#include <oneapi/dnnl/dnnl.h>
 
 #include "seq/decoder.hpp"
 #include "tools/commands.hpp"
@@ -9,6 +10,7 @@
 #include "train/trainer.hpp"
 #include "train/optimizer.hpp"
 #include "vision/cnn.hpp"
+#include "vision/pretrained.hpp"
 
 namespace sat {
 
@@ -118,6 +120,55 @@ void add_bench_commands(CLI::App& app) {
     std::printf("cnn %s at %d, batch %d: train forward %.1f ms, backward %.1f ms (%.0f images/s); inference %.1f ms (%.0f images/s)\n",
                 e->blocks.c_str(), e->size, e->batch, fwd * 1e3, bwd * 1e3, e->batch / (fwd + bwd), inf * 1e3,
                 e->batch / inf);
+  });
+
+  struct PreArgs {
+    std::string encoder, cut = "mixed5", batches = "1,8";
+    int size = 299;
+    double seconds = 20;
+    bool json = false;
+  };
+  auto pa = std::make_shared<PreArgs>();
+  auto* pre = bench->add_subcommand("encoder", "Time the pretrained encoder (InceptionV3 on oneDNN) at batch 1 and 8");
+  pre->add_option("--encoder", pa->encoder, "Encoder file (default: the bundled InceptionV3)");
+  pre->add_option("--cut", pa->cut, "Layer that gives the grid")->capture_default_str();
+  pre->add_option("--size", pa->size, "Input side")->capture_default_str();
+  pre->add_option("--batches", pa->batches, "Comma-separated batch sizes")->capture_default_str();
+  pre->add_option("--seconds", pa->seconds, "Time spent per batch size (after one warm-up batch)")->capture_default_str();
+  pre->add_flag("--json", pa->json, "One JSON line per batch size");
+  pre->callback([pa] {
+    std::string path = pa->encoder.empty() ? default_encoder_path() : pa->encoder;
+    PretrainedNet net = load_pretrained_net(path);
+    PretrainedEncoder enc(net.graph.cut(pa->cut), net.weights, pa->size, path);
+    const double gmac = enc.macs_per_image() / 1e9;
+    if (!pa->json)
+      std::printf("InceptionV3 -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s)\n", pa->cut.c_str(),
+                  pa->size, pa->size, enc.grid_h(), enc.grid_w(), enc.channels(), gmac,
+                  dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads");
+    for (const auto& cfg : EncoderConfig::parse_blocks(pa->batches)) {
+      const int n = cfg.out_channels;
+      Rng rng(3);
+      std::vector<float> img((size_t)n * 3 * pa->size * pa->size), grid;
+      for (auto& v : img) v = (float)rng.uniform();
+      enc.forward(img.data(), n, grid);  // warm-up: builds the plan, reorders weights
+      int batches = 0;
+      double best = 1e30;
+      auto t0 = std::chrono::steady_clock::now();
+      while (seconds_since(t0) < pa->seconds || batches < 3) {
+        auto t1 = std::chrono::steady_clock::now();
+        enc.forward(img.data(), n, grid);
+        best = std::min(best, seconds_since(t1));
+        ++batches;
+      }
+      double mean = seconds_since(t0) / batches, ips = n / mean;
+      if (pa->json)
+        std::printf("{\"peer\": \"sat\", \"batch\": %d, \"images_per_s\": %.3f, \"best_images_per_s\": %.3f, "
+                    "\"gflops\": %.2f}\n", n, ips, n / best, 2 * gmac * ips);
+      else
+        std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS\n", n, mean * 1e3, ips,
+                    n / best, 2 * gmac * ips);
+      std::fflush(stdout);
+    }
   });
 
   struct MetricArgs {

@@ -2,6 +2,8 @@
 #include <cstdio>
 
 #include "tools/commands.hpp"
+#include "train/extract.hpp"
+#include "train/trainer.hpp"
 #include "vision/pretrained.hpp"
 #include "vision/tfjs.hpp"
 
@@ -73,6 +75,34 @@ void add_encoder_commands(CLI::App& app) {
     for (auto& c : net.graph.cut_points()) std::printf("%s ", c.c_str());
     std::printf("\nat %dx%d the last layer gives %dx%dx%d; wrote %s\n", net.input_size, net.input_size, check.grid_h(),
                 check.grid_w(), check.channels(), a->out.c_str());
+  });
+
+  struct ExArgs {
+    std::string data, image_dir, images, out, encoder, cut = "mixed5", model;
+    int size = 0;
+    ExtractOptions opt;
+  };
+  auto x = std::make_shared<ExArgs>();
+  auto* ex = app.add_subcommand("extract", "Encode a dataset's images once into a feature cache (resumable) that "
+                                           "training and evaluation read instead of images");
+  ex->add_option("--data", x->data, "Data dir, COCO captions JSON or captions.csv")->required();
+  ex->add_option("--image-dir", x->image_dir, "Image folder when --data is a file (default: next to it)");
+  ex->add_option("--images", x->images, "List of image file names to encode, one per line (default: all)");
+  ex->add_option("--out", x->out, "Feature cache to write")->required();
+  ex->add_option("--encoder", x->encoder, "Encoder file (default: the bundled InceptionV3)");
+  ex->add_option("--cut", x->cut, "Layer that gives the grid (mixed0..mixed7 in the bundled file)")->capture_default_str();
+  ex->add_option("--size", x->size, "Input side (0: the encoder file's default, 299)")->capture_default_str();
+  ex->add_option("--model", x->model, "Use this caption model's encoder instead of --encoder/--cut/--size");
+  ex->add_option("--batch", x->opt.batch, "Images per encoder call")->capture_default_str();
+  ex->add_option("--dtype", x->opt.dtype, "Stored precision: f16 (half the size) or f32")->capture_default_str();
+  ex->callback([x] {
+    std::unique_ptr<CaptionModel> model =
+        x->model.empty() ? pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut, x->size)
+                         : CaptionModel::load(x->model);
+    CaptionSet set = load_caption_set(x->data, x->image_dir, x->images);
+    std::vector<std::string> paths, names;
+    for (auto& img : set.images) paths.push_back(set.image_path(img)), names.push_back(img.file_name);
+    extract_features(*model, paths, names, x->out, x->opt);
   });
 }
 

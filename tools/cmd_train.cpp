@@ -18,6 +18,13 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--val-images", o->val_images, "Image folder for --val-data when it is a JSON file");
   cmd->add_option("--val-split", o->val_split, "File listing the validation image file names");
   cmd->add_option("--out", o->out, "Output directory: model.sat (best) and checkpoint.sat")->capture_default_str();
+  cmd->add_option("--encoder", o->encoder, "Pretrained encoder file (e.g. models/inception_v3.sat): frozen, features "
+                  "cached once; without it a small CNN is trained end to end");
+  cmd->add_option("--cut", o->cut, "With --encoder: layer that gives the grid")->capture_default_str();
+  cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")->capture_default_str();
+  cmd->add_option("--features", o->features, "With --encoder: feature cache of the images (default: <out>/features.feat, "
+                  "made if missing)");
+  cmd->add_option("--val-features", o->val_features, "With --encoder: validation feature cache (default: --features)");
   cmd->add_option("--blocks", o->blocks, "Encoder conv blocks: output channels, each 3x3 conv+BN+ReLU+2x2 max pool")->capture_default_str();
   cmd->add_option("--input-size", o->input_size, "Encoder input side in pixels")->capture_default_str();
   cmd->add_option("--coord-channels", o->coord_channels, "Append (row, column) channels to the feature grid")->capture_default_str();

@@ -1,5 +1,8 @@
 #include "train/model.hpp"
 
+#include <cstdio>
+
+#include "datasets/features.hpp"
 #include "vision/image.hpp"
 
 namespace sat {
@@ -12,18 +15,65 @@ void CaptionModel::build() {
   decoder_config.feature_dim = encoder_config.feature_dim();
   decoder_config.grid_h = encoder_config.grid_h();
   decoder_config.grid_w = encoder_config.grid_w();
-  encoder = std::make_unique<CnnEncoder>(encoder_config);
+  build_encoder();
   decoder = std::make_unique<Decoder>(decoder_config);
 }
 
+std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size) {
+  PretrainedNet net = load_pretrained_net(encoder_file);
+  auto m = std::make_unique<CaptionModel>();
+  try {
+    m->encoder_config = EncoderConfig::make_pretrained(net.graph, cut, size > 0 ? size : net.input_size, net.mean, net.stdev);
+  } catch (const Error& e) {
+    fail(encoder_file, e.what());
+  }
+  m->encoder_weights = select_tensors(m->encoder_config.graph, net.weights, encoder_file);
+  m->build_encoder();
+  return m;
+}
+
+void CaptionModel::build_encoder() {
+  if (encoder_config.pretrained()) {
+    encoder.reset();
+    pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, encoder_weights, encoder_config.input_size,
+                                                     "encoder weights");
+  } else {
+    pretrained.reset();
+    encoder = std::make_unique<CnnEncoder>(encoder_config);
+  }
+}
+
+std::string CaptionModel::encoder_id() const {
+  std::string cfg = encoder_config.to_json().dump();
+  uint64_t h = fnv1a64(cfg.data(), cfg.size());
+  auto* self = const_cast<CaptionModel*>(this);
+  if (encoder_config.pretrained()) {
+    for (auto& [name, t] : encoder_weights.quantized) {
+      h = fnv1a64(name.data(), name.size(), h);
+      h = fnv1a64(&t.min, 4, h), h = fnv1a64(&t.scale, 4, h);
+      h = fnv1a64(t.data.data(), t.data.size(), h);
+    }
+    for (auto& [name, p] : encoder_weights.tensors) {
+      h = fnv1a64(name.data(), name.size(), h);
+      h = fnv1a64(p.value.data(), p.value.size() * 4, h);
+    }
+  } else {
+    for (auto& p : self->encoder->params()) h = fnv1a64(p.value.data(), p.value.size() * 4, h);
+  }
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
+  return buf;
+}
+
 void CaptionModel::init(Rng& rng) {
-  encoder->init(rng);
+  if (encoder) encoder->init(rng);
   decoder->init(rng);
 }
 
 std::vector<Param*> CaptionModel::params() {
   std::vector<Param*> out;
-  for (auto& p : encoder->params()) out.push_back(&p);
+  if (encoder)
+    for (auto& p : encoder->params()) out.push_back(&p);
   for (auto* p : decoder->params()) out.push_back(p);
   return out;
 }
@@ -43,6 +93,12 @@ TensorFile CaptionModel::to_tensor_file() const {
     copy.value = p->value;
     tf.tensors.emplace(p->name, std::move(copy));
   }
+  for (auto& [name, p] : encoder_weights.tensors) {
+    Param copy(name, p.shape, false);
+    copy.value = p.value;
+    tf.tensors.emplace(name, std::move(copy));
+  }
+  for (auto& [name, q] : encoder_weights.quantized) tf.quantized[name] = q;
   return tf;
 }
 
@@ -71,7 +127,12 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   if (m->vocab.size() != m->decoder_config.vocab_size)
     fail(path, "vocabulary has " + std::to_string(m->vocab.size()) + " words but the decoder expects " +
                    std::to_string(m->decoder_config.vocab_size));
-  m->build();
+  if (m->encoder_config.pretrained()) m->encoder_weights = select_tensors(m->encoder_config.graph, tf, path);
+  try {
+    m->build();
+  } catch (const Error& e) {
+    fail(path, e.what());
+  }
   for (auto* p : m->params()) {
     const Param& src = tf.get(p->name, path);
     if (src.shape != p->shape)
@@ -96,7 +157,8 @@ std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& pat
 
 Mat CaptionModel::encode(const std::vector<float>& planes, int n) {
   std::vector<float> grid;
-  encoder->forward(planes.data(), n, false, grid);
+  if (pretrained) pretrained->forward(planes.data(), n, grid);
+  else encoder->forward(planes.data(), n, false, grid);
   return Eigen::Map<Mat>(grid.data(), (int64_t)n * encoder_config.locations(), encoder_config.feature_dim());
 }
 

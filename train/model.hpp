@@ -10,6 +10,7 @@
 #include "datasets/vocab.hpp"
 #include "seq/decoder.hpp"
 #include "vision/cnn.hpp"
+#include "vision/pretrained.hpp"
 
 namespace sat {
 
@@ -19,13 +20,19 @@ struct CaptionModel {
   Vocab vocab;
   int max_len = 20;          // longest caption (words) the model emits
   nlohmann::json info;       // provenance: training command, data, git commit, scores
-  std::unique_ptr<CnnEncoder> encoder;
+  std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
+  TensorFile encoder_weights;                     // kind "pretrained": the imported weights, as stored
+  std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained"
   std::unique_ptr<Decoder> decoder;
 
   // Builds encoder and decoder from the configs (decoder sizes that depend on the encoder are filled in).
+  // A pretrained encoder needs encoder_weights set first.
   void build();
+  void build_encoder();
+  // Identifies the encoder (config and weights): feature caches record it, and a cache from another is refused.
+  std::string encoder_id() const;
   void init(Rng& rng);
-  std::vector<Param*> params();  // encoder then decoder, buffers included
+  std::vector<Param*> params();  // trainable encoder (cnn) then decoder, buffers included
 
   TensorFile to_tensor_file() const;
   void save(const std::string& path) const;
@@ -37,5 +44,9 @@ struct CaptionModel {
   // Inference-mode encoder over planes: N*L x D features.
   Mat encode(const std::vector<float>& planes, int n);
 };
+
+// A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`
+// (0: the file's default). What sat extract runs and sat train --encoder starts from.
+std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size);
 
 }  // namespace sat

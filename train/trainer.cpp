@@ -4,9 +4,11 @@
 #include <cmath>
 #include <cstdio>
 #include <omp.h>
+#include <set>
 #include <unistd.h>
 
 #include "seq/search.hpp"
+#include "train/extract.hpp"
 #include "train/metrics.hpp"
 #include "train/optimizer.hpp"
 #include "train/progress.hpp"
@@ -23,7 +25,8 @@ json TrainOptions::to_json() const {
           {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim}, {"dropout", dropout}, {"coverage", coverage}, {"max_len", max_len},
           {"min_count", min_count}, {"epochs", epochs}, {"batch_images", batch_images},
           {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
-          {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit},
+          {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
+          {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
           {"checkpoint_every", checkpoint_every}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
@@ -39,6 +42,11 @@ TrainOptions TrainOptions::from_json(const json& j) {
 #undef GET
     o.metric = j.value("metric", std::string("bleu4"));
     o.coverage = j.value("coverage", false);
+    o.encoder = j.value("encoder", std::string());
+    o.cut = j.value("cut", std::string("mixed5"));
+    o.encoder_size = j.value("encoder_size", 0);
+    o.features = j.value("features", std::string());
+    o.val_features = j.value("val_features", std::string());
   } catch (const std::exception& e) {
     throw Error(std::string("training options are malformed (") + e.what() + ")");
   }
@@ -198,6 +206,41 @@ std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const 
   return out;
 }
 
+std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam) {
+  const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
+  Eigen::Map<const Mat> F(grids, (int64_t)n * L, D);
+  auto hyps = beam <= 1 ? greedy_search(*model.decoder, F, n, model.max_len)
+                        : beam_search(*model.decoder, F, n, beam, model.max_len);
+  std::vector<std::vector<std::string>> out;
+  for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
+  return out;
+}
+
+CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam,
+                                json* results) {
+  const int n = (int)set.images.size(), L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
+  const int chunk = 32;
+  std::vector<float> grids((size_t)chunk * L * D);
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  if (results) *results = json::array();
+  for (int s = 0; s < n; s += chunk) {
+    const int m = std::min(chunk, n - s);
+    for (int k = 0; k < m; ++k) {
+      int idx = cache.index_of(set.images[s + k].file_name);
+      if (idx < 0) fail(cache.path(), "feature cache has no features for image '" + set.images[s + k].file_name + "'");
+      cache.read(idx, grids.data() + (size_t)k * L * D);
+    }
+    auto caps = caption_grids(model, grids.data(), m, beam);
+    for (int k = 0; k < m; ++k) {
+      hyps.push_back(join_words(caps[k]));
+      refs.push_back(set.references(s + k));
+      if (results) results->push_back({{"image_id", set.images[s + k].id}, {"caption", hyps.back()}});
+    }
+  }
+  return score_captions(hyps, refs);
+}
+
 CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam) {
   const int n = (int)(planes.size() / (3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size));
   auto words = caption_planes(model, planes, n, beam);
@@ -277,11 +320,15 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   make_dirs(opt.out);
 
   if (!model) {
-    model = std::make_unique<CaptionModel>();
-    model->encoder_config.input_size = opt.input_size;
-    model->encoder_config.blocks = EncoderConfig::parse_blocks(opt.blocks);
-    model->encoder_config.coord_channels = opt.coord_channels;
-    model->encoder_config = EncoderConfig::from_json(model->encoder_config.to_json());  // validates
+    if (!opt.encoder.empty()) {
+      model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size);
+    } else {
+      model = std::make_unique<CaptionModel>();
+      model->encoder_config.input_size = opt.input_size;
+      model->encoder_config.blocks = EncoderConfig::parse_blocks(opt.blocks);
+      model->encoder_config.coord_channels = opt.coord_channels;
+      model->encoder_config = EncoderConfig::from_json(model->encoder_config.to_json());  // validates
+    }
     std::vector<std::vector<std::string>> caps;
     for (auto& c : train_set.captions) caps.push_back(c.tokens);
     model->vocab = Vocab::build(caps, opt.min_count);
@@ -311,15 +358,50 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
 
   const int S = model->encoder_config.input_size, L = model->encoder_config.locations(),
             D = model->encoder_config.feature_dim();
+  const bool from_features = model->encoder_config.pretrained();
   ImageBank train_bank, val_bank;
-  train_bank.load(train_set, S, "loading train images");
-  val_bank.load(val_set, S, "loading val images");
   std::vector<float> val_planes;
-  {
+  std::unique_ptr<FeatureCache> train_feats, val_feats_own;
+  const FeatureCache* val_feats = nullptr;
+  if (from_features) {
+    // The frozen encoder runs once per image (sat extract); training reads the memory-mapped grids.
+    if (opt.features.empty()) {
+      opt.features = join_path(opt.out, "features.feat");
+      if (!file_exists(opt.features)) {
+        std::vector<std::string> paths, names;
+        std::set<std::string> seen;
+        for (const CaptionSet* set : {&train_set, &val_set})
+          for (auto& img : set->images)
+            if (seen.insert(img.file_name).second) paths.push_back(set->image_path(img)), names.push_back(img.file_name);
+        std::fprintf(stderr, "encoding %zu images once into %s\n", names.size(), opt.features.c_str());
+        extract_features(*model, paths, names, opt.features, ExtractOptions());
+      }
+    }
+    std::vector<std::string> train_names, val_names;
+    for (auto& img : train_set.images) train_names.push_back(img.file_name);
+    for (auto& img : val_set.images) val_names.push_back(img.file_name);
+    train_feats = std::make_unique<FeatureCache>(opt.features);
+    train_feats->require(model->encoder_id(), train_names);
+    if (opt.val_features.empty() || opt.val_features == opt.features) {
+      val_feats = train_feats.get();
+    } else {
+      val_feats_own = std::make_unique<FeatureCache>(opt.val_features);
+      val_feats = val_feats_own.get();
+    }
+    val_feats->require(model->encoder_id(), val_names);
+  } else {
+    train_bank.load(train_set, S, "loading train images");
+    val_bank.load(val_set, S, "loading val images");
     std::vector<int> all(val_set.images.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = (int)i;
     val_bank.planes(all, model->encoder_config, val_planes);
   }
+  auto run_validation = [&]() {
+    return from_features ? validate_features(*model, val_set, *val_feats) : validate(*model, val_set, val_planes);
+  };
+  std::vector<int> train_record(train_set.images.size());
+  for (size_t i = 0; from_features && i < train_record.size(); ++i)
+    train_record[i] = train_feats->index_of(train_set.images[i].file_name);
   std::vector<std::vector<int>> caption_ids(train_set.captions.size());
   for (size_t i = 0; i < caption_ids.size(); ++i) caption_ids[i] = model->vocab.encode(train_set.captions[i].tokens);
 
@@ -331,7 +413,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   summary.model_path = best_path;
 
   if (opt.epochs == 0 && resume_path.empty()) {  // the untrained baseline: initialized weights, scored once
-    CaptionScores sc = validate(*model, val_set, val_planes);
+    CaptionScores sc = run_validation();
     model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", git_commit()}, {"epoch", 0},
                    {"val_scores", sc.to_json()}, {"options", opt.to_json()}};
     model->save(best_path);
@@ -374,8 +456,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
         for (int c : ci) caps.push_back(caption_ids[c]), cap_image.push_back(k);
       }
       if (caps.empty()) continue;
-      train_bank.planes(idx, model->encoder_config, planes);
-      model->encoder->forward(planes.data(), n, true, grid);
+      if (from_features) {
+        grid.resize((size_t)n * L * D);
+        for (int k = 0; k < n; ++k) train_feats->read(train_record[idx[k]], grid.data() + (size_t)k * L * D);
+      } else {
+        train_bank.planes(idx, model->encoder_config, planes);
+        model->encoder->forward(planes.data(), n, true, grid);
+      }
       const int B = (int)caps.size();
       F.resize((int64_t)B * L, D);
       for (int b = 0; b < B; ++b)
@@ -383,10 +470,12 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       CaptionBatch cb = CaptionBatch::from_ids(caps, opt.max_len);
       DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, &rng, cache);
       model->decoder->backward(cache, dF);
-      dgrid.assign((size_t)n * L * D, 0.f);
-      for (int b = 0; b < B; ++b)
-        Eigen::Map<Mat>(dgrid.data() + (size_t)cap_image[b] * L * D, L, D) += dF.middleRows((int64_t)b * L, L);
-      model->encoder->backward(dgrid.data());
+      if (!from_features) {
+        dgrid.assign((size_t)n * L * D, 0.f);
+        for (int b = 0; b < B; ++b)
+          Eigen::Map<Mat>(dgrid.data() + (size_t)cap_image[b] * L * D, L, D) += dF.middleRows((int64_t)b * L, L);
+        model->encoder->backward(dgrid.data());
+      }
       Adam::clip_grad_norm(params, opt.clip);
       adam.update(params, lr);
       for (auto* p : params) p->zero_grad();
@@ -421,7 +510,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
                   loss_count ? pen_sum / loss_count : 0.0, captions_done / std::max(secs, 1e-9));
     bar.finish(stats);
 
-    CaptionScores sc = validate(*model, val_set, val_planes);
+    CaptionScores sc = run_validation();
     const double score = metric_of(sc, opt.metric);
     bool improved = score > st.best_score;
     st.history.push_back({{"epoch", st.epoch + 1}, {"loss", loss_count ? loss_sum / loss_count : 0.0}, {"val", sc.to_json()}});

@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/coco.hpp"
+#include "datasets/features.hpp"
 #include "train/evaluate.hpp"
 #include "train/model.hpp"
 
@@ -23,6 +24,11 @@ struct TrainOptions {
   std::string val_split;    // optional list of validation file names
   std::string out = "runs/sat";
   // model
+  std::string encoder;      // pretrained encoder file (empty: the small CNN below, trained end to end)
+  std::string cut = "mixed5";
+  int encoder_size = 0;     // pretrained input side (0: the encoder file's default)
+  std::string features;     // feature cache for a pretrained encoder (default: <out>/features.feat, extracted)
+  std::string val_features; // validation feature cache (default: the same file)
   std::string blocks = "16,32,64,128";
   int input_size = 128;
   bool coord_channels = true;
@@ -73,6 +79,11 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int 
 
 // coco-caption scores of the model's captions (greedy when beam is 1) for a set whose planes are given.
 CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam = 1);
+// The same from a feature cache holding every image of the set; results as in caption_and_score.
+CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam = 1,
+                                nlohmann::json* results = nullptr);
+// Captions n grids (n x L x D floats).
+std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam);
 
 std::string git_commit();
 

@@ -1,0 +1,48 @@
+#include "train/extract.hpp"
+
+#include <chrono>
+#include <cstdio>
+
+#include "datasets/features.hpp"
+#include "train/progress.hpp"
+
+namespace sat {
+
+int extract_features(CaptionModel& model, const std::vector<std::string>& paths, const std::vector<std::string>& names,
+                     const std::string& out, const ExtractOptions& opt) {
+  if (paths.size() != names.size() || paths.empty()) throw Error("extract: no images");
+  if (opt.dtype != "f16" && opt.dtype != "f32") throw Error("extract: --dtype must be f16 or f32");
+  FeatureHeader h;
+  h.encoder = model.encoder_config.to_json();
+  h.encoder_id = model.encoder_id();
+  h.grid_h = model.encoder_config.grid_h();
+  h.grid_w = model.encoder_config.grid_w();
+  h.channels = model.encoder_config.feature_dim();
+  h.dtype = opt.dtype;
+  h.images = names;
+  FeatureWriter writer(out, h);
+  const int total = (int)names.size(), start = writer.done();
+  if (start > 0 && !opt.quiet) std::fprintf(stderr, "resuming %s.partial: %d of %d images already there\n", out.c_str(), start, total);
+  Progress bar("extract", total);
+  auto t0 = std::chrono::steady_clock::now();
+  for (int s = start; s < total; s += opt.batch) {
+    const int n = std::min(opt.batch, total - s);
+    std::vector<std::string> batch(paths.begin() + s, paths.begin() + s + n);
+    std::vector<float> planes = model.load_planes(batch);
+    Mat F = model.encode(planes, n);
+    writer.append(F.data(), n);
+    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    char stats[64];
+    std::snprintf(stats, sizeof stats, "%.1f images/s", (s + n - start) / std::max(secs, 1e-9));
+    if (!opt.quiet) bar.update(s + n, stats);
+  }
+  writer.finish();
+  double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  char stats[96];
+  std::snprintf(stats, sizeof stats, "%d images in %.1f s; %dx%dx%d %s per image", total - start, secs, h.grid_h, h.grid_w,
+                h.channels, h.dtype.c_str());
+  if (!opt.quiet) bar.finish(stats);
+  return total - start;
+}
+
+}  // namespace sat
