@@ -196,4 +196,149 @@ CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& 
   return set;
 }
 
+static ImageEntry& image_named(CaptionSet& set, std::map<std::string, int>& by_name, const std::string& name) {
+  auto it = by_name.find(name);
+  if (it == by_name.end()) {
+    ImageEntry e;
+    e.id = (int64_t)set.images.size() + 1;
+    e.file_name = name;
+    it = by_name.emplace(name, (int)set.images.size()).first;
+    set.image_index[e.id] = (int)set.images.size();
+    set.images.push_back(e);
+  }
+  return set.images[it->second];
+}
+
+static void add_caption(CaptionSet& set, ImageEntry& img, const std::string& raw, std::vector<std::string> tokens) {
+  Caption c;
+  c.image_id = img.id;
+  c.raw = raw;
+  c.tokens = tokens.empty() ? tokenize_caption(raw) : std::move(tokens);
+  img.caption_indices.push_back((int)set.captions.size());
+  set.captions.push_back(std::move(c));
+}
+
+CaptionSet load_karpathy_split(const std::string& path, const std::string& image_dir, const std::string& split) {
+  json j;
+  try {
+    j = json::parse(read_file(path));
+  } catch (const json::parse_error& e) {
+    fail(path, std::string("malformed JSON (") + e.what() + ")");
+  }
+  if (!j.is_object() || !j.contains("images") || !j["images"].is_array())
+    fail(path, "not a Karpathy split file (needs an array \"images\")");
+  CaptionSet set;
+  set.json_path = path;
+  set.image_dir = image_dir;
+  std::map<std::string, int> by_name;
+  const json& images = j["images"];
+  for (size_t i = 0; i < images.size(); ++i) {
+    const json& im = images[i];
+    try {
+      std::string sp = im.at("split").get<std::string>();
+      if (!split.empty() && sp != split && !(split == "train" && sp == "restval")) continue;
+      std::string name = im.at("filename").get<std::string>();
+      if (im.contains("filepath") && im["filepath"].is_string() && !im["filepath"].get<std::string>().empty())
+        name = join_path(im["filepath"].get<std::string>(), name);
+      if (name.empty()) fail(path, where("images", i) + " has an empty filename");
+      if (by_name.count(name)) fail(path, where("images", i) + ": image '" + name + "' appears twice");
+      ImageEntry& img = image_named(set, by_name, name);
+      if (im.contains("cocoid") && im["cocoid"].is_number_integer()) {
+        set.image_index.erase(img.id);
+        img.id = im["cocoid"].get<int64_t>();
+        if (set.image_index.count(img.id)) fail(path, where("images", i) + ": cocoid " + std::to_string(img.id) + " appears twice");
+        set.image_index[img.id] = (int)set.images.size() - 1;
+      }
+      const json& sents = im.at("sentences");
+      if (!sents.is_array() || sents.empty()) fail(path, where("images", i) + " has no sentences");
+      for (size_t k = 0; k < sents.size(); ++k) {
+        const json& st = sents[k];
+        std::vector<std::string> tokens;
+        if (st.contains("tokens")) tokens = st["tokens"].get<std::vector<std::string>>();
+        std::string raw = st.contains("raw") ? st["raw"].get<std::string>() : "";
+        if (raw.empty()) {
+          for (auto& t : tokens) raw += (raw.empty() ? "" : " ") + t;
+        }
+        if (raw.empty()) fail(path, where("images", i) + where(".sentences", k) + " is empty");
+        add_caption(set, img, raw, tokens);
+        set.captions.back().image_id = img.id;
+      }
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(path, where("images", i) + " is malformed (" + e.what() + ")");
+    }
+  }
+  if (set.images.empty()) fail(path, split.empty() ? "no images" : "no images in split '" + split + "'");
+  return set;
+}
+
+CaptionSet load_flickr_token_txt(const std::string& path, const std::string& image_dir) {
+  std::istringstream in(read_file(path));
+  CaptionSet set;
+  set.json_path = path;
+  set.image_dir = image_dir;
+  std::map<std::string, int> by_name;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    size_t tab = line.find('\t'), hash = line.find('#');
+    if (tab == std::string::npos || hash == std::string::npos || hash > tab || hash == 0)
+      fail(path, "line " + std::to_string(lineno) + ": expected \"<image>#<n><TAB><caption>\"");
+    std::string name = line.substr(0, hash), caption = line.substr(tab + 1);
+    if (caption.find_first_not_of(" \t") == std::string::npos)
+      fail(path, "line " + std::to_string(lineno) + ": empty caption");
+    add_caption(set, image_named(set, by_name, name), caption, {});
+  }
+  if (set.captions.empty()) fail(path, "no captions in this file");
+  return set;
+}
+
+std::string detect_caption_format(const std::string& path) {
+  std::string bytes = read_file(path);
+  size_t first = bytes.find_first_not_of(" \t\r\n");
+  if (first == std::string::npos) fail(path, "empty file, not a caption file");
+  if (bytes[first] == '{') {
+    json j;
+    try {
+      j = json::parse(bytes);
+    } catch (const json::parse_error& e) {
+      fail(path, std::string("malformed JSON (") + e.what() + ")");
+    }
+    if (j.contains("annotations")) return "coco";
+    if (j.contains("images") && j["images"].is_array() && !j["images"].empty() && j["images"][0].contains("sentences"))
+      return "karpathy";
+    fail(path, "JSON is neither COCO captions (\"annotations\") nor a Karpathy split file (\"images\" with \"sentences\")");
+  }
+  std::string line1 = bytes.substr(first, bytes.find('\n', first) - first);
+  if (line1.find('\t') != std::string::npos && line1.find('#') < line1.find('\t')) return "flickr-token";
+  if (line1.find(',') != std::string::npos) return "flickr-csv";
+  fail(path, "unknown caption file format (expected COCO/Karpathy JSON, Flickr8k.token.txt or captions.csv)");
+}
+
+CaptionSet load_captions_any(const std::string& path, const std::string& image_dir, const std::string& format,
+                             const std::string& karpathy_split) {
+  std::string f = format.empty() || format == "auto" ? detect_caption_format(path) : format;
+  if (f == "coco") return load_coco_captions(path, image_dir);
+  if (f == "karpathy") return load_karpathy_split(path, image_dir, karpathy_split);
+  if (f == "flickr-token") return load_flickr_token_txt(path, image_dir);
+  if (f == "flickr-csv") return load_flickr_captions_csv(path, image_dir);
+  throw Error("unknown caption format '" + f + "' (coco, karpathy, flickr-token, flickr-csv)");
+}
+
+std::string coco_captions_json(const CaptionSet& set) {
+  json images = json::array(), anns = json::array();
+  int64_t ann_id = 1;
+  for (auto& img : set.images) {
+    json e = {{"id", img.id}, {"file_name", img.file_name}};
+    if (img.width > 0) e["width"] = img.width, e["height"] = img.height;
+    images.push_back(e);
+    for (int ci : img.caption_indices) anns.push_back({{"id", ann_id++}, {"image_id", img.id}, {"caption", set.captions[ci].raw}});
+  }
+  return json{{"images", images}, {"annotations", anns}}.dump(1) + "\n";
+}
+
 }  // namespace sat

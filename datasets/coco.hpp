@@ -46,6 +46,19 @@ struct CaptionSet {
 CaptionSet load_coco_captions(const std::string& json_path, const std::string& image_dir);
 // Flickr8k's captions.csv ("image,caption" rows, quoted fields allowed); image ids are assigned in file order.
 CaptionSet load_flickr_captions_csv(const std::string& csv_path, const std::string& image_dir);
+// Karpathy's split files (dataset_coco.json, dataset_flickr8k.json, ...): {"images": [{"filename", "filepath"?,
+// "split", "sentences": [{"raw", "tokens"}]}]}. split: keep only images of this split ("" = all; "train" also
+// takes "restval", as is customary). Image paths are image_dir/filepath/filename.
+CaptionSet load_karpathy_split(const std::string& path, const std::string& image_dir, const std::string& split);
+// Flickr8k.token.txt / Flickr30k results_20130124.token: "<file>#<n>\t<caption>" per line.
+CaptionSet load_flickr_token_txt(const std::string& path, const std::string& image_dir);
+// What format a caption file is: "coco", "karpathy", "flickr-token", "flickr-csv" (by content, not only name).
+std::string detect_caption_format(const std::string& path);
+// Loads any of the formats above (format "" or "auto": detected).
+CaptionSet load_captions_any(const std::string& path, const std::string& image_dir, const std::string& format,
+                             const std::string& karpathy_split = "");
+// COCO captions JSON of a set: {"images": [{id, file_name}], "annotations": [{id, image_id, caption}]}.
+std::string coco_captions_json(const CaptionSet& set);
 // A data directory holds captions.json and images/ (what `sat synth` writes).
 CaptionSet load_data_dir(const std::string& dir);
 std::vector<std::string> read_name_list(const std::string& path);

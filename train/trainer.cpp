@@ -5,6 +5,7 @@
 #include <cstdio>
 #include <omp.h>
 #include <set>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include "seq/search.hpp"
@@ -72,25 +73,27 @@ std::string git_commit() {
 
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
   CaptionSet set;
-  auto dir_of = [](const std::string& file) {
-    auto slash = file.rfind('/');
-    return slash == std::string::npos ? std::string(".") : file.substr(0, slash);
-  };
-  if (data.size() > 4 && data.substr(data.size() - 4) == ".csv") {
-    std::string dir = images;
-    if (dir.empty()) dir = file_exists(join_path(dir_of(data), "images")) ? join_path(dir_of(data), "images") : dir_of(data);
-    set = load_flickr_captions_csv(data, dir);
-  } else if (data.size() > 5 && data.substr(data.size() - 5) == ".json") {
+  struct stat st;
+  const bool is_dir = stat(data.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  // A Karpathy split file names its splits inside: --train-split train (or val, test, restval).
+  const bool named_split = (split == "train" || split == "val" || split == "test" || split == "restval") && !file_exists(split);
+  if (is_dir) {
+    set = load_data_dir(data);
+  } else {
     std::string dir = images;
     if (dir.empty()) {
       auto slash = data.rfind('/');
-      dir = slash == std::string::npos ? "." : data.substr(0, slash);
+      std::string parent = slash == std::string::npos ? "." : data.substr(0, slash);
+      dir = data.size() > 4 && data.substr(data.size() - 4) != ".json" && file_exists(join_path(parent, "images"))
+                ? join_path(parent, "images")
+                : parent;
     }
-    set = load_coco_captions(data, dir);
-  } else {
-    set = load_data_dir(data);
+    std::string format = detect_caption_format(data);
+    if (named_split && format != "karpathy")
+      fail(data, "split '" + split + "' names a Karpathy split, but this is not a Karpathy split file");
+    set = load_captions_any(data, dir, format, named_split ? split : "");
   }
-  if (!split.empty()) set = set.subset(read_name_list(split), split);
+  if (!split.empty() && !named_split) set = set.subset(read_name_list(split), split);
   if (set.images.empty()) fail(set.json_path, "no images in this caption set");
   if (set.captions.empty()) fail(set.json_path, "no captions in this caption set");
   return set;
