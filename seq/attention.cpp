@@ -44,7 +44,7 @@ class AdditiveScore final : public AttentionScore {
     UA_.noalias() = F * value_of(params_[0]);
     UA_.rowwise() += value_of(params_[1]).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
-    dUA_step_.resize(UA_.rows(), UA_.cols());
+    if (coverage_) dUA_step_.resize(UA_.rows(), UA_.cols());
     tanh_cache_.clear();
     h_cache_.clear();
   }
@@ -69,7 +69,7 @@ class AdditiveScore final : public AttentionScore {
       if (coverage_) cov_cache_[t] = *coverage;
     }
   }
-  void backward(int t, const Mat& de, Mat& dh, Mat& dF, Mat* dcoverage) override {
+  void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat* dcoverage) override {
     const Mat& T = tanh_cache_[t];
     Eigen::Map<const Eigen::RowVectorXf> v(params_[3].value.data(), A_);
     Eigen::Map<const Eigen::VectorXf> de_flat(de.data(), B_ * L_);
@@ -79,10 +79,24 @@ class AdditiveScore final : public AttentionScore {
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B_; ++b) {
       // d(pre-tanh) = de_i * v * (1 - T^2); it feeds U a_i (summed over steps) and W h (summed over i).
-      auto dpre = dUA_step_.middleRows(b * L_, L_);
-      dpre = (de.row(b).transpose() * v).array() * (1.f - T.middleRows(b * L_, L_).array().square());
-      dUA_.middleRows(b * L_, L_) += dpre;
-      dq.row(b) = dpre.colwise().sum();
+      // One pass over the rows: accumulate into dUA and dq as each row is made (memory bound otherwise).
+      float* dqb = dq.data() + (int64_t)b * A_;
+      std::fill(dqb, dqb + A_, 0.f);
+      const float* vv = params_[3].value.data();
+      for (int i = 0; i < L_; ++i) {
+        const int64_t r = (int64_t)b * L_ + i;
+        const float s = de(b, i);
+        const float* Tr = T.data() + r * A_;
+        float* dUr = dUA_.data() + r * A_;
+        float* step = coverage_ ? dUA_step_.data() + r * A_ : nullptr;
+        for (int a = 0; a < A_; ++a) {
+          const float d = s * vv[a] * (1.f - Tr[a] * Tr[a]);
+          dUr[a] += d;
+          dqb[a] += d;
+        }
+        if (step)
+          for (int a = 0; a < A_; ++a) step[a] = s * vv[a] * (1.f - Tr[a] * Tr[a]);
+      }
     }
     grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();
@@ -95,10 +109,10 @@ class AdditiveScore final : public AttentionScore {
       if (dcoverage) *dcoverage = Eigen::Map<Mat>(dc.data(), B_, L_);
     }
   }
-  void finish_backward(Mat& dF) override {
+  void finish_backward(Mat* dF) override {
     grad_of(params_[0]).noalias() += F_->transpose() * dUA_;
     grad_of(params_[1]).row(0) += dUA_.colwise().sum();
-    dF.noalias() += dUA_ * value_of(params_[0]).transpose();
+    if (dF) dF->noalias() += dUA_ * value_of(params_[0]).transpose();
   }
   void select_rows(const std::vector<int>& rows) override {
     Mat out(rows.size() * L_, A_);

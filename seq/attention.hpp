@@ -23,10 +23,10 @@ class AttentionScore {
   virtual void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) = 0;
   // de (B x L) -> adds to dh (B x n), to dF (B*L x D), to parameter gradients, and writes dcoverage (B x L)
   // when the score uses coverage.
-  virtual void backward(int t, const Mat& de, Mat& dh, Mat& dF, Mat* dcoverage) = 0;
+  virtual void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat* dcoverage) = 0;
   virtual bool uses_coverage() const { return false; }
   // After all steps: gradients of the precomputed part.
-  virtual void finish_backward(Mat& dF) = 0;
+  virtual void finish_backward(Mat* dF) = 0;  // dF null: the features are frozen, skip their gradient
   // Keep only these rows (beam search reorders hypotheses; rows index B).
   virtual void select_rows(const std::vector<int>& rows) = 0;
 

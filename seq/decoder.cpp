@@ -211,11 +211,11 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   return loss;
 }
 
-void Decoder::backward(DecoderCache& C, Mat& dF) {
+void Decoder::backward(DecoderCache& C, Mat* dF) {
   const int B = C.B, T = C.T, L = cfg_.locations(), n = cfg_.hidden_dim, D = cfg_.feature_dim;
   const CaptionBatch& batch = *C.batch;
   const Mat& F = *C.F;
-  dF.setZero((int64_t)B * L, D);
+  if (dF) dF->setZero((int64_t)B * L, D);
   int64_t tokens = 0;
   for (float m : batch.mask) tokens += m > 0;
   const float inv_tokens = tokens ? 1.f / tokens : 0.f;
@@ -289,7 +289,7 @@ void Decoder::backward(DecoderCache& C, Mat& dF) {
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; ++b) {
       dalpha.row(b).noalias() = dz.row(b) * F.middleRows(b * L, L).transpose();
-      dF.middleRows(b * L, L).noalias() += C.alpha[t].row(b).transpose() * dz.row(b);
+      if (dF) dF->middleRows(b * L, L).noalias() += C.alpha[t].row(b).transpose() * dz.row(b);
       dalpha.row(b) += batch.mask[(size_t)b * T + t] * dS.row(b);
     }
     if (cfg_.coverage) dalpha += dcov_later;
@@ -311,10 +311,11 @@ void Decoder::backward(DecoderCache& C, Mat& dF) {
   grad_of(P(kInitHB)).row(0) += dh0.colwise().sum();
   grad_of(P(kInitCW)).noalias() += C.mean_feat.transpose() * dc0;
   grad_of(P(kInitCB)).row(0) += dc0.colwise().sum();
+  if (!dF) return;
   Mat dmean = dh0 * value_of(P(kInitHW)).transpose();
   dmean.noalias() += dc0 * value_of(P(kInitCW)).transpose();
   dmean /= (float)L;
-  for (int b = 0; b < B; ++b) dF.middleRows(b * L, L).rowwise() += dmean.row(b);
+  for (int b = 0; b < B; ++b) dF->middleRows(b * L, L).rowwise() += dmean.row(b);
 }
 
 void Decoder::begin(const Mat& F, int B, State& st) {

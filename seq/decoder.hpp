@@ -70,8 +70,9 @@ class Decoder {
   // F: B*L x D features, one block of L rows per caption. training turns dropout on (drawn from rng).
   DecoderLoss forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
                       DecoderCache& cache);
-  // Adds parameter gradients and writes dF (B*L x D) for the encoder.
-  void backward(DecoderCache& cache, Mat& dF);
+  // Adds parameter gradients and writes dF (B*L x D) for the encoder; dF null when the encoder is frozen
+  // (features from a cache), which skips that work.
+  void backward(DecoderCache& cache, Mat* dF);
 
   // Step-by-step inference (no dropout).
   struct State {

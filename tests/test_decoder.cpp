@@ -62,7 +62,7 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       loss_of(dec, F, cb, penalty, cache);
       Mat dF;
       for (auto* p : dec.params()) p->zero_grad();
-      dec.backward(cache, dF);
+      dec.backward(cache, &dF);
       for (auto* p : dec.params()) {
         CAPTURE(p->name);
         FloatBuffer analytic = p->grad;
@@ -123,7 +123,7 @@ TEST_CASE("decoder: a tiny batch overfits to near-zero loss") {
     DecoderLoss l = dec.forward(F, cb, 0.f, true, &rng, cache);
     if (it == 0) first = l.cross_entropy;
     last = l.cross_entropy;
-    dec.backward(cache, dF);
+    dec.backward(cache, &dF);
     adam.update(params, 1e-2f);
   }
   CHECK(first > 1.5);

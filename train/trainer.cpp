@@ -472,7 +472,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
         F.middleRows((int64_t)b * L, L) = Eigen::Map<Mat>(grid.data() + (size_t)cap_image[b] * L * D, L, D);
       CaptionBatch cb = CaptionBatch::from_ids(caps, opt.max_len);
       DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, &rng, cache);
-      model->decoder->backward(cache, dF);
+      model->decoder->backward(cache, from_features ? nullptr : &dF);
       if (!from_features) {
         dgrid.assign((size_t)n * L * D, 0.f);
         for (int b = 0; b < B; ++b)
