@@ -135,9 +135,4 @@ std::unique_ptr<AttentionScore> make_additive_score(int D, int n, int A, int L, 
   return std::make_unique<AdditiveScore>(D, n, A, L, coverage);
 }
 
-std::unique_ptr<AttentionScore> make_score(const std::string& kind, int D, int n, int A, int L, bool coverage) {
-  if (kind == "additive") return make_additive_score(D, n, A, L, coverage);
-  throw Error("unknown attention score '" + kind + "' (available: additive)");
-}
-
 }  // namespace sat

@@ -15,7 +15,12 @@ class AttentionScore {
   virtual ~AttentionScore() = default;
   virtual std::string name() const = 0;
   virtual void init(Rng& rng) = 0;
-  std::vector<Param>& params() { return params_; }
+  // Every parameter of the score (a wrapper such as the local window adds its inner score's).
+  virtual std::vector<Param*> params() {
+    std::vector<Param*> out;
+    for (auto& p : params_) out.push_back(&p);
+    return out;
+  }
   // Once per batch: work that depends only on the features.
   virtual void precompute(const Mat& F, int B) = 0;
   // e = score(h, coverage); with keep, remembers step t for backward. coverage (B x L, the attention each
@@ -38,8 +43,16 @@ class AttentionScore {
 // c_i is the attention location i received so far: the score can then prefer what has not been looked at.
 std::unique_ptr<AttentionScore> make_additive_score(int feature_dim, int hidden_dim, int attn_dim, int locations,
                                                     bool coverage = false);
-std::unique_ptr<AttentionScore> make_score(const std::string& kind, int feature_dim, int hidden_dim, int attn_dim,
-                                           int locations, bool coverage = false);
+// The score a decoder config asks for: additive, dot (scaled; projected when D != n), general, cosine (NTM, with
+// a key strength), location; optionally wrapped in a local 2-D Gaussian window around a predicted centre.
+struct ScoreSpec {
+  std::string kind = "additive";
+  int feature_dim = 0, hidden_dim = 0, attn_dim = 0, grid_h = 0, grid_w = 0;
+  bool coverage = false;
+  bool local = false;
+  float local_sigma = 0;  // in grid cells; 0: max(1, grid / 4)
+};
+std::unique_ptr<AttentionScore> make_score(const ScoreSpec& spec);
 
 // Row-wise softmax in place.
 void softmax_rows(Mat& m);

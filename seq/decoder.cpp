@@ -17,7 +17,7 @@ nlohmann::json DecoderConfig::to_json() const {
   return {{"vocab_size", vocab_size}, {"embed_dim", embed_dim}, {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim},
           {"feature_dim", feature_dim}, {"grid_h", grid_h},        {"grid_w", grid_w},         {"dropout", dropout},
           {"attention", attention},   {"score", score},            {"order", order},           {"gate", gate},
-          {"coverage", coverage}};
+          {"coverage", coverage},     {"local_sigma", local_sigma}};
 }
 
 DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
@@ -36,6 +36,7 @@ DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
     c.order = j.at("order");
     c.gate = j.at("gate");
     c.coverage = j.value("coverage", false);
+    c.local_sigma = j.value("local_sigma", 0.f);
   } catch (const std::exception& e) {
     throw Error(std::string("decoder config is malformed (") + e.what() + ")");
   }
@@ -43,7 +44,8 @@ DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
   if (bad(c.vocab_size) || bad(c.embed_dim) || bad(c.hidden_dim) || bad(c.attn_dim) || bad(c.feature_dim) ||
       bad(c.grid_h) || bad(c.grid_w) || c.dropout < 0 || c.dropout >= 1)
     throw Error("decoder config has out-of-range sizes");
-  if (c.attention != "soft") throw Error("decoder config: unknown attention '" + c.attention + "'");
+  if (c.attention != "soft" && c.attention != "local")
+    throw Error("decoder config: unknown attention '" + c.attention + "' (soft, local)");
   if (c.order != "bahdanau") throw Error("decoder config: unknown order '" + c.order + "'");
   return c;
 }
@@ -90,13 +92,20 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
   params_[kOutContext] = Param("out.context", {D, m});
   params_[kOutW] = Param("out.weight", {m, V});
   params_[kOutB] = Param("out.bias", {V});
-  score_ = make_score(cfg.score, D, n, cfg.attn_dim, cfg.locations(), cfg.coverage);
+  ScoreSpec spec;
+  spec.kind = cfg.score;
+  spec.feature_dim = D, spec.hidden_dim = n, spec.attn_dim = cfg.attn_dim;
+  spec.grid_h = cfg.grid_h, spec.grid_w = cfg.grid_w;
+  spec.coverage = cfg.coverage;
+  spec.local = cfg.attention == "local";
+  spec.local_sigma = cfg.local_sigma;
+  score_ = make_score(spec);
 }
 
 std::vector<Param*> Decoder::params() {
   std::vector<Param*> out;
   for (auto& p : params_) out.push_back(&p);
-  for (auto& p : score_->params()) out.push_back(&p);
+  for (auto* p : score_->params()) out.push_back(p);
   return out;
 }
 

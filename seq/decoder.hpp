@@ -28,6 +28,7 @@ struct DecoderConfig {
   std::string order = "bahdanau";
   bool gate = true;  // the scalar gate beta on the context
   bool coverage = false;  // the attention score also sees how much each location was attended so far
+  float local_sigma = 0;  // attention "local": Gaussian window width in grid cells (0: max(1, grid / 4))
 
   int locations() const { return grid_h * grid_w; }
   nlohmann::json to_json() const;

@@ -2,6 +2,9 @@
 #include <cstdio>
 #include <oneapi/dnnl/dnnl.h>
 
+#include <sys/resource.h>
+
+#include "datasets/features.hpp"
 #include "seq/decoder.hpp"
 #include "tools/commands.hpp"
 #include "train/evaluate.hpp"
@@ -168,6 +171,87 @@ void add_bench_commands(CLI::App& app) {
                     n / best, 2 * gmac * ips);
       std::fflush(stdout);
     }
+  });
+
+  struct CacheArgs {
+    int images = 120000, grid = 14, channels = 512, batch = 64, steps = 40;
+    std::string path = "/tmp/sat-bench-cache.feat";
+    bool keep = false;
+  };
+  auto ca = std::make_shared<CacheArgs>();
+  auto* cache_cmd = bench->add_subcommand(
+      "cache", "Train the decoder from a memory-mapped feature cache larger than RAM (COCO size by default): "
+               "captions/s and peak resident memory");
+  cache_cmd->add_option("--images", ca->images, "Feature grids in the generated cache")->capture_default_str();
+  cache_cmd->add_option("--grid", ca->grid, "Grid side")->capture_default_str();
+  cache_cmd->add_option("--channels", ca->channels, "Feature channels")->capture_default_str();
+  cache_cmd->add_option("--batch", ca->batch, "Images (one caption each) per step")->capture_default_str();
+  cache_cmd->add_option("--steps", ca->steps, "Timed training steps")->capture_default_str();
+  cache_cmd->add_option("--path", ca->path, "Where the cache is generated (reused if it is already there)")->capture_default_str();
+  cache_cmd->add_flag("--keep", ca->keep, "Keep the generated cache");
+  cache_cmd->callback([ca] {
+    auto peak_mb = [] {
+      struct rusage ru;
+      getrusage(RUSAGE_SELF, &ru);
+      return ru.ru_maxrss / 1024.0;
+    };
+    const int L = ca->grid * ca->grid, D = ca->channels;
+    Rng rng(11);
+    auto t0 = std::chrono::steady_clock::now();
+    if (!file_exists(ca->path)) {
+      FeatureHeader h;
+      h.encoder = {{"kind", "random"}};
+      h.encoder_id = "random";
+      h.grid_h = h.grid_w = ca->grid;
+      h.channels = D;
+      for (int i = 0; i < ca->images; ++i) h.images.push_back("random_" + std::to_string(i) + ".jpg");
+      std::vector<float> pool((size_t)L * D * 2);
+      for (auto& v : pool) v = (float)rng.uniform();
+      FeatureWriter w(ca->path, h);
+      for (int i = w.done(); i < ca->images; ++i)
+        w.append(pool.data() + (size_t)rng.integer(0, (int64_t)L * D - 1), 1);  // a different window per image
+      w.finish();
+      std::printf("generated %s: %d grids of %dx%d, %.1f GB, in %.0f s\n", ca->path.c_str(), ca->images, L, D,
+                  (double)h.record_bytes() * ca->images / 1e9, seconds_since(t0));
+    }
+    FeatureCache cache(ca->path);
+    DecoderConfig cfg;
+    cfg.vocab_size = 3000;
+    cfg.embed_dim = cfg.hidden_dim = cfg.attn_dim = 512;
+    cfg.feature_dim = D;
+    cfg.grid_h = cfg.grid_w = ca->grid;
+    cfg.dropout = 0.5f;
+    Decoder model(cfg);
+    model.init(rng);
+    auto params = model.params();
+    Adam adam;
+    adam.attach(params);
+    const double rss_before = peak_mb();
+    Mat F((int64_t)ca->batch * L, D);
+    DecoderCache dc;
+    double read_s = 0;
+    t0 = std::chrono::steady_clock::now();
+    for (int s = 0; s < ca->steps; ++s) {
+      auto t1 = std::chrono::steady_clock::now();
+      for (int b = 0; b < ca->batch; ++b)  // random images: every step touches new parts of the file
+        cache.read((int)rng.integer(0, cache.size() - 1), F.data() + (size_t)b * L * D);
+      read_s += seconds_since(t1);
+      std::vector<std::vector<int>> caps(ca->batch);
+      for (auto& c : caps)
+        for (int t = 0; t < 15; ++t) c.push_back(4 + (int)rng.integer(0, cfg.vocab_size - 5));
+      CaptionBatch cb = CaptionBatch::from_ids(caps, 16);
+      model.forward(F, cb, 1.f, true, &rng, dc);
+      model.backward(dc, nullptr);
+      Adam::clip_grad_norm(params, 5.0);
+      adam.update(params, 1e-4f);
+      for (auto* p : params) p->zero_grad();
+    }
+    double secs = seconds_since(t0);
+    std::printf("cache %s: %d images, %.1f GB on disk; %d steps of %d captions: %.1f captions/s (reading features "
+                "%.1f%% of the time); peak RSS %.0f MB (%.0f MB before training)\n",
+                ca->path.c_str(), cache.size(), (double)cache.header().record_bytes() * cache.size() / 1e9, ca->steps,
+                ca->batch, ca->steps * ca->batch / secs, 100 * read_s / secs, peak_mb(), rss_before);
+    if (!ca->keep) std::remove(ca->path.c_str());
   });
 
   struct MetricArgs {

@@ -37,7 +37,7 @@ void add_eval_commands(CLI::App& app) {
   });
 
   struct EvalArgs {
-    std::string model = default_model_path(), data, images, split, results_out, results, refs;
+    std::string model = default_model_path(), data, images, split, results_out, results, refs, features;
     int beam = 3;
     bool json = false;
   };
@@ -52,6 +52,7 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--data", e->data, "Data to caption and score: a data dir, COCO captions JSON or captions.csv");
   ev->add_option("--images", e->images, "Image folder when --data is a JSON/CSV file");
   ev->add_option("--split", e->split, "Only these image file names (one per line)");
+  ev->add_option("--features", e->features, "Read the images' features from this cache (sat extract) instead of encoding them");
   ev->add_option("--beam", e->beam, "Beam size (1 = greedy)")->capture_default_str();
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
@@ -66,7 +67,15 @@ void add_eval_commands(CLI::App& app) {
       auto model = CaptionModel::load(e->model);
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
       nlohmann::json results;
-      scores = caption_and_score(*model, set, e->beam, &results);
+      if (!e->features.empty()) {
+        FeatureCache cache(e->features);
+        std::vector<std::string> names;
+        for (auto& img : set.images) names.push_back(img.file_name);
+        cache.require(model->encoder_id(), names);
+        scores = validate_features(*model, set, cache, e->beam, &results);
+      } else {
+        scores = caption_and_score(*model, set, e->beam, &results);
+      }
       if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
     }
     if (e->json) std::printf("%s\n", scores.to_json().dump(2).c_str());

@@ -1,0 +1,353 @@
+// The other attention scores (additive lives in attention.cpp) and the local window.
+#include <cmath>
+
+#include "seq/attention.hpp"
+
+namespace sat {
+
+namespace {
+
+void init_uniform(Param& p, Rng& rng, double fan_in) {
+  double a = 1.0 / std::sqrt(fan_in);
+  for (auto& v : p.value) v = (float)rng.uniform(-a, a);
+}
+
+template <typename T>
+void keep_step(std::vector<T>& v, int t, const T& x) {
+  if ((int)v.size() <= t) v.resize(t + 1);
+  v[t] = x;
+}
+
+// Dot (Luong): e_i = h . k_i / sqrt(n), with k_i = a_i when D == n, else a learned projection k_i = W_k a_i
+// (algebraically the general score, computed keys-first once per batch). Scaled by 1/sqrt(n) so large feature
+// vectors do not saturate the softmax at initialization.
+class DotScore final : public AttentionScore {
+ public:
+  DotScore(int D, int n, int L) : D_(D), n_(n), L_(L), project_(D != n) {
+    if (project_) params_.emplace_back("attention.key_proj.weight", std::vector<int64_t>{D, n});
+    scale_ = 1.f / std::sqrt((float)n);
+  }
+  std::string name() const override { return "dot"; }
+  void init(Rng& rng) override {
+    if (project_) init_uniform(params_[0], rng, D_);
+  }
+  void precompute(const Mat& F, int B) override {
+    B_ = B;
+    F_ = &F;
+    if (project_) K_.noalias() = F * value_of(params_[0]);
+    else K_ = F;
+    dK_.setZero(K_.rows(), K_.cols());
+    h_.clear();
+  }
+  void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
+    e.resize(B_, L_);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) e.row(b).noalias() = scale_ * (K_.middleRows(b * L_, L_) * h.row(b).transpose()).transpose();
+    if (keep) keep_step(h_, t, h);
+  }
+  void backward(int t, const Mat& de, Mat& dh, Mat*, Mat*) override {
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) {
+      dh.row(b).noalias() += scale_ * de.row(b) * K_.middleRows(b * L_, L_);
+      dK_.middleRows(b * L_, L_).noalias() += scale_ * de.row(b).transpose() * h_[t].row(b);
+    }
+  }
+  void finish_backward(Mat* dF) override {
+    if (project_) {
+      grad_of(params_[0]).noalias() += F_->transpose() * dK_;
+      if (dF) dF->noalias() += dK_ * value_of(params_[0]).transpose();
+    } else if (dF) {
+      *dF += dK_;
+    }
+  }
+  void select_rows(const std::vector<int>& rows) override {
+    Mat out(rows.size() * L_, K_.cols());
+    for (size_t r = 0; r < rows.size(); ++r) out.middleRows(r * L_, L_) = K_.middleRows(rows[r] * L_, L_);
+    K_ = std::move(out);
+    B_ = (int)rows.size();
+  }
+
+ private:
+  int D_, n_, L_, B_ = 0;
+  bool project_;
+  float scale_;
+  const Mat* F_ = nullptr;
+  Mat K_, dK_;
+  std::vector<Mat> h_;
+};
+
+// General (Luong): e_i = (h W) . a_i / sqrt(D), the query projected into feature space each step.
+class GeneralScore final : public AttentionScore {
+ public:
+  GeneralScore(int D, int n, int L) : D_(D), n_(n), L_(L) {
+    params_.emplace_back("attention.query_proj.weight", std::vector<int64_t>{n, D});
+    scale_ = 1.f / std::sqrt((float)D);
+  }
+  std::string name() const override { return "general"; }
+  void init(Rng& rng) override { init_uniform(params_[0], rng, n_); }
+  void precompute(const Mat& F, int B) override {
+    B_ = B;
+    F_ = &F;
+    h_.clear(), q_.clear();
+  }
+  // The decoder's features: beam search reorders them itself (Decoder::select_rows), so no copy is kept here.
+  const Mat& feats() const { return *F_; }
+  void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
+    Mat q = h * value_of(params_[0]);  // B x D
+    const Mat& F = feats();
+    e.resize(B_, L_);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) e.row(b).noalias() = scale_ * (F.middleRows(b * L_, L_) * q.row(b).transpose()).transpose();
+    if (keep) keep_step(h_, t, h), keep_step(q_, t, q);
+  }
+  void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat*) override {
+    const Mat& F = feats();
+    Mat dq(B_, D_);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) {
+      dq.row(b).noalias() = scale_ * de.row(b) * F.middleRows(b * L_, L_);
+      if (dF) dF->middleRows(b * L_, L_).noalias() += scale_ * de.row(b).transpose() * q_[t].row(b);
+    }
+    grad_of(params_[0]).noalias() += h_[t].transpose() * dq;
+    dh.noalias() += dq * value_of(params_[0]).transpose();
+  }
+  void finish_backward(Mat*) override {}
+  void select_rows(const std::vector<int>& rows) override { B_ = (int)rows.size(); }
+
+ private:
+  int D_, n_, L_, B_ = 0;
+  float scale_;
+  const Mat* F_ = nullptr;
+  std::vector<Mat> h_, q_;
+};
+
+// Cosine (content addressing of Neural Turing Machines): e_i = beta * cos(W_q h, U a_i + b), with the key
+// strength beta = softplus(w_b . h + b_b) > 0 emitted from the query, so the decoder chooses how sharp to look.
+class CosineScore final : public AttentionScore {
+ public:
+  CosineScore(int D, int n, int A, int L) : D_(D), n_(n), A_(A), L_(L) {
+    params_.emplace_back("attention.feat_proj.weight", std::vector<int64_t>{D, A});
+    params_.emplace_back("attention.feat_proj.bias", std::vector<int64_t>{A});
+    params_.emplace_back("attention.query_proj.weight", std::vector<int64_t>{n, A});
+    params_.emplace_back("attention.strength.weight", std::vector<int64_t>{n, 1});
+    params_.emplace_back("attention.strength.bias", std::vector<int64_t>{1});
+  }
+  std::string name() const override { return "cosine"; }
+  void init(Rng& rng) override {
+    init_uniform(params_[0], rng, D_);
+    std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
+    init_uniform(params_[2], rng, n_);
+    init_uniform(params_[3], rng, n_);
+    params_[4].value[0] = 2.f;  // softplus(2) ~ 2.1: a moderately sharp start
+  }
+  void precompute(const Mat& F, int B) override {
+    B_ = B;
+    F_ = &F;
+    K_.noalias() = F * value_of(params_[0]);
+    K_.rowwise() += value_of(params_[1]).row(0);
+    knorm_ = (K_.rowwise().squaredNorm().array() + kEps).sqrt().matrix();
+    dK_.setZero(K_.rows(), K_.cols());
+    steps_.clear();
+  }
+  void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
+    Step s;
+    s.h = h;
+    s.q = h * value_of(params_[2]);
+    s.qnorm = (s.q.rowwise().squaredNorm().array() + kEps).sqrt().matrix();
+    Mat pre = (h * value_of(params_[3])).array() + params_[4].value[0];
+    s.beta = pre.unaryExpr([](float x) { return x > 20 ? x : std::log1p(std::exp(x)); });
+    s.dsoft = pre.unaryExpr([](float x) { return 1.f / (1.f + std::exp(-x)); });
+    s.cos.resize(B_, L_);
+    e.resize(B_, L_);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) {
+      Eigen::RowVectorXf dots = (K_.middleRows(b * L_, L_) * s.q.row(b).transpose()).transpose();
+      s.cos.row(b) = dots.array() / (knorm_.middleRows(b * L_, L_).transpose().array() * s.qnorm(b));
+      e.row(b) = s.beta(b, 0) * s.cos.row(b);
+    }
+    if (keep) keep_step(steps_, t, s);
+  }
+  void backward(int t, const Mat& de, Mat& dh, Mat*, Mat*) override {
+    const Step& s = steps_[t];
+    Mat dq(B_, A_), dpre(B_, 1);
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B_; ++b) {
+      const float beta = s.beta(b, 0), qn = s.qnorm(b);
+      dpre(b, 0) = de.row(b).dot(s.cos.row(b)) * s.dsoft(b, 0);
+      Eigen::RowVectorXf dc = beta * de.row(b);  // d loss / d cos_i
+      auto Kb = K_.middleRows(b * L_, L_);
+      auto kn = knorm_.middleRows(b * L_, L_).col(0).array();
+      // d cos_i / d q = k_i / (|q||k_i|) - cos_i q / |q|^2
+      Eigen::RowVectorXf w = (dc.transpose().array() / (kn * qn)).matrix().transpose();
+      dq.row(b) = w * Kb - (dc.dot(s.cos.row(b)) / (qn * qn)) * s.q.row(b);
+      // d cos_i / d k_i = q / (|q||k_i|) - cos_i k_i / |k_i|^2
+      dK_.middleRows(b * L_, L_) += w.transpose() * s.q.row(b);
+      Eigen::ArrayXf c = (dc.array() * s.cos.row(b).array()).transpose() / kn.square();
+      dK_.middleRows(b * L_, L_) -= (Kb.array().colwise() * c).matrix();
+    }
+    grad_of(params_[2]).noalias() += s.h.transpose() * dq;
+    dh.noalias() += dq * value_of(params_[2]).transpose();
+    grad_of(params_[3]).noalias() += s.h.transpose() * dpre;
+    params_[4].grad[0] += dpre.sum();
+    dh.noalias() += dpre * value_of(params_[3]).transpose();
+  }
+  void finish_backward(Mat* dF) override {
+    grad_of(params_[0]).noalias() += F_->transpose() * dK_;
+    grad_of(params_[1]).row(0) += dK_.colwise().sum();
+    if (dF) dF->noalias() += dK_ * value_of(params_[0]).transpose();
+  }
+  void select_rows(const std::vector<int>& rows) override {
+    Mat out(rows.size() * L_, A_), kn(rows.size() * L_, 1);
+    for (size_t r = 0; r < rows.size(); ++r) {
+      out.middleRows(r * L_, L_) = K_.middleRows(rows[r] * L_, L_);
+      kn.middleRows(r * L_, L_) = knorm_.middleRows(rows[r] * L_, L_);
+    }
+    K_ = std::move(out), knorm_ = std::move(kn);
+    B_ = (int)rows.size();
+  }
+
+ private:
+  static constexpr float kEps = 1e-6f;
+  struct Step {
+    Mat h, q, qnorm, beta, dsoft, cos;
+  };
+  int D_, n_, A_, L_, B_ = 0;
+  const Mat* F_ = nullptr;
+  Mat K_, knorm_, dK_;
+  std::vector<Step> steps_;
+};
+
+// Location-only (Luong): e = W_l h + b over the L positions; the features are not consulted.
+class LocationScore final : public AttentionScore {
+ public:
+  LocationScore(int n, int L) : n_(n), L_(L) {
+    params_.emplace_back("attention.location.weight", std::vector<int64_t>{n, L});
+    params_.emplace_back("attention.location.bias", std::vector<int64_t>{L});
+  }
+  std::string name() const override { return "location"; }
+  void init(Rng& rng) override {
+    init_uniform(params_[0], rng, n_);
+    std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
+  }
+  void precompute(const Mat&, int B) override { B_ = B, h_.clear(); }
+  void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
+    e.noalias() = h * value_of(params_[0]);
+    e.rowwise() += value_of(params_[1]).row(0);
+    if (keep) keep_step(h_, t, h);
+  }
+  void backward(int t, const Mat& de, Mat& dh, Mat*, Mat*) override {
+    grad_of(params_[0]).noalias() += h_[t].transpose() * de;
+    grad_of(params_[1]).row(0) += de.colwise().sum();
+    dh.noalias() += de * value_of(params_[0]).transpose();
+  }
+  void finish_backward(Mat*) override {}
+  void select_rows(const std::vector<int>& rows) override { B_ = (int)rows.size(); }
+
+ private:
+  int n_, L_, B_ = 0;
+  std::vector<Mat> h_;
+};
+
+// Local attention (Luong's local-p, in two dimensions): a centre p = (G - 1) * sigmoid(W_2 tanh(W_1 h)) on the
+// grid, and the inner score plus the log of a Gaussian window around it: e_i += -|pos_i - p|^2 / (2 sigma^2).
+// After the softmax that is the inner attention multiplied by the window and renormalized.
+class LocalScore final : public AttentionScore {
+ public:
+  LocalScore(std::unique_ptr<AttentionScore> inner, int n, int A, int gh, int gw, float sigma)
+      : inner_(std::move(inner)), n_(n), A_(A), gh_(gh), gw_(gw), sigma_(sigma) {
+    params_.emplace_back("attention.centre.hidden", std::vector<int64_t>{n, A});
+    params_.emplace_back("attention.centre.weight", std::vector<int64_t>{A, 2});
+    params_.emplace_back("attention.centre.bias", std::vector<int64_t>{2});
+  }
+  std::string name() const override { return "local+" + inner_->name(); }
+  bool uses_coverage() const override { return inner_->uses_coverage(); }
+  std::vector<Param*> params() override {
+    std::vector<Param*> out = inner_->params();
+    for (auto& p : params_) out.push_back(&p);
+    return out;
+  }
+  void init(Rng& rng) override {
+    inner_->init(rng);
+    init_uniform(params_[0], rng, n_);
+    init_uniform(params_[1], rng, A_);
+    std::fill(params_[2].value.begin(), params_[2].value.end(), 0.f);  // start at the centre of the grid
+  }
+  void precompute(const Mat& F, int B) override {
+    B_ = B;
+    inner_->precompute(F, B);
+    steps_.clear();
+  }
+  void forward(int t, const Mat& h, const Mat* cov, Mat& e, bool keep) override {
+    inner_->forward(t, h, cov, e, keep);
+    Step s;
+    s.h = h;
+    s.u = (h * value_of(params_[0])).array().tanh().matrix();
+    Mat pre = s.u * value_of(params_[1]);
+    pre.rowwise() += value_of(params_[2]).row(0);
+    s.sig = (1.f / (1.f + (-pre.array()).exp())).matrix();
+    s.p.resize(B_, 2);
+    s.p.col(0) = s.sig.col(0) * (float)(gh_ - 1);
+    s.p.col(1) = s.sig.col(1) * (float)(gw_ - 1);
+    const float k = 1.f / (2 * sigma_ * sigma_);
+    for (int b = 0; b < B_; ++b)
+      for (int i = 0; i < gh_ * gw_; ++i) {
+        float dr = i / gw_ - s.p(b, 0), dc = i % gw_ - s.p(b, 1);
+        e(b, i) -= k * (dr * dr + dc * dc);
+      }
+    if (keep) keep_step(steps_, t, s);
+  }
+  void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat* dcov) override {
+    inner_->backward(t, de, dh, dF, dcov);
+    const Step& s = steps_[t];
+    const float inv = 1.f / (sigma_ * sigma_);
+    Mat dsig(B_, 2);
+    for (int b = 0; b < B_; ++b) {
+      double gr = 0, gc = 0;  // d e_i / d p = (pos_i - p) / sigma^2
+      for (int i = 0; i < gh_ * gw_; ++i) {
+        gr += de(b, i) * (i / gw_ - s.p(b, 0)) * inv;
+        gc += de(b, i) * (i % gw_ - s.p(b, 1)) * inv;
+      }
+      dsig(b, 0) = (float)gr * (gh_ - 1) * s.sig(b, 0) * (1 - s.sig(b, 0));
+      dsig(b, 1) = (float)gc * (gw_ - 1) * s.sig(b, 1) * (1 - s.sig(b, 1));
+    }
+    grad_of(params_[1]).noalias() += s.u.transpose() * dsig;
+    grad_of(params_[2]).row(0) += dsig.colwise().sum();
+    Mat du = (dsig * value_of(params_[1]).transpose()).array() * (1.f - s.u.array().square());
+    grad_of(params_[0]).noalias() += s.h.transpose() * du;
+    dh.noalias() += du * value_of(params_[0]).transpose();
+  }
+  void finish_backward(Mat* dF) override {
+    inner_->finish_backward(dF);
+  }
+  void select_rows(const std::vector<int>& rows) override {
+    inner_->select_rows(rows);
+    B_ = (int)rows.size();
+  }
+ private:
+  struct Step {
+    Mat h, u, sig, p;
+  };
+  std::unique_ptr<AttentionScore> inner_;
+  int n_, A_, gh_, gw_, B_ = 0;
+  float sigma_;
+  std::vector<Step> steps_;
+};
+
+}  // namespace
+
+std::unique_ptr<AttentionScore> make_score(const ScoreSpec& s) {
+  std::unique_ptr<AttentionScore> inner;
+  if (s.kind != "additive" && s.coverage)
+    throw Error("coverage works with the additive score only (got '" + s.kind + "')");
+  if (s.kind == "additive") inner = make_additive_score(s.feature_dim, s.hidden_dim, s.attn_dim, s.grid_h * s.grid_w, s.coverage);
+  else if (s.kind == "dot") inner = std::make_unique<DotScore>(s.feature_dim, s.hidden_dim, s.grid_h * s.grid_w);
+  else if (s.kind == "general") inner = std::make_unique<GeneralScore>(s.feature_dim, s.hidden_dim, s.grid_h * s.grid_w);
+  else if (s.kind == "cosine") inner = std::make_unique<CosineScore>(s.feature_dim, s.hidden_dim, s.attn_dim, s.grid_h * s.grid_w);
+  else if (s.kind == "location") inner = std::make_unique<LocationScore>(s.hidden_dim, s.grid_h * s.grid_w);
+  else throw Error("unknown attention score '" + s.kind + "' (additive, dot, general, cosine, location)");
+  if (!s.local) return inner;
+  float sigma = s.local_sigma > 0 ? s.local_sigma : std::max(1.f, std::max(s.grid_h, s.grid_w) / 4.f);
+  return std::make_unique<LocalScore>(std::move(inner), s.hidden_dim, s.attn_dim, s.grid_h, s.grid_w, sigma);
+}
+
+}  // namespace sat
