@@ -29,6 +29,15 @@ struct DecoderConfig {
   bool gate = true;  // the scalar gate beta on the context
   bool coverage = false;  // the attention score also sees how much each location was attended so far
   float local_sigma = 0;  // attention "local": Gaussian window width in grid cells (0: max(1, grid / 4))
+  // attention "hard" (Xu et al. 2015, section 4.1): a location s ~ Categorical(alpha) per step, glimpse there
+  int hard_window = 1;           // glimpse: the feature at s (1) or a Gaussian-weighted k x k window around it
+  float hard_soft_prob = 0.5f;   // training: with this probability a step uses the expected (soft) context
+  float reinforce_weight = 1.f;  // lambda_r: weight of the REINFORCE term (log p(y) - baseline) grad log p(s)
+  float entropy_weight = 0.002f; // lambda_e: entropy bonus on alpha
+  bool hard_sample_at_test = false;  // test time: sample s (seeded) instead of taking the argmax
+
+  bool attends() const { return attention != "none"; }
+  bool hard() const { return attention == "hard"; }
 
   int locations() const { return grid_h * grid_w; }
   nlohmann::json to_json() const;
@@ -47,6 +56,9 @@ struct DecoderLoss {
   double cross_entropy = 0;  // mean over real tokens
   double penalty = 0;        // lambda * mean_{b,i} (1 - sum_t alpha_ti)^2
   int64_t tokens = 0;
+  // hard attention: the REINFORCE signal log p(y | s) - baseline over the batch (its variance is the variance
+  // of the estimator's weights), and the mean entropy of alpha
+  double advantage_mean = 0, advantage_var = 0, entropy = 0;
   double total() const { return cross_entropy + penalty; }
 };
 
@@ -59,7 +71,20 @@ struct DecoderCache {
   std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state
   std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c, hdrop_mask, out_tanh, odrop_mask, probs;
   Mat alpha_sum;  // B x L: sum over real steps
+  // hard attention: per step the glimpse weights used for the context (one-hot/window, or alpha when the step
+  // took the expected context), the sampled location and whether the step was soft
+  std::vector<Mat> glimpse;
+  std::vector<std::vector<int>> location;
+  std::vector<std::vector<char>> soft_step;
+  std::vector<double> advantage;  // per caption: log p(y | s) - baseline
 };
+
+// Hard attention's REINFORCE step on the scores e of one row (alpha = softmax(e), s the sampled location):
+// adds scale * d/de [ -lambda_r * advantage * log alpha_s - lambda_e * H(alpha) ], i.e.
+//   scale * ( lambda_r * advantage * (alpha - onehot(s)) + lambda_e * alpha * (log alpha + H) ).
+// Its expectation over s ~ alpha is the gradient of -lambda_r E[f(s)] when advantage = f(s) - b (any constant b).
+void add_reinforce_grad(const float* alpha, int L, int s, float advantage, float lambda_r, float lambda_e, float scale,
+                        float* de);
 
 class Decoder {
  public:
@@ -80,6 +105,8 @@ class Decoder {
     Mat h, c;
     Mat coverage;  // B x L, attention received so far
     Mat F;  // B*L x D, follows the rows when beams are reordered
+    std::vector<int> location;  // hard attention: the location each row looked at in the last step
+    Rng rng{12345};             // hard attention sampled at test time
   };
   void begin(const Mat& F, int B, State& st);
   // tokens: previous word per row. logprobs: B x V. alpha: B x L.
@@ -89,6 +116,8 @@ class Decoder {
  private:
   Param& P(int i) { return params_[i]; }
   void context(const Mat& F, const Mat& alpha, Mat& z) const;
+  // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
+  void glimpse_weights(int s, float* w) const;
   DecoderConfig cfg_;
   std::vector<Param> params_;
   std::unique_ptr<AttentionScore> score_;

@@ -33,6 +33,7 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
       float lp = logp.row(r).maxCoeff(&best);
       h.logprob += lp;
       h.alphas.emplace_back(alpha.row(r).data(), alpha.row(r).data() + alpha.cols());
+      if (dec.config().hard()) h.locations.push_back(st.location[r]);
       if (best == kEnd) {
         h = finish(h, true);
         continue;
@@ -101,6 +102,7 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
         Hypothesis h = live[c.row].h;
         h.logprob = c.lp;
         h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
+        if (dec.config().hard()) h.locations.push_back(st.location[c.row]);
         if (c.word == kEnd) {
           if ((int)finished[img].size() < beam) finished[img].push_back(finish(std::move(h), true));
           continue;

@@ -9,6 +9,7 @@ namespace sat {
 struct Hypothesis {
   std::vector<int> tokens;                 // words only (no <start>, no <end>)
   std::vector<std::vector<float>> alphas;  // one attention map (L) per emitted token, <end> included
+  std::vector<int> locations;              // hard attention: the glimpse location per emitted token
   double logprob = 0;                      // sum over emitted tokens, <end> included
   double score = 0;                        // logprob / number of emitted tokens
 };

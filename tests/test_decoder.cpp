@@ -1,5 +1,8 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
+#include <cmath>
+
 #include "seq/decoder.hpp"
 #include "seq/search.hpp"
 #include "tests/gradcheck.hpp"
@@ -49,8 +52,11 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
   struct Variant {
     std::string score, attention;
   };
-  const std::vector<Variant> kinds = {{"dot", "soft"},     {"general", "soft"}, {"cosine", "soft"},
-                                      {"location", "soft"}, {"additive", "local"}, {"general", "local"}};
+  // hard: with lambda_r = lambda_e = 0 the backward is the exact gradient of the loss given the sampled glimpses
+  // (drawn from the same seed at every evaluation); the REINFORCE part is checked for bias separately.
+  const std::vector<Variant> kinds = {{"dot", "soft"},      {"general", "soft"},    {"cosine", "soft"},
+                                      {"location", "soft"},  {"additive", "local"}, {"general", "local"},
+                                      {"additive", "none"},  {"additive", "hard"},  {"dot", "hard"}};
   for (int variant = 0; variant < 5 + (int)kinds.size(); ++variant) {
     {
       const float penalty = variant % 2 ? 3.f : 0.f, dropout = variant >= 2 && variant < 5 ? 0.3f : 0.f;
@@ -61,8 +67,11 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       CAPTURE(coverage);
       CAPTURE(kind.score);
       CAPTURE(kind.attention);
+      if (getenv("SAT_GRADCHECK_VERBOSE")) fprintf(stderr, "variant %d %s %s\n", variant, kind.score.c_str(), kind.attention.c_str());
       Rng rng(5);
       DecoderConfig cfg = small_config(dropout, coverage, kind.score, kind.attention);
+      cfg.reinforce_weight = cfg.entropy_weight = 0;
+      if (variant % 2 == 0) cfg.hard_window = 3;
       Decoder dec(cfg);
       dec.init(rng);
       for (auto* p : dec.params())  // make biases non-zero so their paths are exercised
@@ -75,6 +84,7 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       for (auto* p : dec.params()) p->zero_grad();
       dec.backward(cache, &dF);
       for (auto* p : dec.params()) {
+        if (!p->trainable) continue;  // buffers (the REINFORCE baseline) have no gradient
         CAPTURE(p->name);
         FloatBuffer analytic = p->grad;
         auto r = test::check_gradient(p->value, analytic, [&] { return loss_of(dec, F, cb, penalty, cache); }, 12, 5e-3);
@@ -169,5 +179,56 @@ TEST_CASE("search: beam 1 equals greedy, captions are never empty, alphas are di
         CHECK(s == doctest::Approx(1.0).epsilon(1e-4));
       }
     }
+  }
+}
+
+TEST_CASE("REINFORCE: the estimator of hard attention is unbiased on a toy problem with a known gradient") {
+  // J(e) = E_{s ~ softmax(e)} f(s). Exact: dJ/de_i = alpha_i (f_i - J). The estimator add_reinforce_grad gives for
+  // the loss -J (lambda_r = 1, advantage f(s) - b) must average to -dJ/de, for any baseline b.
+  const int L = 5;
+  const float e[L] = {0.3f, -1.0f, 0.8f, 0.1f, -0.4f}, f[L] = {1.0f, 3.0f, -2.0f, 0.5f, 4.0f};
+  float alpha[L], mx = *std::max_element(e, e + L), sum = 0;
+  for (int i = 0; i < L; ++i) sum += alpha[i] = std::exp(e[i] - mx);
+  double J = 0;
+  for (int i = 0; i < L; ++i) alpha[i] /= sum, J += alpha[i] * f[i];
+  for (float baseline : {0.f, 1.2f}) {
+    Rng rng(99);
+    const int N = 40000;
+    std::vector<double> mean(L, 0), sq(L, 0);
+    for (int k = 0; k < N; ++k) {
+      double u = rng.uniform(), acc = 0;
+      int s = L - 1;
+      for (int i = 0; i < L; ++i)
+        if ((acc += alpha[i]) > u) {
+          s = i;
+          break;
+        }
+      float de[L] = {0};
+      add_reinforce_grad(alpha, L, s, f[s] - baseline, 1.f, 0.f, 1.f, de);
+      for (int i = 0; i < L; ++i) mean[i] += de[i] / N, sq[i] += (double)de[i] * de[i] / N;
+    }
+    for (int i = 0; i < L; ++i) {
+      double exact = -alpha[i] * (f[i] - J), se = std::sqrt((sq[i] - mean[i] * mean[i]) / N);
+      CAPTURE(baseline);
+      CAPTURE(i);
+      CHECK(std::fabs(mean[i] - exact) < 4 * se);
+      CHECK(se < 0.05);  // enough samples for the check to mean something
+    }
+  }
+  // The entropy bonus is deterministic: lambda_e * d(-H)/de against finite differences.
+  float de[L] = {0};
+  add_reinforce_grad(alpha, L, 0, 0.f, 0.f, 1.f, 1.f, de);
+  auto negH = [&](const float* x) {
+    float a[L], m = *std::max_element(x, x + L), z = 0;
+    for (int i = 0; i < L; ++i) z += a[i] = std::exp(x[i] - m);
+    double h = 0;
+    for (int i = 0; i < L; ++i) h += (a[i] / z) * std::log(a[i] / z);
+    return h;
+  };
+  for (int i = 0; i < L; ++i) {
+    float xp[L], xm[L];
+    std::copy(e, e + L, xp), std::copy(e, e + L, xm);
+    xp[i] += 1e-3f, xm[i] -= 1e-3f;
+    CHECK(de[i] == doctest::Approx((negH(xp) - negH(xm)) / 2e-3).epsilon(1e-2));
   }
 }

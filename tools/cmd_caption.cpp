@@ -108,7 +108,7 @@ void add_caption_commands(CLI::App& app) {
     o.panel = std::max(32, b->panel);
     o.columns = std::max(1, b->columns);
     cv::Mat grid = attention_overlay(img, h.alphas, words, model->encoder_config.grid_h(),
-                                     model->encoder_config.grid_w(), o);
+                                     model->encoder_config.grid_w(), o, h.locations);
     write_image(b->out, grid);
     std::printf("%s\n", join_words(words).c_str());
     std::fflush(stdout);

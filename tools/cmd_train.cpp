@@ -33,6 +33,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--attn", o->attn_dim, "Attention projection size")->capture_default_str();
   cmd->add_option("--dropout", o->dropout, "Dropout on the LSTM output and the deep output layer")->capture_default_str();
   cmd->add_option("--coverage", o->coverage, "Coverage-aware attention: the score also sees how much each location was attended so far")->capture_default_str();
+  cmd->add_option("--attention", o->attention, "soft, hard (sampled glimpse, REINFORCE), local (window around a "
+                  "predicted centre) or none (Show and Tell)")->capture_default_str();
+  cmd->add_option("--score", o->score, "Attention score: additive, dot, general, cosine or location")->capture_default_str();
+  cmd->add_option("--order", o->order, "bahdanau (attend with the previous state, context into the LSTM)")->capture_default_str();
+  cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")->capture_default_str();
+  cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")->capture_default_str();
+  cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")->capture_default_str();
+  cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")->capture_default_str();
+  cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")->capture_default_str();
   cmd->add_option("--max-len", o->max_len, "Longest caption in words (longer ones are cut)")->capture_default_str();
   cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Maximum number of epochs (0: write the initialized, untrained model)")->capture_default_str();

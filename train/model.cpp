@@ -15,6 +15,7 @@ void CaptionModel::build() {
   decoder_config.feature_dim = encoder_config.feature_dim();
   decoder_config.grid_h = encoder_config.grid_h();
   decoder_config.grid_w = encoder_config.grid_w();
+  decoder_config = DecoderConfig::from_json(decoder_config.to_json());  // validates the attention choice
   build_encoder();
   decoder = std::make_unique<Decoder>(decoder_config);
 }

@@ -28,6 +28,9 @@ json TrainOptions::to_json() const {
           {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
           {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
           {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
+          {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
+          {"hard_samples", hard_samples}, {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
+          {"local_sigma", local_sigma},
           {"checkpoint_every", checkpoint_every}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
@@ -48,6 +51,14 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.encoder_size = j.value("encoder_size", 0);
     o.features = j.value("features", std::string());
     o.val_features = j.value("val_features", std::string());
+    o.attention = j.value("attention", std::string("soft"));
+    o.score = j.value("score", std::string("additive"));
+    o.order = j.value("order", std::string("bahdanau"));
+    o.hard_window = j.value("hard_window", 1);
+    o.hard_samples = j.value("hard_samples", 1);
+    o.reinforce_weight = j.value("reinforce_weight", 1.f);
+    o.entropy_weight = j.value("entropy_weight", 0.002f);
+    o.local_sigma = j.value("local_sigma", 0.f);
   } catch (const std::exception& e) {
     throw Error(std::string("training options are malformed (") + e.what() + ")");
   }
@@ -340,6 +351,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     model->decoder_config.attn_dim = opt.attn_dim;
     model->decoder_config.dropout = opt.dropout;
     model->decoder_config.coverage = opt.coverage;
+    model->decoder_config.attention = opt.attention;
+    model->decoder_config.score = opt.score;
+    model->decoder_config.order = opt.order;
+    model->decoder_config.hard_window = opt.hard_window;
+    model->decoder_config.reinforce_weight = opt.reinforce_weight;
+    model->decoder_config.entropy_weight = opt.entropy_weight;
+    model->decoder_config.local_sigma = opt.local_sigma;
     model->max_len = opt.max_len;
     model->build();
     model->init(rng);
@@ -440,7 +458,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     char label[64];
     std::snprintf(label, sizeof label, "epoch %d/%d", st.epoch + 1, opt.epochs);
     Progress bar(label, steps_per_epoch);
-    double loss_sum = 0, pen_sum = 0;
+    double loss_sum = 0, pen_sum = 0, adv_var_sum = 0;
     int loss_count = 0;
     int64_t captions_done = 0;
     auto t0 = std::chrono::steady_clock::now();
@@ -456,7 +474,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
           shuffle(ci, rng);
           ci.resize(opt.captions_per_image);
         }
-        for (int c : ci) caps.push_back(caption_ids[c]), cap_image.push_back(k);
+        for (int c : ci)
+          for (int r = 0; r < (model->decoder_config.hard() ? std::max(1, opt.hard_samples) : 1); ++r)
+            caps.push_back(caption_ids[c]), cap_image.push_back(k);  // hard: several glimpse samples per caption
       }
       if (caps.empty()) continue;
       if (from_features) {
@@ -486,14 +506,20 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
                                                     std::to_string(st.global_step) + " (try a lower --lr)");
       loss_sum += loss.cross_entropy;
       pen_sum += loss.penalty;
+      adv_var_sum += loss.advantage_var;
       ++loss_count;
       captions_done += B;
       ++st.global_step;
       st.step_in_epoch = s + 1;
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
       char stats[128];
-      std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_sum / loss_count,
-                    pen_sum / loss_count, captions_done / std::max(secs, 1e-9));
+      if (model->decoder_config.hard())  // the spread of the REINFORCE weights: the estimator's variance
+        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  reinforce var %.1f  %.0f cap/s",
+                      loss_sum / loss_count, pen_sum / loss_count, adv_var_sum / loss_count,
+                      captions_done / std::max(secs, 1e-9));
+      else
+        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_sum / loss_count,
+                      pen_sum / loss_count, captions_done / std::max(secs, 1e-9));
       bar.update(s + 1, stats);
       if (opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
         save_checkpoint(ckpt_path, *model, adam, opt, st, rng);

@@ -35,6 +35,11 @@ struct TrainOptions {
   int embed_dim = 128, hidden_dim = 256, attn_dim = 128;
   float dropout = 0.3f;
   bool coverage = false;
+  std::string attention = "soft";  // soft, hard, local, none
+  std::string score = "additive";  // additive, dot, general, cosine, location
+  std::string order = "bahdanau";
+  int hard_window = 1, hard_samples = 1;
+  float reinforce_weight = 1.f, entropy_weight = 0.002f, local_sigma = 0;
   int max_len = 20, min_count = 1;
   // optimization
   int epochs = 15;

@@ -25,7 +25,8 @@ static cv::Mat labelled(const cv::Mat& panel, const std::string& text) {
 }
 
 cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<float>>& alphas,
-                          const std::vector<std::string>& words, int gh, int gw, const OverlayOptions& opt) {
+                          const std::vector<std::string>& words, int gh, int gw, const OverlayOptions& opt,
+                          const std::vector<int>& locations) {
   if (alphas.size() < words.size()) throw Error("overlay: fewer attention maps than words");
   const int P = opt.panel;
   cv::Mat base;
@@ -44,7 +45,16 @@ cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<floa
     cv::Mat u8, heat, blended;
     up.convertTo(u8, CV_8U, 255.0);
     cv::applyColorMap(u8, heat, cv::COLORMAP_JET);
-    cv::addWeighted(base, 1.0 - opt.blend, heat, opt.blend, 0.0, blended);
+    if (hi <= 0) blended = base.clone();  // no attention: nothing to draw
+    else cv::addWeighted(base, 1.0 - opt.blend, heat, opt.blend, 0.0, blended);
+    if (k < locations.size() && locations[k] >= 0) {  // hard attention: where the glimpse was taken
+      const double cw = (double)P / gw, ch = (double)P / gh;
+      cv::Point c((int)((locations[k] % gw + 0.5) * cw), (int)((locations[k] / gw + 0.5) * ch));
+      int r = std::max(4, (int)(0.45 * std::min(cw, ch)));
+      cv::circle(blended, c, r + 2, cv::Scalar(0, 0, 0), 3, cv::LINE_AA);
+      cv::circle(blended, c, r, cv::Scalar(255, 255, 255), 2, cv::LINE_AA);
+      cv::drawMarker(blended, c, cv::Scalar(255, 255, 255), cv::MARKER_CROSS, r, 1, cv::LINE_AA);
+    }
     panels.push_back(labelled(blended, words[k]));
   }
   const int cols = std::max(1, std::min(opt.columns, (int)panels.size()));

@@ -13,10 +13,12 @@ struct OverlayOptions {
   double blend = 0.55;  // weight of the heatmap over the image
 };
 
-// alphas[k] holds grid_h*grid_w weights for words[k]. The first panel is the image itself.
+// alphas[k] holds grid_h*grid_w weights for words[k]. The first panel is the image itself. locations (hard
+// attention), when given, holds the grid cell each word's glimpse was taken at: a marker is drawn there on top of
+// the alpha heatmap. Without attention (all-zero maps) the panels show the image with the word.
 cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<float>>& alphas,
                           const std::vector<std::string>& words, int grid_h, int grid_w,
-                          const OverlayOptions& opt = {});
+                          const OverlayOptions& opt = {}, const std::vector<int>& locations = {});
 
 // Writes an image with OpenCV, atomically; the format follows the extension (.png, .jpg).
 void write_image(const std::string& path, const cv::Mat& img);
