@@ -104,6 +104,32 @@ expect_error "image listed but missing" "^sat: $WORK/nosuchimg/images/gone.png: 
 expect_error "grounding needs boxes" "^sat: $WORK/nosuchimg/captions.json: has no grounding" "$SAT" eval-grounding --model "$MODEL" --data "$WORK/nosuchimg"
 expect_error "unknown overlay format" "^sat: $WORK/att.xyz: cannot encode" "$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.xyz"
 expect_error "split lists an unknown image" "^sat: $WORK/split.txt: line 2" bash -c "printf '000001.png\nnope.png\n' >'$WORK/split.txt'; '$SAT' eval --model '$MODEL' --data '$WORK/val' --split '$WORK/split.txt'"
+# The pretrained encoder, the feature cache, the other attention kinds, dataset formats.
+ENC="$(cd "$(dirname "$0")/.." && pwd)/models/inception_v3.sat"
+head -c 3000000 "$ENC" >"$WORK/truncated_enc.sat"
+"$SAT" extract --data "$WORK/val" --out "$WORK/val.feat" --size 96 --cut mixed2 >/dev/null 2>&1 && pass "extract a feature cache" || fail "extract"
+[ -f "$WORK/val.feat" ] && [ ! -f "$WORK/val.feat.partial" ] && pass "cache renamed into place" || fail "cache file"
+"$SAT" extract --data "$WORK/val" --out "$WORK/val.feat" --size 96 --cut mixed2 >/dev/null 2>&1 && pass "re-extract over a finished cache" || fail "re-extract"
+"$SAT" train --data "$WORK/train" --val-data "$WORK/val" --encoder "$ENC" --encoder-size 96 --cut mixed2 --out "$WORK/pre" \
+  --epochs 1 --embed 32 --hidden 32 --attn 32 --val-limit 20 >/dev/null 2>&1 && pass "train from a pretrained encoder (features extracted once)" || fail "pretrained training"
+"$SAT" caption "$IMG" --model "$WORK/pre/model.sat" >/dev/null 2>&1 && pass "caption with a pretrained-encoder model" || fail "caption pretrained"
+expect_error "truncated encoder file" "^sat: $WORK/truncated_enc.sat: .*(truncated|outside)" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$WORK/truncated_enc.sat"
+expect_error "caption model as encoder file" "^sat: $MODEL: not a sat encoder file" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$MODEL"
+"$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" >/dev/null 2>&1 && pass "eval from the feature cache" || fail "eval from cache"
+"$SAT" extract --data "$WORK/val" --out "$WORK/val128.feat" --size 128 --cut mixed2 >/dev/null 2>&1
+expect_error "feature cache from another encoder" "^sat: $WORK/val128.feat: feature cache was made by a different encoder" "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val128.feat"
+expect_error "feature cache that is not one" "^sat: $WORK/garbage.sat: not a sat feature cache" "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/garbage.sat"
+printf 'a.jpg#0\ta dog runs\nbroken line without a tab\n' >"$WORK/tokens.txt"
+expect_error "Flickr8k token file with a broken line" "^sat: $WORK/tokens.txt: line 2" "$SAT" data convert "$WORK/tokens.txt" --out "$WORK/t.json"
+printf '{"images": [{"filename": "a.jpg", "split": "train", "sentences": [{"tokens": ["a", "dog"]}]}, {"split": "val"}]}' >"$WORK/karpathy.json"
+expect_error "Karpathy entry without a filename" "^sat: $WORK/karpathy.json: images\[1\]" "$SAT" data convert "$WORK/karpathy.json" --out "$WORK/k.json"
+ls "$WORK/train/images" | head -200 >"$WORK/small.txt"
+for kind in "--attention hard --hard-window 3" "--attention none" "--attention local" "--score dot" "--score general" "--score cosine" "--score location"; do
+  "$SAT" train --data "$WORK/train" --train-split "$WORK/small.txt" --val-data "$WORK/val" --out "$WORK/kind" $kind \
+    --epochs 1 --val-limit 20 --captions-per-image 1 >/dev/null 2>&1 &&
+    "$SAT" attend "$IMG" --model "$WORK/kind/model.sat" --out "$WORK/kind.png" >/dev/null 2>&1 && pass "train and attend: $kind" || fail "train and attend: $kind"
+done
+expect_error "unknown attention kind" "^sat: decoder config: unknown attention" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention sideways --epochs 1
 "$SAT" caption --bogus-flag >/dev/null 2>&1; rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && pass "unknown flag rejected" || fail "unknown flag: exit $rc"
 
