@@ -158,44 +158,6 @@ std::vector<std::string> parse_csv_line(const std::string& line, const std::stri
 }
 }  // namespace
 
-CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& image_dir) {
-  std::istringstream in(read_file(path));
-  CaptionSet set;
-  set.json_path = path;
-  set.image_dir = image_dir;
-  std::map<std::string, int> by_name;
-  std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
-    auto f = parse_csv_line(line, path, lineno);
-    if (lineno == 1 && f.size() == 2 && f[0] == "image" && f[1] == "caption") continue;  // header
-    if (f.size() < 2 || f[0].empty())
-      fail(path, "line " + std::to_string(lineno) + ": expected \"image,caption\"");
-    std::string caption = f[1];
-    for (size_t k = 2; k < f.size(); ++k) caption += "," + f[k];  // unquoted commas belong to the caption
-    auto it = by_name.find(f[0]);
-    if (it == by_name.end()) {
-      ImageEntry e;
-      e.id = (int64_t)set.images.size() + 1;
-      e.file_name = f[0];
-      it = by_name.emplace(f[0], (int)set.images.size()).first;
-      set.image_index[e.id] = (int)set.images.size();
-      set.images.push_back(e);
-    }
-    Caption c;
-    c.image_id = set.images[it->second].id;
-    c.raw = caption;
-    c.tokens = tokenize_caption(caption);
-    set.images[it->second].caption_indices.push_back((int)set.captions.size());
-    set.captions.push_back(std::move(c));
-  }
-  if (set.captions.empty()) fail(path, "no captions in this file");
-  return set;
-}
-
 static ImageEntry& image_named(CaptionSet& set, std::map<std::string, int>& by_name, const std::string& name) {
   auto it = by_name.find(name);
   if (it == by_name.end()) {
@@ -216,6 +178,30 @@ static void add_caption(CaptionSet& set, ImageEntry& img, const std::string& raw
   c.tokens = tokens.empty() ? tokenize_caption(raw) : std::move(tokens);
   img.caption_indices.push_back((int)set.captions.size());
   set.captions.push_back(std::move(c));
+}
+
+CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& image_dir) {
+  std::istringstream in(read_file(path));
+  CaptionSet set;
+  set.json_path = path;
+  set.image_dir = image_dir;
+  std::map<std::string, int> by_name;
+  std::string line;
+  size_t lineno = 0;
+  while (std::getline(in, line)) {
+    ++lineno;
+    if (!line.empty() && line.back() == '\r') line.pop_back();
+    if (line.empty()) continue;
+    auto f = parse_csv_line(line, path, lineno);
+    if (lineno == 1 && f.size() == 2 && f[0] == "image" && f[1] == "caption") continue;  // header
+    if (f.size() < 2 || f[0].empty())
+      fail(path, "line " + std::to_string(lineno) + ": expected \"image,caption\"");
+    std::string caption = f[1];
+    for (size_t k = 2; k < f.size(); ++k) caption += "," + f[k];  // unquoted commas belong to the caption
+    add_caption(set, image_named(set, by_name, f[0]), caption, {});
+  }
+  if (set.captions.empty()) fail(path, "no captions in this file");
+  return set;
 }
 
 CaptionSet load_karpathy_split(const std::string& path, const std::string& image_dir, const std::string& split) {

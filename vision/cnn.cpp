@@ -4,6 +4,8 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "vision/onednn.hpp"
+
 namespace sat {
 
 using namespace dnnl;
@@ -13,14 +15,6 @@ using dt = memory::data_type;
 // Parameters of one block, in order. The conv has no bias: batch norm right after it would cancel it.
 enum { kConvW, kScale, kShift, kMean, kVar, kPerBlock };
 
-static engine& cpu_engine() {
-  static engine eng(engine::kind::cpu, 0);
-  return eng;
-}
-static stream& cpu_stream() {
-  static stream s(cpu_engine());
-  return s;
-}
 
 EncoderConfig EncoderConfig::make_pretrained(const NetGraph& full, const std::string& cut, int input_size,
                                              const float mean[3], const float stdev[3]) {

@@ -4,20 +4,14 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "vision/onednn.hpp"
+
 namespace sat {
 
 using namespace dnnl;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-static engine& cpu_engine() {
-  static engine eng(engine::kind::cpu, 0);
-  return eng;
-}
-static stream& cpu_stream() {
-  static stream s(cpu_engine());
-  return s;
-}
 
 std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGraph& g) {
   std::map<std::string, int> channels;

@@ -6,6 +6,7 @@
 #include <set>
 #include <sys/stat.h>
 
+#include "datasets/features.hpp"
 #include "datasets/io.hpp"
 
 namespace sat {
@@ -234,26 +235,6 @@ static std::string read_shard(const std::string& dir, const std::string& name) {
   fail(join_path(dir, name), "weight shard not found (also tried .bin and .min.js)");
 }
 
-static float half_to_float(uint16_t h) {
-  uint32_t sign = (uint32_t)(h & 0x8000) << 16, exp = (h >> 10) & 0x1F, man = h & 0x3FF, bits;
-  if (exp == 0) {
-    if (man == 0) {
-      bits = sign;
-    } else {
-      float f = std::ldexp((float)man, -24);
-      std::memcpy(&bits, &f, 4);
-      bits |= sign;
-    }
-  } else if (exp == 31) {
-    bits = sign | 0x7F800000u | (man << 13);
-  } else {
-    bits = sign | ((exp + 112) << 23) | (man << 13);
-  }
-  float f;
-  std::memcpy(&f, &bits, 4);
-  return f;
-}
-
 // ---------------------------------------------------------------- Keras topology
 
 static std::vector<std::string> inbound_names(const json& layer, const std::string& where) {
@@ -468,7 +449,7 @@ ImportedNet import_tfjs(const std::string& given) {
           } else if (qdtype == "float16") {
             uint16_t h;
             std::memcpy(&h, src + 2 * k, 2);
-            p.value[k] = half_to_float(h);
+            half_to_floats(&h, &p.value[k], 1);
           } else {
             std::memcpy(&p.value[k], src + 4 * k, 4);
           }
