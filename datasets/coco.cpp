@@ -180,26 +180,34 @@ static void add_caption(CaptionSet& set, ImageEntry& img, const std::string& raw
   set.captions.push_back(std::move(c));
 }
 
-CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& image_dir) {
+// Calls fn(line, line_number) for every non-blank line of a text file (CR of CRLF endings removed).
+template <typename Fn>
+static void for_each_line(const std::string& path, Fn fn) {
   std::istringstream in(read_file(path));
-  CaptionSet set;
-  set.json_path = path;
-  set.image_dir = image_dir;
-  std::map<std::string, int> by_name;
   std::string line;
   size_t lineno = 0;
   while (std::getline(in, line)) {
     ++lineno;
     if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.empty()) continue;
+    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+    fn(line, lineno);
+  }
+}
+
+CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& image_dir) {
+  CaptionSet set;
+  set.json_path = path;
+  set.image_dir = image_dir;
+  std::map<std::string, int> by_name;
+  for_each_line(path, [&](const std::string& line, size_t lineno) {
     auto f = parse_csv_line(line, path, lineno);
-    if (lineno == 1 && f.size() == 2 && f[0] == "image" && f[1] == "caption") continue;  // header
+    if (lineno == 1 && f.size() == 2 && f[0] == "image" && f[1] == "caption") return;  // header
     if (f.size() < 2 || f[0].empty())
       fail(path, "line " + std::to_string(lineno) + ": expected \"image,caption\"");
     std::string caption = f[1];
     for (size_t k = 2; k < f.size(); ++k) caption += "," + f[k];  // unquoted commas belong to the caption
     add_caption(set, image_named(set, by_name, f[0]), caption, {});
-  }
+  });
   if (set.captions.empty()) fail(path, "no captions in this file");
   return set;
 }
@@ -260,17 +268,11 @@ CaptionSet load_karpathy_split(const std::string& path, const std::string& image
 }
 
 CaptionSet load_flickr_token_txt(const std::string& path, const std::string& image_dir) {
-  std::istringstream in(read_file(path));
   CaptionSet set;
   set.json_path = path;
   set.image_dir = image_dir;
   std::map<std::string, int> by_name;
-  std::string line;
-  size_t lineno = 0;
-  while (std::getline(in, line)) {
-    ++lineno;
-    if (!line.empty() && line.back() == '\r') line.pop_back();
-    if (line.find_first_not_of(" \t") == std::string::npos) continue;
+  for_each_line(path, [&](const std::string& line, size_t lineno) {
     size_t tab = line.find('\t'), hash = line.find('#');
     if (tab == std::string::npos || hash == std::string::npos || hash > tab || hash == 0)
       fail(path, "line " + std::to_string(lineno) + ": expected \"<image>#<n><TAB><caption>\"");
@@ -278,7 +280,7 @@ CaptionSet load_flickr_token_txt(const std::string& path, const std::string& ima
     if (caption.find_first_not_of(" \t") == std::string::npos)
       fail(path, "line " + std::to_string(lineno) + ": empty caption");
     add_caption(set, image_named(set, by_name, name), caption, {});
-  }
+  });
   if (set.captions.empty()) fail(path, "no captions in this file");
   return set;
 }
