@@ -55,7 +55,8 @@ DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
     throw Error("decoder config: unknown attention '" + c.attention + "' (soft, hard, local, none)");
   if (c.hard_window < 1 || c.hard_window % 2 == 0) throw Error("decoder config: hard_window must be odd and positive");
   if (c.hard_soft_prob < 0 || c.hard_soft_prob > 1) throw Error("decoder config: hard_soft_prob must be in [0, 1]");
-  if (c.order != "bahdanau") throw Error("decoder config: unknown order '" + c.order + "'");
+  if (c.order != "bahdanau" && c.order != "luong")
+    throw Error("decoder config: unknown order '" + c.order + "' (bahdanau, luong)");
   return c;
 }
 
@@ -94,15 +95,25 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
   params_[kGateW] = Param("gate.weight", {n, 1});
   params_[kGateB] = Param("gate.bias", {1});
   params_[kLstmWEmb] = Param("lstm.weight_emb", {m, 4 * n});
-  const int Dc = cfg.attends() ? D : 0;  // without attention there is no context input
-  params_[kLstmWCtx] = Param("lstm.weight_ctx", {Dc, 4 * n});
+  // The LSTM's second input: the context (bahdanau; none without attention) or h~_{t-1} (luong, input feeding).
+  const int Dc = cfg.attends() ? D : 0;
+  params_[kLstmWCtx] = Param("lstm.weight_ctx", {cfg.luong() ? n : Dc, 4 * n});
   params_[kLstmWHh] = Param("lstm.weight_hh", {n, 4 * n});
   params_[kLstmB] = Param("lstm.bias", {4 * n});
   params_[kOutHidden] = Param("out.hidden", {n, m});
-  params_[kOutContext] = Param("out.context", {Dc, m});
+  params_[kOutContext] = Param("out.context", {cfg.luong() ? 0 : Dc, m});  // luong: the context is inside h~
   params_[kOutW] = Param("out.weight", {m, V});
   params_[kOutB] = Param("out.bias", {V});
-  if (cfg.hard()) params_.emplace_back("attention.reinforce_baseline", std::vector<int64_t>{1}, false);
+  if (cfg.hard()) {
+    baseline_ = (int)params_.size();
+    params_.emplace_back("attention.reinforce_baseline", std::vector<int64_t>{1}, false);
+  }
+  if (cfg.luong()) {
+    combine_ = (int)params_.size();
+    params_.emplace_back("combine.weight_ctx", std::vector<int64_t>{Dc, n});
+    params_.emplace_back("combine.weight_h", std::vector<int64_t>{n, n});
+    params_.emplace_back("combine.bias", std::vector<int64_t>{n});
+  }
   if (!cfg.attends()) return;
   ScoreSpec spec;
   spec.kind = cfg.score;
@@ -130,12 +141,16 @@ void Decoder::init(Rng& rng) {
   init_uniform(P(kGateW), rng, 1 / std::sqrt((double)n));
   init_uniform(P(kLstmWEmb), rng, 1 / std::sqrt((double)n));
   init_uniform(P(kLstmWCtx), rng, 1 / std::sqrt((double)n));
+  if (combine_ >= 0) {
+    init_uniform(P(combine_), rng, 1 / std::sqrt((double)D));
+    init_uniform(P(combine_ + 1), rng, 1 / std::sqrt((double)n));
+  }
   init_uniform(P(kLstmWHh), rng, 1 / std::sqrt((double)n));
   for (int k = 0; k < n; ++k) P(kLstmB).value[n + k] = 1.f;  // forget-gate bias 1: remember by default
   init_uniform(P(kOutHidden), rng, 1 / std::sqrt((double)n));
   init_uniform(P(kOutContext), rng, 1 / std::sqrt((double)D));
   init_uniform(P(kOutW), rng, 1 / std::sqrt((double)m));
-  if (cfg_.hard()) params_[kNumParams].value[0] = 0.f;
+  if (baseline_ >= 0) P(baseline_).value[0] = 0.f;
   if (score_) score_->init(rng);
 }
 
@@ -199,6 +214,68 @@ static void dropout_mask(Mat& mask, int rows, int cols, float p, bool training, 
   for (int64_t k = 0; k < (int64_t)rows * cols; ++k) d[k] = rng->uniform() >= p ? keep : 0.f;
 }
 
+void Decoder::attend_step(int t, const Mat& q, Mat& cov, bool training, Rng* rng, DecoderCache& C, double& entropy,
+                          int64_t& hard_steps) {
+  const int B = C.B, T = C.T, L = cfg_.locations();
+  const CaptionBatch& batch = *C.batch;
+  const Mat& F = *C.F;
+  if (!score_) {  // no attention: no context at all (zero-width, so the context products vanish)
+    C.z[t].resize(B, 0);
+    C.zhat[t].resize(B, 0);
+    return;
+  }
+  Mat e;
+  score_->forward(t, q, cfg_.coverage ? &cov : nullptr, e, true);
+  softmax_rows(e);
+  C.alpha[t] = e;
+  if (cfg_.coverage) cov += e;
+  for (int b = 0; b < B; ++b) C.alpha_sum.row(b) += batch.mask[(size_t)b * T + t] * C.alpha[t].row(b);
+  if (cfg_.hard()) {
+    // s ~ Categorical(alpha); in training, with probability hard_soft_prob the step takes the expected context.
+    Mat& W = C.glimpse[t];
+    W = C.alpha[t];
+    for (int b = 0; b < B; ++b) {
+      bool soft = training && rng && rng->uniform() < cfg_.hard_soft_prob;
+      int s = training && rng ? sample_index(&C.alpha[t](b, 0), L, rng->uniform()) : 0;
+      if (!training || !rng) C.alpha[t].row(b).maxCoeff(&s);
+      C.location[t][b] = s;
+      C.soft_step[t][b] = soft;
+      if (!soft) glimpse_weights(s, &W(b, 0));
+      if (!soft && batch.mask[(size_t)b * T + t] > 0) {
+        double h = 0;
+        for (int i = 0; i < L; ++i) h -= C.alpha[t](b, i) > 0 ? C.alpha[t](b, i) * std::log(C.alpha[t](b, i)) : 0.0;
+        entropy += h, ++hard_steps;
+      }
+    }
+    context(F, W, C.z[t]);
+  } else {
+    context(F, C.alpha[t], C.z[t]);
+  }
+  if (cfg_.gate) {
+    C.beta[t] = sigmoid((q * value_of(P(kGateW))).array() + P(kGateB).value[0]);
+    C.zhat[t] = C.z[t].array().colwise() * C.beta[t].col(0).array();
+  } else {
+    C.zhat[t] = C.z[t];
+  }
+}
+
+// One LSTM step: gates from (emb, x, h), then c and h. gates keeps the activated gates for backward.
+static void lstm_step(const Mat& emb, const Mat& x, const Mat& h, const Mat& c, const MatMap& Wemb, const MatMap& Wx,
+                      const MatMap& Whh, const MatMap& bias, Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
+  const int n = (int)h.cols();
+  Mat& g = gates;
+  g.noalias() = emb * Wemb;
+  g.noalias() += x * Wx;
+  g.noalias() += h * Whh;
+  g.rowwise() += bias.row(0);
+  g.leftCols(3 * n) = sigmoid(g.leftCols(3 * n));
+  g.rightCols(n) = g.rightCols(n).array().tanh().matrix();
+  c_next = (g.middleCols(n, n).array() * c.array() + g.leftCols(n).array() * g.rightCols(n).array()).matrix();
+  Mat tc = c_next.array().tanh().matrix();
+  h_next = (g.middleCols(2 * n, n).array() * tc.array()).matrix();
+  if (tanh_c) *tanh_c = std::move(tc);
+}
+
 DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
                              DecoderCache& C) {
   const int B = batch.B, T = batch.T, L = cfg_.locations(), n = cfg_.hidden_dim;
@@ -210,6 +287,9 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   for (auto* v : {&C.alpha, &C.z, &C.beta, &C.zhat, &C.gates, &C.tanh_c, &C.hdrop_mask, &C.out_tanh, &C.odrop_mask,
                   &C.probs})
     v->assign(T, Mat());
+  const bool luong = cfg_.luong();
+  C.htilde.assign(luong ? T : 0, Mat());
+  if (luong) C.zero_feed.setZero(B, n);
 
   C.mean_feat.resize(B, cfg_.feature_dim);
   for (int b = 0; b < B; ++b) C.mean_feat.row(b) = F.middleRows(b * L, L).colwise().mean();
@@ -230,64 +310,32 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   DecoderLoss loss;
   double ce = 0, entropy = 0;
   int64_t hard_steps = 0;
-  Mat emb(B, cfg_.embed_dim), e;
+  Mat emb(B, cfg_.embed_dim);
   for (int t = 0; t < T; ++t) {
     for (int b = 0; b < B; ++b) emb.row(b) = E.row(batch.input[(size_t)b * T + t]);
-    const Mat& hp = C.h[t];
-    if (!score_) {  // no attention: no context at all (zero-width, so the context products vanish)
-      C.z[t].resize(B, 0);
+    const Mat* out_hidden;  // what the output layer reads: h_t (bahdanau) or h~_t (luong)
+    if (!luong) {
+      attend_step(t, C.h[t], cov, training, rng, C, entropy, hard_steps);
+      lstm_step(emb, C.zhat[t], C.h[t], C.c[t], value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)),
+                value_of(P(kLstmWHh)), value_of(P(kLstmB)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      out_hidden = &C.h[t + 1];
     } else {
-      score_->forward(t, hp, cfg_.coverage ? &cov : nullptr, e, true);
-      softmax_rows(e);
-      C.alpha[t] = e;
-      if (cfg_.coverage) cov += e;
-      for (int b = 0; b < B; ++b) C.alpha_sum.row(b) += batch.mask[(size_t)b * T + t] * C.alpha[t].row(b);
-      if (hard) {
-        // s ~ Categorical(alpha); in training, with probability hard_soft_prob the step takes the expected context.
-        Mat& W = C.glimpse[t];
-        W = C.alpha[t];
-        for (int b = 0; b < B; ++b) {
-          bool soft = training && rng && rng->uniform() < cfg_.hard_soft_prob;
-          int s = training && rng ? sample_index(&C.alpha[t](b, 0), L, rng->uniform()) : 0;
-          if (!training || !rng) C.alpha[t].row(b).maxCoeff(&s);
-          C.location[t][b] = s;
-          C.soft_step[t][b] = soft;
-          if (!soft) glimpse_weights(s, &W(b, 0));
-          if (!soft && batch.mask[(size_t)b * T + t] > 0) {
-            double h = 0;
-            for (int i = 0; i < L; ++i) h -= C.alpha[t](b, i) > 0 ? C.alpha[t](b, i) * std::log(C.alpha[t](b, i)) : 0.0;
-            entropy += h, ++hard_steps;
-          }
-        }
-        context(F, W, C.z[t]);
-      } else {
-        context(F, C.alpha[t], C.z[t]);
-      }
+      const Mat& feed = t ? C.htilde[t - 1] : C.zero_feed;
+      lstm_step(emb, feed, C.h[t], C.c[t], value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
+                value_of(P(kLstmB)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      attend_step(t, C.h[t + 1], cov, training, rng, C, entropy, hard_steps);
+      Mat u = C.zhat[t] * value_of(P(combine_));
+      u.noalias() += C.h[t + 1] * value_of(P(combine_ + 1));
+      u.rowwise() += value_of(P(combine_ + 2)).row(0);
+      C.htilde[t] = u.array().tanh().matrix();
+      out_hidden = &C.htilde[t];
     }
-    if (cfg_.gate && score_) {
-      C.beta[t] = sigmoid((hp * value_of(P(kGateW))).array() + P(kGateB).value[0]);
-      C.zhat[t] = C.z[t].array().colwise() * C.beta[t].col(0).array();
-    } else {
-      C.zhat[t] = C.z[t];
-    }
-    Mat g = emb * value_of(P(kLstmWEmb));
-    g.noalias() += C.zhat[t] * value_of(P(kLstmWCtx));
-    g.noalias() += hp * value_of(P(kLstmWHh));
-    g.rowwise() += value_of(P(kLstmB)).row(0);
-    g.leftCols(3 * n) = sigmoid(g.leftCols(3 * n));
-    g.rightCols(n) = g.rightCols(n).array().tanh().matrix();
-    C.gates[t] = g;
-    auto i = g.leftCols(n).array(), f = g.middleCols(n, n).array(), o = g.middleCols(2 * n, n).array(),
-         gg = g.rightCols(n).array();
-    C.c[t + 1] = (f * C.c[t].array() + i * gg).matrix();
-    C.tanh_c[t] = C.c[t + 1].array().tanh().matrix();
-    C.h[t + 1] = (o * C.tanh_c[t].array()).matrix();
 
     dropout_mask(C.hdrop_mask[t], B, n, cfg_.dropout, training, rng);
-    Mat hd = C.h[t + 1].cwiseProduct(C.hdrop_mask[t]);
+    Mat hd = out_hidden->cwiseProduct(C.hdrop_mask[t]);
     Mat pre = emb;
     pre.noalias() += hd * value_of(P(kOutHidden));
-    pre.noalias() += C.zhat[t] * value_of(P(kOutContext));
+    if (!luong) pre.noalias() += C.zhat[t] * value_of(P(kOutContext));
     C.out_tanh[t] = pre.array().tanh().matrix();
     dropout_mask(C.odrop_mask[t], B, cfg_.embed_dim, cfg_.dropout, training, rng);
     Mat logits = C.out_tanh[t].cwiseProduct(C.odrop_mask[t]) * value_of(P(kOutW));
@@ -306,7 +354,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   if (hard) {
     // REINFORCE with a moving-average baseline: the advantage of each caption is log p(y | s) - b, and
     // b <- 0.9 b + 0.1 mean log p(y | s) after the batch (training only).
-    float& baseline = params_[kNumParams].value[0];
+    float& baseline = P(baseline_).value[0];
     C.advantage.assign(B, 0.0);
     double mean_logp = 0;
     for (int b = 0; b < B; ++b) C.advantage[b] = logp_caption[b] - baseline, mean_logp += logp_caption[b] / B;
@@ -320,11 +368,66 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   return loss;
 }
 
-void Decoder::backward(DecoderCache& C, Mat* dF) {
-  const int B = C.B, T = C.T, L = cfg_.locations(), n = cfg_.hidden_dim, D = cfg_.feature_dim;
+void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& dS, Mat& dcov_later, DecoderCache& C,
+                              Mat& dq, Mat* dF) {
+  if (!score_) return;
+  const int B = C.B, T = C.T, L = cfg_.locations();
   const CaptionBatch& batch = *C.batch;
   const Mat& F = *C.F;
   const bool hard = cfg_.hard();
+  // gate beta
+  Mat dz;
+  if (cfg_.gate) {
+    Eigen::ArrayXf beta = C.beta[t].col(0).array();
+    Eigen::ArrayXf dbeta = (dzhat.cwiseProduct(C.z[t])).rowwise().sum().array();
+    dz = dzhat.array().colwise() * beta;
+    Mat ds = (dbeta * beta * (1.f - beta)).matrix();  // B x 1
+    grad_of(P(kGateW)).noalias() += q.transpose() * ds;
+    P(kGateB).grad[0] += ds.sum();
+    dq.noalias() += ds * value_of(P(kGateW)).transpose();
+  } else {
+    dz = dzhat;
+  }
+
+  // context z = W F (W = alpha, or the glimpse of hard attention), then the penalty, then softmax
+  const Mat& W = hard ? C.glimpse[t] : C.alpha[t];
+  Mat dalpha(B, L);
+#pragma omp parallel for schedule(static)
+  for (int b = 0; b < B; ++b) {
+    dalpha.row(b).noalias() = dz.row(b) * F.middleRows(b * L, L).transpose();
+    if (dF) dF->middleRows(b * L, L).noalias() += W.row(b).transpose() * dz.row(b);
+    if (hard && !C.soft_step[t][b]) dalpha.row(b).setZero();  // a sampled glimpse does not depend on alpha
+    dalpha.row(b) += batch.mask[(size_t)b * T + t] * dS.row(b);
+  }
+  if (cfg_.coverage) dalpha += dcov_later;
+  const Mat& a = C.alpha[t];
+  Eigen::ArrayXf dot = (a.cwiseProduct(dalpha)).rowwise().sum().array();
+  Mat de = (a.array() * (dalpha.array().colwise() - dot)).matrix();
+  if (hard) {
+    // Surrogate of the lower bound (Xu et al. eq. 12), per sampled step and normalized like the cross-entropy:
+    //   - lambda_r (log p(y|s) - b) log alpha_s - lambda_e H(alpha)
+    // d/de log alpha_s = onehot(s) - alpha;  d/de H = -alpha (log alpha + H).
+    int64_t tokens = 0;
+    for (float m : batch.mask) tokens += m > 0;
+    const float inv_tokens = tokens ? 1.f / tokens : 0.f;
+    for (int b = 0; b < B; ++b) {
+      const float m = batch.mask[(size_t)b * T + t] * inv_tokens;
+      if (C.soft_step[t][b] || m == 0) continue;
+      add_reinforce_grad(&a(b, 0), L, C.location[t][b], (float)C.advantage[b], cfg_.reinforce_weight,
+                         cfg_.entropy_weight, m, &de(b, 0));
+    }
+  }
+  Mat dcov;
+  score_->backward(t, de, dq, dF, cfg_.coverage ? &dcov : nullptr);
+  // Coverage at step t sums the alphas of all earlier steps, so alpha_t gets the coverage gradients of every
+  // later step: dcov_later accumulates them while time runs backward.
+  if (cfg_.coverage) dcov_later += dcov;
+}
+
+void Decoder::backward(DecoderCache& C, Mat* dF) {
+  const int B = C.B, T = C.T, L = cfg_.locations(), n = cfg_.hidden_dim, D = cfg_.feature_dim;
+  const CaptionBatch& batch = *C.batch;
+  const bool luong = cfg_.luong();
   if (dF) dF->setZero((int64_t)B * L, D);
   int64_t tokens = 0;
   for (float m : batch.mask) tokens += m > 0;
@@ -335,10 +438,9 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   auto E = value_of(P(kEmbed));
   auto gE = grad_of(P(kEmbed));
   Mat dh_next = Mat::Zero(B, n), dc_next = Mat::Zero(B, n);
+  Mat dfeed_next = Mat::Zero(B, luong ? n : 0);  // luong: gradient reaching h~_t through the next step's input
   Mat emb(B, cfg_.embed_dim);
-  // Coverage at step t sums the alphas of all earlier steps, so alpha_t gets the coverage gradients of every
-  // later step: dcov_later accumulates them while time runs backward.
-  Mat dcov_later = Mat::Zero(B, L), dcov;
+  Mat dcov_later = Mat::Zero(B, L);
   for (int t = T - 1; t >= 0; --t) {
     for (int b = 0; b < B; ++b) emb.row(b) = E.row(batch.input[(size_t)b * T + t]);
     // softmax + cross-entropy
@@ -354,11 +456,27 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
     Mat dpre = (dlogits * value_of(P(kOutW)).transpose()).cwiseProduct(C.odrop_mask[t]);
     dpre.array() *= 1.f - C.out_tanh[t].array().square();
     Mat demb = dpre;
-    Mat hd = C.h[t + 1].cwiseProduct(C.hdrop_mask[t]);
+    const Mat& out_hidden = luong ? C.htilde[t] : C.h[t + 1];
+    Mat hd = out_hidden.cwiseProduct(C.hdrop_mask[t]);
     grad_of(P(kOutHidden)).noalias() += hd.transpose() * dpre;
-    grad_of(P(kOutContext)).noalias() += C.zhat[t].transpose() * dpre;
-    Mat dh = dh_next + (dpre * value_of(P(kOutHidden)).transpose()).cwiseProduct(C.hdrop_mask[t]);
-    Mat dzhat = dpre * value_of(P(kOutContext)).transpose();
+    if (!luong) grad_of(P(kOutContext)).noalias() += C.zhat[t].transpose() * dpre;
+    Mat dout_hidden = (dpre * value_of(P(kOutHidden)).transpose()).cwiseProduct(C.hdrop_mask[t]);
+    Mat dzhat = Mat::Zero(B, C.zhat[t].cols());
+    if (!luong) dzhat.noalias() += dpre * value_of(P(kOutContext)).transpose();
+
+    Mat dh = dh_next;
+    if (luong) {
+      // h~ = tanh(W_c [zhat; h] + b_c), read by the output and fed to the next step
+      Mat du = (dout_hidden + dfeed_next).array() * (1.f - C.htilde[t].array().square());
+      grad_of(P(combine_)).noalias() += C.zhat[t].transpose() * du;
+      grad_of(P(combine_ + 1)).noalias() += C.h[t + 1].transpose() * du;
+      grad_of(P(combine_ + 2)).row(0) += du.colwise().sum();
+      dzhat.noalias() += du * value_of(P(combine_)).transpose();
+      dh.noalias() += du * value_of(P(combine_ + 1)).transpose();
+      attend_backward(t, C.h[t + 1], dzhat, dS, dcov_later, C, dh, dF);
+    } else {
+      dh += dout_hidden;
+    }
 
     // LSTM cell
     const Mat& g = C.gates[t];
@@ -372,56 +490,18 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
     dgates.middleCols(2 * n, n) = (dh.array() * tc * o * (1.f - o)).matrix();
     dgates.rightCols(n) = (dc.array() * i * (1.f - gg.square())).matrix();
     Mat dc_prev = (dc.array() * f).matrix();
+    const Mat& x = luong ? (t ? C.htilde[t - 1] : C.zero_feed) : C.zhat[t];
     grad_of(P(kLstmWEmb)).noalias() += emb.transpose() * dgates;
-    grad_of(P(kLstmWCtx)).noalias() += C.zhat[t].transpose() * dgates;
+    grad_of(P(kLstmWCtx)).noalias() += x.transpose() * dgates;
     grad_of(P(kLstmWHh)).noalias() += C.h[t].transpose() * dgates;
     grad_of(P(kLstmB)).row(0) += dgates.colwise().sum();
     demb.noalias() += dgates * value_of(P(kLstmWEmb)).transpose();
-    dzhat.noalias() += dgates * value_of(P(kLstmWCtx)).transpose();
     Mat dh_prev = dgates * value_of(P(kLstmWHh)).transpose();
-
-    if (score_) {
-      // gate beta
-      Mat dz;
-      if (cfg_.gate) {
-        Eigen::ArrayXf beta = C.beta[t].col(0).array();
-        Eigen::ArrayXf dbeta = (dzhat.cwiseProduct(C.z[t])).rowwise().sum().array();
-        dz = dzhat.array().colwise() * beta;
-        Mat ds = (dbeta * beta * (1.f - beta)).matrix();  // B x 1
-        grad_of(P(kGateW)).noalias() += C.h[t].transpose() * ds;
-        P(kGateB).grad[0] += ds.sum();
-        dh_prev.noalias() += ds * value_of(P(kGateW)).transpose();
-      } else {
-        dz = dzhat;
-      }
-
-      // context z = W F (W = alpha, or the glimpse of hard attention), then the penalty, then softmax
-      const Mat& W = hard ? C.glimpse[t] : C.alpha[t];
-      Mat dalpha(B, L);
-#pragma omp parallel for schedule(static)
-      for (int b = 0; b < B; ++b) {
-        dalpha.row(b).noalias() = dz.row(b) * F.middleRows(b * L, L).transpose();
-        if (dF) dF->middleRows(b * L, L).noalias() += W.row(b).transpose() * dz.row(b);
-        if (hard && !C.soft_step[t][b]) dalpha.row(b).setZero();  // a sampled glimpse does not depend on alpha
-        dalpha.row(b) += batch.mask[(size_t)b * T + t] * dS.row(b);
-      }
-      if (cfg_.coverage) dalpha += dcov_later;
-      const Mat& a = C.alpha[t];
-      Eigen::ArrayXf dot = (a.cwiseProduct(dalpha)).rowwise().sum().array();
-      Mat de = (a.array() * (dalpha.array().colwise() - dot)).matrix();
-      if (hard) {
-        // Surrogate of the lower bound (Xu et al. eq. 12), per sampled step and normalized like the cross-entropy:
-        //   - lambda_r (log p(y|s) - b) log alpha_s - lambda_e H(alpha)
-        // d/de log alpha_s = onehot(s) - alpha;  d/de H = -alpha (log alpha + H).
-        for (int b = 0; b < B; ++b) {
-          const float m = batch.mask[(size_t)b * T + t] * inv_tokens;
-          if (C.soft_step[t][b] || m == 0) continue;
-          add_reinforce_grad(&a(b, 0), L, C.location[t][b], (float)C.advantage[b], cfg_.reinforce_weight,
-                             cfg_.entropy_weight, m, &de(b, 0));
-        }
-      }
-      score_->backward(t, de, dh_prev, dF, cfg_.coverage ? &dcov : nullptr);
-      if (cfg_.coverage) dcov_later += dcov;
+    if (luong) {
+      dfeed_next = dgates * value_of(P(kLstmWCtx)).transpose();
+    } else {
+      dzhat.noalias() += dgates * value_of(P(kLstmWCtx)).transpose();
+      attend_backward(t, C.h[t], dzhat, dS, dcov_later, C, dh_prev, dF);
     }
 
     for (int b = 0; b < B; ++b) gE.row(batch.input[(size_t)b * T + t]) += demb.row(b);
@@ -452,56 +532,67 @@ void Decoder::begin(const Mat& F, int B, State& st) {
   for (int b = 0; b < B; ++b) mean.row(b) = F.middleRows(b * L, L).colwise().mean();
   st.h = ((mean * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
   st.c = ((mean * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
+  st.feed = Mat::Zero(B, cfg_.luong() ? cfg_.hidden_dim : 0);
   st.coverage = Mat::Zero(B, L);
   st.location.assign(B, -1);
   st.rng = Rng(12345);
   if (score_) score_->precompute(st.F, B);
 }
 
-void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha) {
-  const int B = (int)st.h.rows(), n = cfg_.hidden_dim;
-  auto E = value_of(P(kEmbed));
-  Mat emb(B, cfg_.embed_dim);
-  for (int b = 0; b < B; ++b) emb.row(b) = E.row(tokens[b]);
-  const int L = cfg_.locations();
-  Mat z;
+void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
+  const int B = (int)q.rows(), L = cfg_.locations();
   if (!score_) {
     alpha = Mat::Zero(B, L);  // nothing attended
     z.resize(B, 0);
-  } else {
-    score_->forward(0, st.h, &st.coverage, alpha, false);
-    softmax_rows(alpha);
-    st.coverage += alpha;
-    if (cfg_.hard()) {  // the glimpse at the argmax location (or a seeded sample)
-      Mat W(B, L);
-      st.location.resize(B);
-      for (int b = 0; b < B; ++b) {
-        int s = 0;
-        if (cfg_.hard_sample_at_test) s = sample_index(&alpha(b, 0), L, st.rng.uniform());
-        else alpha.row(b).maxCoeff(&s);
-        st.location[b] = s;
-        glimpse_weights(s, &W(b, 0));
-      }
-      context(st.F, W, z);
-    } else {
-      context(st.F, alpha, z);
-    }
+    return;
   }
-  if (cfg_.gate && score_) {
-    Mat beta = sigmoid((st.h * value_of(P(kGateW))).array() + P(kGateB).value[0]);
+  score_->forward(0, q, &st.coverage, alpha, false);
+  softmax_rows(alpha);
+  st.coverage += alpha;
+  if (cfg_.hard()) {  // the glimpse at the argmax location (or a seeded sample)
+    Mat W(B, L);
+    st.location.resize(B);
+    for (int b = 0; b < B; ++b) {
+      int s = 0;
+      if (cfg_.hard_sample_at_test) s = sample_index(&alpha(b, 0), L, st.rng.uniform());
+      else alpha.row(b).maxCoeff(&s);
+      st.location[b] = s;
+      glimpse_weights(s, &W(b, 0));
+    }
+    context(st.F, W, z);
+  } else {
+    context(st.F, alpha, z);
+  }
+  if (cfg_.gate) {
+    Mat beta = sigmoid((q * value_of(P(kGateW))).array() + P(kGateB).value[0]);
     z = z.array().colwise() * beta.col(0).array();
   }
-  Mat g = emb * value_of(P(kLstmWEmb));
-  g.noalias() += z * value_of(P(kLstmWCtx));
-  g.noalias() += st.h * value_of(P(kLstmWHh));
-  g.rowwise() += value_of(P(kLstmB)).row(0);
-  g.leftCols(3 * n) = sigmoid(g.leftCols(3 * n));
-  g.rightCols(n) = g.rightCols(n).array().tanh().matrix();
-  st.c = (g.middleCols(n, n).array() * st.c.array() + g.leftCols(n).array() * g.rightCols(n).array()).matrix();
-  st.h = (g.middleCols(2 * n, n).array() * st.c.array().tanh()).matrix();
+}
+
+void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha) {
+  const int B = (int)st.h.rows();
+  auto E = value_of(P(kEmbed));
+  Mat emb(B, cfg_.embed_dim);
+  for (int b = 0; b < B; ++b) emb.row(b) = E.row(tokens[b]);
+  Mat z, gates, c, h;
   Mat pre = emb;
-  pre.noalias() += st.h * value_of(P(kOutHidden));
-  pre.noalias() += z * value_of(P(kOutContext));
+  if (!cfg_.luong()) {
+    step_attend(st.h, st, alpha, z);
+    lstm_step(emb, z, st.h, st.c, value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
+              value_of(P(kLstmB)), gates, c, nullptr, h);
+    pre.noalias() += h * value_of(P(kOutHidden));
+    pre.noalias() += z * value_of(P(kOutContext));
+  } else {
+    lstm_step(emb, st.feed, st.h, st.c, value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
+              value_of(P(kLstmB)), gates, c, nullptr, h);
+    step_attend(h, st, alpha, z);
+    Mat u = z * value_of(P(combine_));
+    u.noalias() += h * value_of(P(combine_ + 1));
+    u.rowwise() += value_of(P(combine_ + 2)).row(0);
+    st.feed = u.array().tanh().matrix();
+    pre.noalias() += st.feed * value_of(P(kOutHidden));
+  }
+  st.h = std::move(h), st.c = std::move(c);
   logprobs = pre.array().tanh().matrix() * value_of(P(kOutW));
   logprobs.rowwise() += value_of(P(kOutB)).row(0);
   for (int b = 0; b < B; ++b) {  // log-softmax
@@ -515,17 +606,19 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
 void Decoder::select_rows(State& st, const std::vector<int>& rows) {
   const int L = cfg_.locations();
   Mat h(rows.size(), st.h.cols()), c(rows.size(), st.c.cols()), F(rows.size() * L, st.F.cols()),
-      cov(rows.size(), st.coverage.cols());
+      cov(rows.size(), st.coverage.cols()), feed(rows.size(), st.feed.cols());
   for (size_t r = 0; r < rows.size(); ++r) {
     h.row(r) = st.h.row(rows[r]);
     c.row(r) = st.c.row(rows[r]);
     cov.row(r) = st.coverage.row(rows[r]);
+    feed.row(r) = st.feed.row(rows[r]);
     F.middleRows(r * L, L) = st.F.middleRows(rows[r] * L, L);
   }
   std::vector<int> loc(rows.size(), -1);
   for (size_t r = 0; r < rows.size(); ++r)
     if (rows[r] < (int)st.location.size()) loc[r] = st.location[rows[r]];
   st.h = std::move(h), st.c = std::move(c), st.F = std::move(F), st.coverage = std::move(cov);
+  st.feed = std::move(feed);
   st.location = std::move(loc);
   if (score_) score_->select_rows(rows);
 }

@@ -1,7 +1,12 @@
-// LSTM decoder with soft attention over the feature grid (Xu et al. 2015):
+// LSTM decoder with attention over the feature grid. Two orderings:
+// "bahdanau" (Xu et al. 2015): attend with the previous state, the context feeds the LSTM
 //   h0, c0 = tanh(MLP(mean feature));  alpha_t = softmax(score(h_{t-1}, a));  z_t = beta_t * sum_i alpha_ti a_i
 //   beta_t = sigmoid(w . h_{t-1} + b);  h_t, c_t = LSTM([E y_{t-1}; z_t], h_{t-1}, c_{t-1})
 //   p(y_t) = softmax(L_o dropout(tanh(E y_{t-1} + L_h dropout(h_t) + L_z z_t)))   (deep output layer)
+// "luong" (Luong et al. 2015, with input feeding): the LSTM steps first, then attends with its new state
+//   h_t, c_t = LSTM([E y_{t-1}; h~_{t-1}], h_{t-1}, c_{t-1})   (h~_0 = 0)
+//   alpha_t = softmax(score(h_t, a));  z_t = beta_t * sum_i alpha_ti a_i;  beta_t = sigmoid(w . h_t + b)
+//   h~_t = tanh(W_c [z_t; h_t] + b_c);  p(y_t) = softmax(L_o dropout(tanh(E y_{t-1} + L_h dropout(h~_t))))
 // Forward keeps what backward needs in a Cache; backward is written out by hand.
 #pragma once
 #include <memory>
@@ -37,6 +42,7 @@ struct DecoderConfig {
   bool hard_sample_at_test = false;  // test time: sample s (seeded) instead of taking the argmax
 
   bool attends() const { return attention != "none"; }
+  bool luong() const { return order == "luong"; }
   bool hard() const { return attention == "hard"; }
 
   int locations() const { return grid_h * grid_w; }
@@ -70,6 +76,8 @@ struct DecoderCache {
   Mat mean_feat;
   std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state
   std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c, hdrop_mask, out_tanh, odrop_mask, probs;
+  std::vector<Mat> htilde;  // luong: the attentional state h~_t (fed to the next step and to the output)
+  Mat zero_feed;            // luong: h~_0
   Mat alpha_sum;  // B x L: sum over real steps
   // hard attention: per step the glimpse weights used for the context (one-hot/window, or alpha when the step
   // took the expected context), the sampled location and whether the step was soft
@@ -105,6 +113,7 @@ class Decoder {
     Mat h, c;
     Mat coverage;  // B x L, attention received so far
     Mat F;  // B*L x D, follows the rows when beams are reordered
+    Mat feed;  // luong: h~ of the last step (input feeding)
     std::vector<int> location;  // hard attention: the location each row looked at in the last step
     Rng rng{12345};             // hard attention sampled at test time
   };
@@ -118,6 +127,15 @@ class Decoder {
   void context(const Mat& F, const Mat& alpha, Mat& z) const;
   // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
   void glimpse_weights(int s, float* w) const;
+  // One step of attention with query q (h_{t-1} or h_t by ordering): alpha, glimpse, z, beta, zhat in the cache.
+  void attend_step(int t, const Mat& q, Mat& cov, bool training, Rng* rng, DecoderCache& C, double& entropy,
+                   int64_t& hard_steps);
+  // Gradient of one step's attention: dzhat -> adds to dq (the query), dF, parameter gradients.
+  void attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& dS, Mat& dcov_later, DecoderCache& C, Mat& dq,
+                       Mat* dF);
+  void step_attend(const Mat& q, State& st, Mat& alpha, Mat& z);
+  int baseline_ = -1;  // hard: index of the REINFORCE baseline (a buffer, not trained)
+  int combine_ = -1;   // luong: index of W_c's context part; its hidden part and b_c follow
   DecoderConfig cfg_;
   std::vector<Param> params_;
   std::unique_ptr<AttentionScore> score_;

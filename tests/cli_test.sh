@@ -124,12 +124,13 @@ expect_error "Flickr8k token file with a broken line" "^sat: $WORK/tokens.txt: l
 printf '{"images": [{"filename": "a.jpg", "split": "train", "sentences": [{"tokens": ["a", "dog"]}]}, {"split": "val"}]}' >"$WORK/karpathy.json"
 expect_error "Karpathy entry without a filename" "^sat: $WORK/karpathy.json: images\[1\]" "$SAT" data convert "$WORK/karpathy.json" --out "$WORK/k.json"
 ls "$WORK/train/images" | head -200 >"$WORK/small.txt"
-for kind in "--attention hard --hard-window 3" "--attention none" "--attention local" "--score dot" "--score general" "--score cosine" "--score location"; do
+for kind in "--attention hard --hard-window 3" "--order luong" "--order luong --attention hard" "--attention none" "--attention local" "--score dot" "--score general" "--score cosine" "--score location"; do
   "$SAT" train --data "$WORK/train" --train-split "$WORK/small.txt" --val-data "$WORK/val" --out "$WORK/kind" $kind \
     --epochs 1 --val-limit 20 --captions-per-image 1 >/dev/null 2>&1 &&
     "$SAT" attend "$IMG" --model "$WORK/kind/model.sat" --out "$WORK/kind.png" >/dev/null 2>&1 && pass "train and attend: $kind" || fail "train and attend: $kind"
 done
 expect_error "unknown attention kind" "^sat: decoder config: unknown attention" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention sideways --epochs 1
+expect_error "unknown ordering" "^sat: decoder config: unknown order 'sideways'" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --order sideways --epochs 1
 "$SAT" caption --bogus-flag >/dev/null 2>&1; rc=$?
 [ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && pass "unknown flag rejected" || fail "unknown flag: exit $rc"
 

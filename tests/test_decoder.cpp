@@ -50,27 +50,35 @@ double loss_of(Decoder& dec, const Mat& F, const CaptionBatch& cb, float penalty
 
 TEST_CASE("decoder: every parameter and the features match finite differences") {
   struct Variant {
-    std::string score, attention;
+    std::string score, attention, order = "bahdanau";
   };
   // hard: with lambda_r = lambda_e = 0 the backward is the exact gradient of the loss given the sampled glimpses
   // (drawn from the same seed at every evaluation); the REINFORCE part is checked for bias separately.
   const std::vector<Variant> kinds = {{"dot", "soft"},      {"general", "soft"},    {"cosine", "soft"},
                                       {"location", "soft"},  {"additive", "local"}, {"general", "local"},
-                                      {"additive", "none"},  {"additive", "hard"},  {"dot", "hard"}};
+                                      {"additive", "none"},  {"additive", "hard"},  {"dot", "hard"},
+                                      {"additive", "soft", "luong"}, {"general", "soft", "luong"},
+                                      {"additive", "local", "luong"}, {"additive", "hard", "luong"},
+                                      {"additive", "none", "luong"}};
   for (int variant = 0; variant < 5 + (int)kinds.size(); ++variant) {
     {
-      const float penalty = variant % 2 ? 3.f : 0.f, dropout = variant >= 2 && variant < 5 ? 0.3f : 0.f;
-      const bool coverage = variant == 4;
       const Variant kind = variant < 5 ? Variant{"additive", "soft"} : kinds[variant - 5];
+      const bool luong = kind.order == "luong";
+      const float penalty = variant % 2 ? 3.f : 0.f;
+      const float dropout = (variant >= 2 && variant < 5) || (luong && variant % 2 == 0) ? 0.3f : 0.f;
+      // coverage: the additive Bahdanau variant 4 and the first (additive soft) Luong variant
+      const bool coverage = variant == 4 || (luong && kind.score == "additive" && kind.attention == "soft");
       CAPTURE(penalty);
       CAPTURE(dropout);
       CAPTURE(coverage);
       CAPTURE(kind.score);
       CAPTURE(kind.attention);
-      if (getenv("SAT_GRADCHECK_VERBOSE")) fprintf(stderr, "variant %d %s %s\n", variant, kind.score.c_str(), kind.attention.c_str());
+      CAPTURE(kind.order);
+      if (getenv("SAT_GRADCHECK_VERBOSE")) fprintf(stderr, "variant %d %s %s %s\n", variant, kind.score.c_str(), kind.attention.c_str(), kind.order.c_str());
       Rng rng(5);
       DecoderConfig cfg = small_config(dropout, coverage, kind.score, kind.attention);
       cfg.reinforce_weight = cfg.entropy_weight = 0;
+      cfg.order = kind.order;
       if (variant % 2 == 0) cfg.hard_window = 3;
       Decoder dec(cfg);
       dec.init(rng);
@@ -154,6 +162,41 @@ TEST_CASE("decoder: a tiny batch overfits to near-zero loss") {
   CHECK(hyps[0].tokens == std::vector<int>{4, 5, 6, 7});
   CHECK(hyps[1].tokens == std::vector<int>{8, 9});
   CHECK(hyps[2].tokens == std::vector<int>{10, 4, 5});
+}
+
+TEST_CASE("decoder: step-by-step inference reproduces the teacher-forced forward for every ordering and kind") {
+  struct Kind {
+    std::string attention, order, score;
+  };
+  for (const Kind& k : {Kind{"soft", "bahdanau", "additive"}, Kind{"soft", "luong", "general"},
+                        Kind{"local", "luong", "additive"}, Kind{"hard", "bahdanau", "dot"},
+                        Kind{"hard", "luong", "additive"}, Kind{"none", "luong", "additive"}}) {
+    CAPTURE(k.attention);
+    CAPTURE(k.order);
+    Rng rng(21);
+    DecoderConfig cfg = small_config(0.3f, false, k.score, k.attention);
+    cfg.order = k.order;
+    Decoder dec(cfg);
+    dec.init(rng);
+    Mat F = random_features(3, cfg, rng);
+    CaptionBatch cb = small_batch();
+    DecoderCache cache;
+    dec.forward(F, cb, 0.f, false, nullptr, cache);  // evaluation: no dropout, argmax glimpses
+    Decoder::State st;
+    dec.begin(F, 3, st);
+    double worst = 0;
+    for (int t = 0; t < cb.T; ++t) {
+      std::vector<int> tokens(3);
+      for (int b = 0; b < 3; ++b) tokens[b] = cb.input[(size_t)b * cb.T + t];
+      Mat logprobs, alpha;
+      dec.step(tokens, st, logprobs, alpha);
+      for (int b = 0; b < 3; ++b)
+        for (int v = 0; v < cfg.vocab_size; ++v)
+          worst = std::max(worst, (double)std::abs(logprobs(b, v) - std::log(cache.probs[t](b, v))));
+      if (cfg.attends()) worst = std::max(worst, (double)(alpha - cache.alpha[t]).cwiseAbs().maxCoeff());
+    }
+    CHECK(worst < 1e-5);
+  }
 }
 
 TEST_CASE("search: beam 1 equals greedy, captions are never empty, alphas are distributions") {

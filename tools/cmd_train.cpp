@@ -36,7 +36,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--attention", o->attention, "soft, hard (sampled glimpse, REINFORCE), local (window around a "
                   "predicted centre) or none (Show and Tell)")->capture_default_str();
   cmd->add_option("--score", o->score, "Attention score: additive, dot, general, cosine or location")->capture_default_str();
-  cmd->add_option("--order", o->order, "bahdanau (attend with the previous state, context into the LSTM)")->capture_default_str();
+  cmd->add_option("--order", o->order, "bahdanau (attend with the previous state, context into the LSTM) or luong (LSTM first, "
+                  "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back)")->capture_default_str();
   cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")->capture_default_str();
   cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")->capture_default_str();
   cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")->capture_default_str();

@@ -1,0 +1,169 @@
+#!/usr/bin/env python3
+"""Trains every attention variant on the same data with the same budget and prints one comparison table.
+
+Synthetic scenes (default): generates a training, validation and test set once, trains each variant end to end
+(the small CNN encoder and the decoder), then reports on the test scenes BLEU-4 and CIDEr-D (beam 3), grounding
+accuracy, and training speed (captions/s over the run's epochs).
+
+Flickr8k (--flickr8k DIR --features CACHE): the decoder of each variant trained on cached InceptionV3 features of
+the training split, scored on dev (beam 3); no grounding (there are no boxes).
+
+Each variant's results are kept in WORK/<variant>/result.json; a rerun skips variants that have one, so an
+interrupted comparison continues where it stopped. Usage:
+  tools/compare-attention.py [--work runs/compare] [--images 2000] [--epochs 10] [--only soft,hard]
+  tools/compare-attention.py --flickr8k ../shared/data/flickr8k --features f8k.feat --work runs/compare-f8k
+"""
+import argparse
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+# name -> flags; every variant shares everything else
+VARIANTS = [
+    ("none", "no attention (Show and Tell)", ["--attention", "none"]),
+    ("soft", "soft, additive, Bahdanau order", ["--attention", "soft", "--score", "additive"]),
+    ("soft-coverage", "soft, additive + coverage", ["--attention", "soft", "--score", "additive", "--coverage", "true"]),
+    ("soft-dot", "soft, dot (scaled)", ["--attention", "soft", "--score", "dot"]),
+    ("soft-general", "soft, general", ["--attention", "soft", "--score", "general"]),
+    ("soft-cosine", "soft, cosine", ["--attention", "soft", "--score", "cosine"]),
+    ("soft-location", "soft, location-only", ["--attention", "soft", "--score", "location"]),
+    ("luong", "soft, additive, Luong order", ["--attention", "soft", "--score", "additive", "--order", "luong"]),
+    ("luong-general", "soft, general, Luong order", ["--attention", "soft", "--score", "general", "--order", "luong"]),
+    ("local", "local (2-D window), additive", ["--attention", "local", "--score", "additive"]),
+    ("hard", "hard, 1-cell glimpse, REINFORCE", ["--attention", "hard", "--hard-window", "1"]),
+    ("hard-3x3", "hard, 3x3 Gaussian glimpse", ["--attention", "hard", "--hard-window", "3"]),
+]
+
+
+def run(cmd, log=None):
+    print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
+    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    if log:
+        with open(log, "a") as f:
+            f.write(out.stdout)
+    if out.returncode != 0:
+        sys.exit("command failed (exit %d): %s\n%s" % (out.returncode, " ".join(cmd), out.stdout[-2000:]))
+    return out.stdout
+
+
+def epoch_speeds(log_text):
+    # the trainer ends each epoch with a line "epoch k/E n/n  loss ...  X cap/s  mm:ss"
+    speeds = []
+    for m in re.finditer(r"epoch (\d+)/\d+ (\d+)/(\d+) .*? (\d+) cap/s  (?!ETA)", log_text):
+        if m.group(2) == m.group(3):
+            speeds.append(int(m.group(4)))
+    return speeds
+
+
+def last_json(text):
+    start = text.rfind("\n{")
+    return json.loads(text[start + 1 if start >= 0 else text.find("{"):])
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--sat", default=os.path.join(TOP, "build", "sat"))
+    ap.add_argument("--work", default=os.path.join(TOP, "runs", "compare"))
+    ap.add_argument("--images", type=int, default=2000, help="synthetic training scenes")
+    ap.add_argument("--test-images", type=int, default=500, help="synthetic test scenes (seed 3)")
+    ap.add_argument("--epochs", type=int, default=10)
+    ap.add_argument("--threads", type=int, default=0)
+    ap.add_argument("--only", default="", help="comma-separated variant names (default: all)")
+    ap.add_argument("--flickr8k", default="", help="Flickr8k directory (captions.csv, train.txt, dev.txt)")
+    ap.add_argument("--features", default="", help="feature cache of the Flickr8k photos (sat extract)")
+    ap.add_argument("--encoder", default=os.path.join(TOP, "models", "inception_v3.sat"))
+    ap.add_argument("--cut", default="mixed5")
+    ap.add_argument("--encoder-size", default="299")
+    ap.add_argument("--table", default="", help="also write the markdown table to this file")
+    a = ap.parse_args()
+    os.makedirs(a.work, exist_ok=True)
+    sat = a.sat
+    names = set(filter(None, a.only.split(",")))
+    unknown = names - {v[0] for v in VARIANTS}
+    if unknown:
+        sys.exit("unknown variant(s): " + ", ".join(sorted(unknown)))
+
+    common = ["--epochs", str(a.epochs), "--patience", str(a.epochs), "--threads", str(a.threads), "--seed", "1"]
+    if a.flickr8k:
+        if not a.features:
+            sys.exit("--flickr8k needs --features (a cache made by sat extract)")
+        f8k = a.flickr8k
+        data = ["--data", f8k, "--train-split", os.path.join(f8k, "train.txt"), "--val-split",
+                os.path.join(f8k, "dev.txt"), "--encoder", a.encoder, "--cut", a.cut, "--encoder-size", a.encoder_size,
+                "--features", a.features]
+        common += ["--embed", "256", "--hidden", "256", "--attn", "256", "--dropout", "0.5", "--min-count", "5",
+                   "--batch", "16", "--lr", "5e-4", "--lr-decay", "0.9", "--penalty", "1", "--val-limit", "200",
+                   "--metric", "bleu4"]
+        evaluate = ["--data", f8k, "--split", os.path.join(f8k, "dev.txt"), "--features", a.features]
+        setup = "Flickr8k: %d epochs on the 6000 training photos (cached InceptionV3 %s at %s), scored on the 1000 dev photos" % (
+            a.epochs, a.cut, a.encoder_size)
+    else:
+        train_dir, val_dir, test_dir = (os.path.join(a.work, d) for d in ("synth-train", "synth-val", "synth-test"))
+        for d, n, seed in ((train_dir, a.images, 1), (val_dir, 200, 2), (test_dir, a.test_images, 3)):
+            if not os.path.exists(os.path.join(d, "captions.json")):
+                run([sat, "synth", "--out", d, "--images", str(n), "--seed", str(seed)])
+        data = ["--data", train_dir, "--val-data", val_dir]
+        common += ["--lr", "2e-3", "--lr-decay", "0.85", "--penalty", "0", "--captions-per-image", "2"]
+        evaluate = ["--data", test_dir]
+        setup = "synthetic scenes: %d training scenes, %d epochs, CNN encoder trained end to end; %d test scenes (seed 3)" % (
+            a.images, a.epochs, a.test_images)
+
+    rows = []
+    for name, what, flags in VARIANTS:
+        if names and name not in names:
+            continue
+        vdir = os.path.join(a.work, name)
+        result_path = os.path.join(vdir, "result.json")
+        if os.path.exists(result_path):
+            with open(result_path) as f:
+                rows.append(json.load(f))
+            continue
+        os.makedirs(vdir, exist_ok=True)
+        log = os.path.join(vdir, "train.log")
+        if os.path.exists(log):
+            os.remove(log)
+        start = time.time()
+        run([sat, "train"] + data + common + flags + ["--out", vdir], log)
+        wall = time.time() - start
+        with open(log) as f:
+            speeds = epoch_speeds(f.read())
+        model = os.path.join(vdir, "model.sat")
+        scores = last_json(run([sat, "eval", "--model", model, "--beam", "3", "--json"] + evaluate))
+        row = {"variant": name, "what": what, "flags": " ".join(flags), "bleu4": scores["Bleu_4"],
+               "cider": scores["CIDEr"], "train_seconds": round(wall), "captions_per_second":
+               round(sum(speeds) / len(speeds)) if speeds else None}
+        for k in ("Bleu_1", "METEOR", "ROUGE_L"):
+            row[k] = scores.get(k)
+        if not a.flickr8k:
+            g = last_json(run([sat, "eval-grounding", "--model", model, "--json"] + evaluate))
+            row["grounding"] = g["grounding_accuracy"]
+        tmp = result_path + ".partial"
+        with open(tmp, "w") as f:
+            json.dump(row, f, indent=1)
+        os.replace(tmp, result_path)
+        rows.append(row)
+
+    lines = ["Setup: " + setup + ". Command: `tools/compare-attention.py " + " ".join(sys.argv[1:]) + "`", ""]
+    head = "| variant | flags | BLEU-4 | CIDEr-D |" + (" grounding |" if not a.flickr8k else "") + " train captions/s |"
+    lines += [head, "|" + " --- |" * (head.count("|") - 1)]
+    for r in rows:
+        line = "| %s | `%s` | %.3f | %.3f |" % (r["what"], r["flags"], r["bleu4"], r["cider"])
+        if not a.flickr8k:  # without attention there is nothing to ground
+            line += " %.3f |" % r["grounding"] if r["variant"] != "none" else " — |"
+        line += " %s |" % (r["captions_per_second"] if r["captions_per_second"] is not None else "—")
+        lines.append(line)
+    table = "\n".join(lines)
+    print(table)
+    if a.table:
+        with open(a.table + ".partial", "w") as f:
+            f.write(table + "\n")
+        os.replace(a.table + ".partial", a.table)
+
+
+if __name__ == "__main__":
+    main()
