@@ -53,6 +53,9 @@ IMG="$WORK/val/images/000001.png"
 "$SAT" caption "$IMG" --model "$MODEL" >"$WORK/cap.txt" && [ -s "$WORK/cap.txt" ] && pass "caption: $(cat "$WORK/cap.txt")" || fail "caption"
 "$SAT" caption "$WORK/val/images" --model "$MODEL" --json --beam 2 | python3 -c 'import json,sys; d=json.load(sys.stdin); assert len(d)==150 and all(x["caption"] for x in d)' \
   && pass "caption a directory as JSON" || fail "caption directory --json"
+"$SAT" caption "$WORK/val/images" --model "$MODEL" --timing 2>"$WORK/timing.txt" >/dev/null &&
+  grep -Eq "^150 image\(s\) in [0-9.]+ s: model load .* images/s after loading$" "$WORK/timing.txt" \
+  && pass "caption --timing: $(cat "$WORK/timing.txt")" || fail "caption --timing: $(cat "$WORK/timing.txt")"
 "$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.png" >/dev/null 2>&1 && [ -s "$WORK/att.png" ] && pass "attend wrote an overlay" || fail "attend"
 "$SAT" train --resume "$WORK/run/checkpoint.sat" --more-epochs 11 2>"$WORK/resume.log" >/dev/null && grep -q "resuming" "$WORK/resume.log" \
   && pass "resume continues" || { fail "resume"; cat "$WORK/resume.log"; }

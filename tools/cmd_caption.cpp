@@ -1,4 +1,5 @@
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <dirent.h>
 #include <nlohmann/json.hpp>
@@ -56,7 +57,7 @@ void add_caption_commands(CLI::App& app) {
     std::vector<std::string> images;
     std::string model = default_model_path();
     int beam = 3, batch = 16;
-    bool json = false;
+    bool json = false, timing = false;
   };
   auto a = std::make_shared<CaptionArgs>();
   auto* cap = app.add_subcommand("caption", "Caption images (files or directories of images)");
@@ -65,15 +66,27 @@ void add_caption_commands(CLI::App& app) {
   cap->add_option("--beam", a->beam, "Beam size (1 = greedy)")->capture_default_str();
   cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
   cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}]");
+  cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
   cap->callback([a] {
+    using clock = std::chrono::steady_clock;
+    auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
+    const auto start = clock::now();
     auto model = CaptionModel::load(a->model);
+    const double t_load = seconds(start);
+    double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
     nlohmann::json out = nlohmann::json::array();
     for (size_t s = 0; s < files.size(); s += std::max(1, a->batch)) {
       std::vector<std::string> chunk(files.begin() + s, files.begin() + std::min(files.size(), s + std::max(1, a->batch)));
+      auto t0 = clock::now();
       auto planes = model->load_planes(chunk);
+      t_images += seconds(t0);
+      t0 = clock::now();
       Mat F = model->encode(planes, (int)chunk.size());
+      t_encode += seconds(t0);
+      t0 = clock::now();
       auto hyps = run_search(*model, F, (int)chunk.size(), a->beam);
+      t_search += seconds(t0);
       for (size_t i = 0; i < chunk.size(); ++i) {
         std::string caption = join_words(model->vocab.decode(hyps[i].tokens));
         if (a->json) out.push_back({{"file", chunk[i]}, {"caption", caption}});
@@ -83,6 +96,14 @@ void add_caption_commands(CLI::App& app) {
       std::fflush(stdout);
     }
     if (a->json) std::printf("%s\n", out.dump(2).c_str());
+    if (a->timing) {
+      const double total = seconds(start), n = (double)files.size();
+      std::fprintf(stderr,
+                   "%zu image(s) in %.3f s: model load %.3f s, image decode %.3f s, encode %.3f s, beam %d search %.3f s; "
+                   "%.1f ms per image, %.2f images/s after loading\n",
+                   files.size(), total, t_load, t_images, t_encode, a->beam, t_search, 1000 * total / n,
+                   n / std::max(1e-9, total - t_load));
+    }
   });
 
   struct AttendArgs {

@@ -41,14 +41,19 @@ VARIANTS = [
 
 
 def run(cmd, log=None):
+    """Runs cmd; its output goes to log as it comes (when given) and is returned."""
     print("+ " + " ".join(cmd), file=sys.stderr, flush=True)
-    out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     if log:
-        with open(log, "a") as f:
-            f.write(out.stdout)
-    if out.returncode != 0:
-        sys.exit("command failed (exit %d): %s\n%s" % (out.returncode, " ".join(cmd), out.stdout[-2000:]))
-    return out.stdout
+        with open(log, "w") as f:
+            rc = subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT).returncode
+        with open(log) as f:
+            text = f.read()
+    else:
+        out = subprocess.run(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        rc, text = out.returncode, out.stdout
+    if rc != 0:
+        sys.exit("command failed (exit %d): %s\n%s" % (rc, " ".join(cmd), text[-2000:]))
+    return text
 
 
 def epoch_speeds(log_text):
@@ -125,8 +130,6 @@ def main():
             continue
         os.makedirs(vdir, exist_ok=True)
         log = os.path.join(vdir, "train.log")
-        if os.path.exists(log):
-            os.remove(log)
         start = time.time()
         run([sat, "train"] + data + common + flags + ["--out", vdir], log)
         wall = time.time() - start

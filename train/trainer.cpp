@@ -298,6 +298,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   Rng rng(opt.seed);
   Adam adam;
   TensorFile ckpt;
+  const int threads_asked = opt.threads;  // a resumed run may use another thread count: it changes speed only
   if (!resume_path.empty()) {
     ckpt = load_safetensors(resume_path);
     if (!ckpt.metadata.count("checkpoint")) fail(resume_path, "not a training checkpoint (no optimizer state)");
@@ -317,6 +318,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     // Continue where the checkpoint lies (it may have been moved since).
     auto slash = resume_path.rfind('/');
     opt.out = slash == std::string::npos ? "." : resume_path.substr(0, slash);
+    if (threads_asked > 0) opt.threads = threads_asked;
   }
   if (max_epochs_override > 0) opt.epochs = max_epochs_override;
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
