@@ -31,9 +31,10 @@ void add_bench_commands(CLI::App& app) {
     int batch = 64, grid = 14, features = 512, embed = 512, hidden = 512, attn = 512, vocab = 3000, steps = 16;
     float dropout = 0.5f;
     int iters = 5, warmup = 1;
+    std::string attention = "soft", score = "additive", order = "bahdanau";
   };
   auto d = std::make_shared<DecArgs>();
-  auto* dec = bench->add_subcommand("decoder", "Time a soft-attention decoder training step (forward, backward, Adam)");
+  auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention kind");
   dec->add_option("--batch", d->batch, "Captions per step")->capture_default_str();
   dec->add_option("--grid", d->grid, "Grid side (locations = grid^2)")->capture_default_str();
   dec->add_option("--features", d->features, "Feature channels D")->capture_default_str();
@@ -44,6 +45,9 @@ void add_bench_commands(CLI::App& app) {
   dec->add_option("--steps", d->steps, "Caption length in steps")->capture_default_str();
   dec->add_option("--dropout", d->dropout, "Dropout")->capture_default_str();
   dec->add_option("--iters", d->iters, "Timed iterations")->capture_default_str();
+  dec->add_option("--attention", d->attention, "soft, hard, local or none")->capture_default_str();
+  dec->add_option("--score", d->score, "additive, dot, general, cosine or location")->capture_default_str();
+  dec->add_option("--order", d->order, "bahdanau or luong")->capture_default_str();
   dec->callback([d] {
     DecoderConfig cfg;
     cfg.vocab_size = d->vocab;
@@ -53,6 +57,8 @@ void add_bench_commands(CLI::App& app) {
     cfg.feature_dim = d->features;
     cfg.grid_h = cfg.grid_w = d->grid;
     cfg.dropout = d->dropout;
+    cfg.attention = d->attention, cfg.score = d->score, cfg.order = d->order;
+    cfg = DecoderConfig::from_json(cfg.to_json());  // the same checks as a model file's config
     Decoder model(cfg);
     Rng rng(1);
     model.init(rng);
@@ -79,7 +85,8 @@ void add_bench_commands(CLI::App& app) {
       if (it >= d->warmup) best = std::min(best, s), total += s;
     }
     double mean = total / d->iters;
-    std::printf("decoder train step: B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d dropout=%.2f\n", d->batch, L,
+    std::printf("decoder train step (%s attention, %s score, %s order): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
+                "dropout=%.2f\n", cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(), d->batch, L,
                 cfg.feature_dim, d->embed, d->hidden, d->attn, d->vocab, cb.T, d->dropout);
     std::printf("  mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f captions/s (best)\n", mean * 1e3,
                 best * 1e3, d->batch / mean, d->batch / best);
