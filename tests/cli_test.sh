@@ -79,6 +79,15 @@ SMALL=(--data "$WORK/val" --val-data "$WORK/val" --val-limit 20 --blocks 8,16,16
 "$SAT" train --resume "$WORK/split/checkpoint.sat" 2>/dev/null >/dev/null
 A=$(tensors "$WORK/straight/checkpoint.sat"); B=$(tensors "$WORK/split/checkpoint.sat")
 [ -n "$A" ] && [ "$A" = "$B" ] && pass "stop mid-epoch + resume = uninterrupted run (same weights)" || fail "resume differs: $A vs $B"
+# kill -9 as soon as the first checkpoint lands, then resume: the same weights again
+"$SAT" train "${SMALL[@]}" --out "$WORK/killed" --epochs 2 --checkpoint-every 3 >/dev/null 2>&1 &
+pid=$!
+for _ in $(seq 1 300); do [ -f "$WORK/killed/checkpoint.sat" ] && break; sleep 0.05; done
+kill -9 "$pid" 2>/dev/null && killed=yes || killed="no (the run had finished)"
+wait "$pid" 2>/dev/null
+"$SAT" train --resume "$WORK/killed/checkpoint.sat" 2>/dev/null >/dev/null
+C=$(tensors "$WORK/killed/checkpoint.sat")
+[ "$A" = "$C" ] && pass "kill -9 + resume = uninterrupted run (killed: $killed)" || fail "kill -9 + resume differs (killed: $killed)"
 
 # --- bad inputs -----------------------------------------------------------------------------------------
 printf 'this is not a png' >"$WORK/fake.png"

@@ -32,6 +32,8 @@ void add_bench_commands(CLI::App& app) {
     float dropout = 0.5f;
     int iters = 5, warmup = 1;
     std::string attention = "soft", score = "additive", order = "bahdanau";
+    bool coverage = false;
+    int hard_window = 1;
   };
   auto d = std::make_shared<DecArgs>();
   auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention kind");
@@ -48,6 +50,8 @@ void add_bench_commands(CLI::App& app) {
   dec->add_option("--attention", d->attention, "soft, hard, local or none")->capture_default_str();
   dec->add_option("--score", d->score, "additive, dot, general, cosine or location")->capture_default_str();
   dec->add_option("--order", d->order, "bahdanau or luong")->capture_default_str();
+  dec->add_option("--coverage", d->coverage, "Coverage-aware additive score")->capture_default_str();
+  dec->add_option("--hard-window", d->hard_window, "Hard attention: glimpse window side")->capture_default_str();
   dec->callback([d] {
     DecoderConfig cfg;
     cfg.vocab_size = d->vocab;
@@ -58,6 +62,7 @@ void add_bench_commands(CLI::App& app) {
     cfg.grid_h = cfg.grid_w = d->grid;
     cfg.dropout = d->dropout;
     cfg.attention = d->attention, cfg.score = d->score, cfg.order = d->order;
+    cfg.coverage = d->coverage, cfg.hard_window = d->hard_window;
     cfg = DecoderConfig::from_json(cfg.to_json());  // the same checks as a model file's config
     Decoder model(cfg);
     Rng rng(1);

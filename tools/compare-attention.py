@@ -85,6 +85,9 @@ def main():
     ap.add_argument("--cut", default="mixed5")
     ap.add_argument("--encoder-size", default="299")
     ap.add_argument("--table", default="", help="also write the markdown table to this file")
+    ap.add_argument("--bench", action="store_true",
+                    help="time each variant's decoder training step (sat bench decoder) into its result; run it on a "
+                         "quiet machine")
     a = ap.parse_args()
     os.makedirs(a.work, exist_ok=True)
     sat = a.sat
@@ -151,14 +154,32 @@ def main():
         os.replace(tmp, result_path)
         rows.append(row)
 
+    if a.bench:
+        # The decoder step alone, every variant back to back at one size (the synthetic model's, or the Flickr8k
+        # comparison's), so the speeds compare the attention kinds and not the machine's load at training time.
+        size = (["--batch", "64", "--grid", "17", "--features", "768", "--embed", "256", "--hidden", "256", "--attn",
+                 "256", "--vocab", "2538", "--steps", "16", "--dropout", "0.5"] if a.flickr8k else
+                ["--batch", "32", "--grid", "8", "--features", "130", "--embed", "128", "--hidden", "256", "--attn",
+                 "128", "--vocab", "44", "--steps", "14", "--dropout", "0.3"])
+        for r in rows:
+            flags = r["flags"].split()
+            out = run([sat, "bench", "decoder", "--iters", "10"] + size + flags)
+            r["decoder_captions_per_second"] = float(re.search(r"([0-9.]+) captions/s \(mean\)", out).group(1))
+            r["bench_size"] = " ".join(size)
+            path = os.path.join(a.work, r["variant"], "result.json")
+            with open(path + ".partial", "w") as f:
+                json.dump(r, f, indent=1)
+            os.replace(path + ".partial", path)
+
     lines = ["Setup: " + setup + ". Command: `tools/compare-attention.py " + " ".join(sys.argv[1:]) + "`", ""]
-    head = "| variant | flags | BLEU-4 | CIDEr-D |" + (" grounding |" if not a.flickr8k else "") + " train captions/s |"
+    head = "| variant | flags | BLEU-4 | CIDEr-D |" + (" grounding |" if not a.flickr8k else "") + " decoder step, captions/s |"
     lines += [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         line = "| %s | `%s` | %.3f | %.3f |" % (r["what"], r["flags"], r["bleu4"], r["cider"])
         if not a.flickr8k:  # without attention there is nothing to ground
             line += " %.3f |" % r["grounding"] if r["variant"] != "none" else " — |"
-        line += " %s |" % (r["captions_per_second"] if r["captions_per_second"] is not None else "—")
+        speed = r.get("decoder_captions_per_second")
+        line += " %s |" % ("%.0f" % speed if speed else "—")
         lines.append(line)
     table = "\n".join(lines)
     print(table)
