@@ -185,6 +185,18 @@ void add_reinforce_grad(const float* alpha, int L, int s, float advantage, float
   de[s] -= scale * lambda_r * advantage;
 }
 
+std::vector<double> leave_one_out_advantages(const std::vector<double>& rewards, int K) {
+  if (K < 2 || rewards.size() % K)
+    throw Error("leave_one_out_advantages: the group size must be at least 2 and divide the batch");
+  std::vector<double> adv(rewards.size());
+  for (size_t g = 0; g < rewards.size(); g += K) {
+    double sum = 0;
+    for (int k = 0; k < K; ++k) sum += rewards[g + k];
+    for (int k = 0; k < K; ++k) adv[g + k] = rewards[g + k] - (sum - rewards[g + k]) / (K - 1);
+  }
+  return adv;
+}
+
 static int sample_index(const float* p, int n, double u) {
   double acc = 0;
   for (int i = 0; i < n; ++i)
@@ -304,7 +316,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     C.location.assign(T, std::vector<int>(B, -1));
     C.soft_step.assign(T, std::vector<char>(B, 1));
   }
-  std::vector<double> logp_caption(B, 0.0);
+  std::vector<double> logp_caption(B, 0.0), logp_step(hard ? (size_t)B * T : 0, 0.0);
 
   auto E = value_of(P(kEmbed));
   DecoderLoss loss;
@@ -348,18 +360,43 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       double lp = std::log(std::max(C.probs[t](b, y), 1e-30f));
       ce -= lp;
       logp_caption[b] += lp;
+      if (hard) logp_step[(size_t)b * T + t] = lp;
       loss.tokens++;
     }
   }
   if (hard) {
-    // REINFORCE with a moving-average baseline: the advantage of each caption is log p(y | s) - b, and
-    // b <- 0.9 b + 0.1 mean log p(y | s) after the batch (training only).
+    // REINFORCE weights. One sample per caption (Xu et al.): every step of a caption gets log p(y | s) - b with the
+    // moving-average baseline b <- 0.9 b + 0.1 mean log p(y | s) (updated after the batch, training only).
+    // Several samples per caption: step t gets its reward-to-go R_t = sum_{u >= t} log p(y_u | s) (the words before
+    // t do not depend on s_t) minus the mean R_t of the caption's other samples. Both are unbiased; the second
+    // removes the caption's own difficulty from the weights, which is most of their variance.
     float& baseline = P(baseline_).value[0];
-    C.advantage.assign(B, 0.0);
-    double mean_logp = 0;
-    for (int b = 0; b < B; ++b) C.advantage[b] = logp_caption[b] - baseline, mean_logp += logp_caption[b] / B;
-    for (double a : C.advantage) loss.advantage_mean += a / B;
-    for (double a : C.advantage) loss.advantage_var += (a - loss.advantage_mean) * (a - loss.advantage_mean) / B;
+    C.advantage.assign((size_t)B * T, 0.0);
+    const int K = batch.samples;
+    if (K >= 2 && B % K == 0) {
+      std::vector<double> reward(B, 0.0);
+      for (int t = T - 1; t >= 0; --t) {
+        for (int b = 0; b < B; ++b) reward[b] += logp_step[(size_t)b * T + t];
+        const std::vector<double> adv = leave_one_out_advantages(reward, K);
+        for (int b = 0; b < B; ++b) C.advantage[(size_t)b * T + t] = adv[b];
+      }
+    } else {
+      for (int b = 0; b < B; ++b)
+        for (int t = 0; t < T; ++t) C.advantage[(size_t)b * T + t] = logp_caption[b] - baseline;
+    }
+    double mean_logp = 0, sampled = 0;
+    for (int b = 0; b < B; ++b) mean_logp += logp_caption[b] / B;
+    auto sampled_step = [&](int b, int t) { return batch.mask[(size_t)b * T + t] > 0 && !C.soft_step[t][b]; };
+    for (int t = 0; t < T; ++t)  // statistics over the steps that sampled a location
+      for (int b = 0; b < B; ++b)
+        if (sampled_step(b, t)) loss.advantage_mean += C.advantage[(size_t)b * T + t], ++sampled;
+    if (sampled > 0) loss.advantage_mean /= sampled;
+    for (int t = 0; t < T; ++t)
+      for (int b = 0; b < B; ++b)
+        if (sampled_step(b, t)) {
+          const double d = C.advantage[(size_t)b * T + t] - loss.advantage_mean;
+          loss.advantage_var += d * d / sampled;
+        }
     loss.entropy = hard_steps ? entropy / hard_steps : 0.0;
     if (training) baseline = 0.9f * baseline + 0.1f * (float)mean_logp;
   }
@@ -413,7 +450,7 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
     for (int b = 0; b < B; ++b) {
       const float m = batch.mask[(size_t)b * T + t] * inv_tokens;
       if (C.soft_step[t][b] || m == 0) continue;
-      add_reinforce_grad(&a(b, 0), L, C.location[t][b], (float)C.advantage[b], cfg_.reinforce_weight,
+      add_reinforce_grad(&a(b, 0), L, C.location[t][b], (float)C.advantage[(size_t)b * T + t], cfg_.reinforce_weight,
                          cfg_.entropy_weight, m, &de(b, 0));
     }
   }

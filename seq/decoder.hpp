@@ -55,6 +55,9 @@ struct CaptionBatch {
   int B = 0, T = 0;
   std::vector<int> input, target;  // B x T
   std::vector<float> mask;         // B x T, 1 where target is a real token
+  // Rows come in groups of `samples` consecutive copies of one caption (hard attention draws several glimpse
+  // sequences per caption; with 2 or more the REINFORCE baseline is the mean of the other samples).
+  int samples = 1;
   static CaptionBatch from_ids(const std::vector<std::vector<int>>& captions, int max_len);
 };
 
@@ -62,7 +65,7 @@ struct DecoderLoss {
   double cross_entropy = 0;  // mean over real tokens
   double penalty = 0;        // lambda * mean_{b,i} (1 - sum_t alpha_ti)^2
   int64_t tokens = 0;
-  // hard attention: the REINFORCE signal log p(y | s) - baseline over the batch (its variance is the variance
+  // hard attention: the REINFORCE weights (advantages) over the sampled steps (their variance is the variance
   // of the estimator's weights), and the mean entropy of alpha
   double advantage_mean = 0, advantage_var = 0, entropy = 0;
   double total() const { return cross_entropy + penalty; }
@@ -84,8 +87,13 @@ struct DecoderCache {
   std::vector<Mat> glimpse;
   std::vector<std::vector<int>> location;
   std::vector<std::vector<char>> soft_step;
-  std::vector<double> advantage;  // per caption: log p(y | s) - baseline
+  std::vector<double> advantage;  // B x T: the REINFORCE weight of the location sampled at step t
 };
+
+// Leave-one-out baseline: rewards in groups of K consecutive samples of one caption (K >= 2, size divisible by K);
+// the advantage of a sample is its reward minus the mean reward of the other K - 1 samples of its group. Those do
+// not depend on the sample's own locations, so the REINFORCE estimate stays unbiased.
+std::vector<double> leave_one_out_advantages(const std::vector<double>& rewards, int K);
 
 // Hard attention's REINFORCE step on the scores e of one row (alpha = softmax(e), s the sampled location):
 // adds scale * d/de [ -lambda_r * advantage * log alpha_s - lambda_e * H(alpha) ], i.e.
@@ -98,6 +106,8 @@ class Decoder {
  public:
   explicit Decoder(const DecoderConfig& cfg);
   const DecoderConfig& config() const { return cfg_; }
+  // hard attention: the training schedule's probability of a soft step
+  void set_hard_soft_prob(float p) { cfg_.hard_soft_prob = p; }
   void init(Rng& rng);
   std::vector<Param*> params();
 

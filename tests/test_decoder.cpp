@@ -336,3 +336,50 @@ TEST_CASE("REINFORCE: the estimator of hard attention is unbiased on a toy probl
     CHECK(de[i] == doctest::Approx((negH(xp) - negH(xm)) / 2e-3).epsilon(1e-2));
   }
 }
+
+TEST_CASE("REINFORCE with a leave-one-out baseline over K samples is unbiased and has less variance than no baseline") {
+  // Same toy problem, rewards shifted far from zero (like log p of a whole caption): f(s) + 20. K samples per
+  // estimate; sample k's weight is its reward minus the mean reward of the other K - 1.
+  const int L = 5, K = 4, N = 20000;
+  const float e[L] = {0.3f, -1.0f, 0.8f, 0.1f, -0.4f}, f[L] = {21.0f, 23.0f, 18.0f, 20.5f, 24.0f};
+  float alpha[L], mx = *std::max_element(e, e + L), sum = 0;
+  for (int i = 0; i < L; ++i) sum += alpha[i] = std::exp(e[i] - mx);
+  double J = 0;
+  for (int i = 0; i < L; ++i) alpha[i] /= sum, J += alpha[i] * f[i];
+  CHECK_THROWS_AS(leave_one_out_advantages({1.0, 2.0, 3.0}, 2), Error);
+  const std::vector<double> adv = leave_one_out_advantages({1.0, 3.0, 5.0, 10.0, 20.0, 30.0}, 3);
+  CHECK(adv[0] == doctest::Approx(1.0 - 4.0));
+  CHECK(adv[4] == doctest::Approx(20.0 - 20.0));
+  double var_loo = 0, var_plain = 0;
+  for (bool loo : {true, false}) {
+    Rng rng(7);
+    std::vector<double> mean(L, 0), sq(L, 0);
+    for (int k = 0; k < N; ++k) {
+      std::vector<int> s(K, L - 1);
+      std::vector<double> reward(K);
+      for (int j = 0; j < K; ++j) {
+        double u = rng.uniform(), acc = 0;
+        for (int i = 0; i < L; ++i)
+          if ((acc += alpha[i]) > u) {
+            s[j] = i;
+            break;
+          }
+        reward[j] = f[s[j]];
+      }
+      const std::vector<double> a = loo ? leave_one_out_advantages(reward, K) : reward;
+      float de[L] = {0};
+      for (int j = 0; j < K; ++j) add_reinforce_grad(alpha, L, s[j], (float)a[j], 1.f, 0.f, 1.f / K, de);
+      for (int i = 0; i < L; ++i) mean[i] += de[i] / N, sq[i] += (double)de[i] * de[i] / N;
+    }
+    double var = 0;
+    for (int i = 0; i < L; ++i) {
+      double exact = -alpha[i] * (f[i] - J), se = std::sqrt((sq[i] - mean[i] * mean[i]) / N);
+      CAPTURE(loo);
+      CAPTURE(i);
+      CHECK(std::fabs(mean[i] - exact) < 4 * se);
+      var += sq[i] - mean[i] * mean[i];
+    }
+    (loo ? var_loo : var_plain) = var;
+  }
+  CHECK(var_loo < 0.05 * var_plain);  // the shared offset of the rewards no longer enters the weights
+}

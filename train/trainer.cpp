@@ -29,7 +29,7 @@ json TrainOptions::to_json() const {
           {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
           {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
-          {"hard_samples", hard_samples}, {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
+          {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup}, {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
           {"local_sigma", local_sigma},
           {"checkpoint_every", checkpoint_every}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
@@ -56,6 +56,8 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.order = j.value("order", std::string("bahdanau"));
     o.hard_window = j.value("hard_window", 1);
     o.hard_samples = j.value("hard_samples", 1);
+    o.hard_soft_prob = j.value("hard_soft_prob", 0.5f);
+    o.hard_soft_warmup = j.value("hard_soft_warmup", 0.f);
     o.reinforce_weight = j.value("reinforce_weight", 1.f);
     o.entropy_weight = j.value("entropy_weight", 0.002f);
     o.local_sigma = j.value("local_sigma", 0.f);
@@ -352,7 +354,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     dc.embed_dim = opt.embed_dim, dc.hidden_dim = opt.hidden_dim, dc.attn_dim = opt.attn_dim;
     dc.dropout = opt.dropout, dc.coverage = opt.coverage;
     dc.attention = opt.attention, dc.score = opt.score, dc.order = opt.order;
-    dc.hard_window = opt.hard_window, dc.reinforce_weight = opt.reinforce_weight;
+    dc.hard_window = opt.hard_window, dc.reinforce_weight = opt.reinforce_weight, dc.hard_soft_prob = opt.hard_soft_prob;
     dc.entropy_weight = opt.entropy_weight, dc.local_sigma = opt.local_sigma;
     model->max_len = opt.max_len;
     model->build();
@@ -457,6 +459,18 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     double loss_sum = 0, pen_sum = 0, adv_var_sum = 0;
     int loss_count = 0;
     int64_t captions_done = 0;
+    // hard attention also shows the spread of the REINFORCE weights: the estimator's variance
+    auto epoch_stats = [&](double captions_per_second) {
+      char stats[160];
+      const int n = std::max(loss_count, 1);
+      if (model->decoder_config.hard())
+        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  reinforce var %.3g  %.0f cap/s", loss_sum / n,
+                      pen_sum / n, adv_var_sum / n, captions_per_second);
+      else
+        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_sum / n, pen_sum / n,
+                      captions_per_second);
+      return std::string(stats);
+    };
     auto t0 = std::chrono::steady_clock::now();
     for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
       std::vector<int> idx(order.begin() + (size_t)s * opt.batch_images,
@@ -487,6 +501,12 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       for (int b = 0; b < B; ++b)
         F.middleRows((int64_t)b * L, L) = Eigen::Map<Mat>(grid.data() + (size_t)cap_image[b] * L * D, L, D);
       CaptionBatch cb = CaptionBatch::from_ids(caps, opt.max_len);
+      if (model->decoder_config.hard()) {
+        cb.samples = std::max(1, opt.hard_samples);
+        const double progress = opt.hard_soft_warmup > 0 ? (st.epoch + (double)s / steps_per_epoch) / opt.hard_soft_warmup : 1.0;
+        model->decoder->set_hard_soft_prob(
+            (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
+      }
       DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, &rng, cache);
       model->decoder->backward(cache, from_features ? nullptr : &dF);
       if (!from_features) {
@@ -508,15 +528,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       ++st.global_step;
       st.step_in_epoch = s + 1;
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      char stats[128];
-      if (model->decoder_config.hard())  // the spread of the REINFORCE weights: the estimator's variance
-        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  reinforce var %.1f  %.0f cap/s",
-                      loss_sum / loss_count, pen_sum / loss_count, adv_var_sum / loss_count,
-                      captions_done / std::max(secs, 1e-9));
-      else
-        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_sum / loss_count,
-                      pen_sum / loss_count, captions_done / std::max(secs, 1e-9));
-      bar.update(s + 1, stats);
+      bar.update(s + 1, epoch_stats(captions_done / std::max(secs, 1e-9)));
       if (opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
         save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
       if (stop_after_steps > 0 && ++steps_this_run == stop_after_steps && s + 1 < steps_per_epoch) {
@@ -530,10 +542,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    char stats[160];
-    std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_count ? loss_sum / loss_count : 0.0,
-                  loss_count ? pen_sum / loss_count : 0.0, captions_done / std::max(secs, 1e-9));
-    bar.finish(stats);
+    bar.finish(epoch_stats(captions_done / std::max(secs, 1e-9)));
 
     CaptionScores sc = run_validation();
     const double score = metric_of(sc, opt.metric);

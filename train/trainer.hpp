@@ -39,6 +39,9 @@ struct TrainOptions {
   std::string score = "additive";  // additive, dot, general, cosine, location
   std::string order = "bahdanau";
   int hard_window = 1, hard_samples = 1;
+  // hard: probability that a step takes the expected context, reached after hard_soft_warmup epochs that start
+  // fully soft (1) and decrease linearly
+  float hard_soft_prob = 0.5f, hard_soft_warmup = 0;
   float reinforce_weight = 1.f, entropy_weight = 0.002f, local_sigma = 0;
   int max_len = 20, min_count = 1;
   // optimization
