@@ -141,6 +141,12 @@ for kind in "--attention hard --hard-window 3" "--order luong" "--order luong --
     --epochs 1 --val-limit 20 --captions-per-image 1 >/dev/null 2>&1 &&
     "$SAT" attend "$IMG" --model "$WORK/kind/model.sat" --out "$WORK/kind.png" >/dev/null 2>&1 && pass "train and attend: $kind" || fail "train and attend: $kind"
 done
+"$SAT" train --data "$WORK/train" --train-split "$WORK/small.txt" --val-data "$WORK/val" --out "$WORK/hard4" --attention hard \
+  --hard-samples 4 --hard-soft-warmup 1 --epochs 2 --val-limit 20 --captions-per-image 1 >"$WORK/hard4.log" 2>&1 &&
+  grep -q "epoch 2/2 .*reinforce var [0-9]" "$WORK/hard4.log" && pass "hard attention with 4 samples and a soft warm-up; the REINFORCE variance is logged" ||
+  fail "hard attention with samples: $(tail -2 "$WORK/hard4.log")"
+expect_error "soft-step probability out of range" "^sat: decoder config: hard_soft_prob must be in \[0, 1\]" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention hard --hard-soft-prob 1.5 --epochs 1
+expect_error "negative soft warm-up" "^sat: train: --hard-soft-warmup must be 0 or more" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention hard --hard-soft-warmup -1 --epochs 1
 expect_error "unknown attention kind" "^sat: decoder config: unknown attention" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention sideways --epochs 1
 expect_error "unknown ordering" "^sat: decoder config: unknown order 'sideways'" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --order sideways --epochs 1
 "$SAT" caption --bogus-flag >/dev/null 2>&1; rc=$?

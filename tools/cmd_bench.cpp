@@ -33,7 +33,7 @@ void add_bench_commands(CLI::App& app) {
     int iters = 5, warmup = 1;
     std::string attention = "soft", score = "additive", order = "bahdanau";
     bool coverage = false;
-    int hard_window = 1;
+    int hard_window = 1, hard_samples = 1;
   };
   auto d = std::make_shared<DecArgs>();
   auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention kind");
@@ -52,6 +52,8 @@ void add_bench_commands(CLI::App& app) {
   dec->add_option("--order", d->order, "bahdanau or luong")->capture_default_str();
   dec->add_option("--coverage", d->coverage, "Coverage-aware additive score")->capture_default_str();
   dec->add_option("--hard-window", d->hard_window, "Hard attention: glimpse window side")->capture_default_str();
+  dec->add_option("--hard-samples", d->hard_samples, "Hard attention: glimpse samples per caption (rows per caption)")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   dec->callback([d] {
     DecoderConfig cfg;
     cfg.vocab_size = d->vocab;
@@ -70,13 +72,17 @@ void add_bench_commands(CLI::App& app) {
     auto params = model.params();
     Adam adam;
     adam.attach(params);
-    const int L = cfg.locations();
-    Mat F((int64_t)d->batch * L, cfg.feature_dim);
+    const int L = cfg.locations(), K = cfg.hard() ? d->hard_samples : 1;  // hard: K rows per caption
+    Mat F((int64_t)d->batch * K * L, cfg.feature_dim);
     for (int64_t i = 0; i < F.size(); ++i) F.data()[i] = (float)rng.uniform();
-    std::vector<std::vector<int>> caps(d->batch);
-    for (auto& c : caps)
+    std::vector<std::vector<int>> caps;
+    for (int b = 0; b < d->batch; ++b) {
+      std::vector<int> c;
       for (int t = 0; t < d->steps - 1; ++t) c.push_back(4 + (int)rng.integer(0, d->vocab - 5));
+      for (int k = 0; k < K; ++k) caps.push_back(c);
+    }
     CaptionBatch cb = CaptionBatch::from_ids(caps, d->steps);
+    cb.samples = K;
     DecoderCache cache;
     double best = 1e30, total = 0;
     for (int it = 0; it < d->warmup + d->iters; ++it) {
@@ -90,8 +96,9 @@ void add_bench_commands(CLI::App& app) {
       if (it >= d->warmup) best = std::min(best, s), total += s;
     }
     double mean = total / d->iters;
-    std::printf("decoder train step (%s attention, %s score, %s order): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
-                "dropout=%.2f\n", cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(), d->batch, L,
+    std::printf("decoder train step (%s attention, %s score, %s order%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
+                "dropout=%.2f\n", cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(),
+                K > 1 ? (", " + std::to_string(K) + " glimpse samples per caption").c_str() : "", d->batch, L,
                 cfg.feature_dim, d->embed, d->hidden, d->attn, d->vocab, cb.T, d->dropout);
     std::printf("  mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f captions/s (best)\n", mean * 1e3,
                 best * 1e3, d->batch / mean, d->batch / best);

@@ -40,8 +40,8 @@ void add_train_command(CLI::App& app) {
                   "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back)")->capture_default_str();
   cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")->capture_default_str();
   cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")->capture_default_str();
-  cmd->add_option("--hard-soft-prob", o->hard_soft_prob, "Hard attention: probability that a training step takes the expected (soft) context")->capture_default_str()->check(CLI::Range(0.0, 1.0));
-  cmd->add_option("--hard-soft-warmup", o->hard_soft_warmup, "Hard attention: epochs over which that probability falls from 1 (all soft) to --hard-soft-prob")->capture_default_str()->check(CLI::NonNegativeNumber);
+  cmd->add_option("--hard-soft-prob", o->hard_soft_prob, "Hard attention: probability that a training step takes the expected (soft) context")->capture_default_str();
+  cmd->add_option("--hard-soft-warmup", o->hard_soft_warmup, "Hard attention: epochs over which that probability falls from 1 (all soft) to --hard-soft-prob")->capture_default_str();
   cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")->capture_default_str();
   cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")->capture_default_str();
   cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")->capture_default_str();

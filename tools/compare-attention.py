@@ -23,6 +23,10 @@ import time
 
 TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
+# hard attention's training: 4 glimpse samples per caption (reward-to-go, leave-one-out baseline) and 5 epochs that
+# go from all-soft steps to Xu et al.'s one in two
+HARD = ["--hard-samples", "4", "--hard-soft-warmup", "5"]
+
 # name -> flags; every variant shares everything else
 VARIANTS = [
     ("none", "no attention (Show and Tell)", ["--attention", "none"]),
@@ -35,8 +39,11 @@ VARIANTS = [
     ("luong", "soft, additive, Luong order", ["--attention", "soft", "--score", "additive", "--order", "luong"]),
     ("luong-general", "soft, general, Luong order", ["--attention", "soft", "--score", "general", "--order", "luong"]),
     ("local", "local (2-D window), additive", ["--attention", "local", "--score", "additive"]),
-    ("hard", "hard, 1-cell glimpse, REINFORCE", ["--attention", "hard", "--hard-window", "1"]),
-    ("hard-3x3", "hard, 3x3 Gaussian glimpse", ["--attention", "hard", "--hard-window", "3"]),
+    ("hard-xu", "hard, 1-cell glimpse, REINFORCE as Xu et al. (1 sample, moving baseline)",
+     ["--attention", "hard", "--hard-window", "1"]),
+    ("hard", "hard, 1-cell glimpse, 4 samples, leave-one-out baseline, soft warm-up",
+     ["--attention", "hard", "--hard-window", "1"] + HARD),
+    ("hard-3x3", "hard, 3x3 Gaussian glimpse, same training", ["--attention", "hard", "--hard-window", "3"] + HARD),
 ]
 
 
@@ -163,6 +170,9 @@ def main():
                  "128", "--vocab", "44", "--steps", "14", "--dropout", "0.3"])
         for r in rows:
             flags = r["flags"].split()
+            if "--hard-soft-warmup" in flags:  # a training schedule, not part of the step
+                i = flags.index("--hard-soft-warmup")
+                del flags[i:i + 2]
             out = run([sat, "bench", "decoder", "--iters", "10"] + size + flags)
             r["decoder_captions_per_second"] = float(re.search(r"([0-9.]+) captions/s \(mean\)", out).group(1))
             r["bench_size"] = " ".join(size)

@@ -355,6 +355,8 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     dc.dropout = opt.dropout, dc.coverage = opt.coverage;
     dc.attention = opt.attention, dc.score = opt.score, dc.order = opt.order;
     dc.hard_window = opt.hard_window, dc.reinforce_weight = opt.reinforce_weight, dc.hard_soft_prob = opt.hard_soft_prob;
+    if (opt.hard_soft_warmup < 0 || opt.hard_samples < 1)
+      throw Error("train: --hard-soft-warmup must be 0 or more and --hard-samples 1 or more");
     dc.entropy_weight = opt.entropy_weight, dc.local_sigma = opt.local_sigma;
     model->max_len = opt.max_len;
     model->build();
