@@ -8,8 +8,8 @@ accuracy, and training speed (captions/s over the run's epochs).
 Flickr8k (--flickr8k DIR --features CACHE): the decoder of each variant trained on cached InceptionV3 features of
 the training split, scored on dev (beam 3); no grounding (there are no boxes).
 
-Each variant's results are kept in WORK/<variant>/result.json; a rerun skips variants that have one, so an
-interrupted comparison continues where it stopped. Usage:
+Each variant's results are kept in WORK/<variant>/result.json; a rerun skips variants that have one and resumes
+an interrupted variant from its checkpoint, so an interrupted comparison continues where it stopped. Usage:
   tools/compare-attention.py [--work runs/compare] [--images 2000] [--epochs 10] [--only soft,hard]
   tools/compare-attention.py --flickr8k ../shared/data/flickr8k --features f8k.feat --work runs/compare-f8k
 """
@@ -141,7 +141,12 @@ def main():
         os.makedirs(vdir, exist_ok=True)
         log = os.path.join(vdir, "train.log")
         start = time.time()
-        run([sat, "train"] + data + common + flags + ["--out", vdir], log)
+        checkpoint = os.path.join(vdir, "checkpoint.sat")
+        if os.path.exists(checkpoint) and os.path.exists(log):  # an interrupted run continues where it stopped
+            os.replace(log, log + ".before-resume")
+            run([sat, "train", "--resume", checkpoint, "--threads", str(a.threads)], log)
+        else:
+            run([sat, "train"] + data + common + flags + ["--out", vdir], log)
         wall = time.time() - start
         with open(log) as f:
             speeds = epoch_speeds(f.read())
