@@ -29,7 +29,8 @@ json TrainOptions::to_json() const {
           {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
           {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
-          {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup}, {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
+          {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
+          {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
           {"local_sigma", local_sigma},
           {"checkpoint_every", checkpoint_every}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
