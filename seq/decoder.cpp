@@ -384,19 +384,14 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       for (int b = 0; b < B; ++b)
         for (int t = 0; t < T; ++t) C.advantage[(size_t)b * T + t] = logp_caption[b] - baseline;
     }
-    double mean_logp = 0, sampled = 0;
+    double mean_logp = 0;
     for (int b = 0; b < B; ++b) mean_logp += logp_caption[b] / B;
-    auto sampled_step = [&](int b, int t) { return batch.mask[(size_t)b * T + t] > 0 && !C.soft_step[t][b]; };
-    for (int t = 0; t < T; ++t)  // statistics over the steps that sampled a location
-      for (int b = 0; b < B; ++b)
-        if (sampled_step(b, t)) loss.advantage_mean += C.advantage[(size_t)b * T + t], ++sampled;
-    if (sampled > 0) loss.advantage_mean /= sampled;
-    for (int t = 0; t < T; ++t)
-      for (int b = 0; b < B; ++b)
-        if (sampled_step(b, t)) {
-          const double d = C.advantage[(size_t)b * T + t] - loss.advantage_mean;
-          loss.advantage_var += d * d / sampled;
-        }
+    std::vector<double> weights;  // statistics over the steps that sampled a location
+    for (int b = 0; b < B; ++b)
+      for (int t = 0; t < T; ++t)
+        if (batch.mask[(size_t)b * T + t] > 0 && !C.soft_step[t][b]) weights.push_back(C.advantage[(size_t)b * T + t]);
+    for (double w : weights) loss.advantage_mean += w / weights.size();
+    for (double w : weights) loss.advantage_var += (w - loss.advantage_mean) * (w - loss.advantage_mean) / weights.size();
     loss.entropy = hard_steps ? entropy / hard_steps : 0.0;
     if (training) baseline = 0.9f * baseline + 0.1f * (float)mean_logp;
   }

@@ -475,6 +475,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       return std::string(stats);
     };
     auto t0 = std::chrono::steady_clock::now();
+    const int samples = model->decoder_config.hard() ? opt.hard_samples : 1;  // decoder rows per caption
     for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
       std::vector<int> idx(order.begin() + (size_t)s * opt.batch_images,
                            order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()));
@@ -488,7 +489,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
           ci.resize(opt.captions_per_image);
         }
         for (int c : ci)
-          for (int r = 0; r < (model->decoder_config.hard() ? std::max(1, opt.hard_samples) : 1); ++r)
+          for (int r = 0; r < samples; ++r)
             caps.push_back(caption_ids[c]), cap_image.push_back(k);  // hard: several glimpse samples per caption
       }
       if (caps.empty()) continue;
@@ -505,7 +506,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
         F.middleRows((int64_t)b * L, L) = Eigen::Map<Mat>(grid.data() + (size_t)cap_image[b] * L * D, L, D);
       CaptionBatch cb = CaptionBatch::from_ids(caps, opt.max_len);
       if (model->decoder_config.hard()) {
-        cb.samples = std::max(1, opt.hard_samples);
+        cb.samples = samples;
         const double progress = opt.hard_soft_warmup > 0 ? (st.epoch + (double)s / steps_per_epoch) / opt.hard_soft_warmup : 1.0;
         model->decoder->set_hard_soft_prob(
             (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
