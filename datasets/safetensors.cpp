@@ -1,5 +1,6 @@
 #include "datasets/safetensors.hpp"
 
+#include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 
@@ -25,6 +26,43 @@ FloatBuffer QuantizedTensor::dequantize() const {
   return out;
 }
 
+uint16_t float_to_half(float f) {
+  uint32_t x;
+  std::memcpy(&x, &f, 4);
+  const uint16_t sign = (uint16_t)((x >> 16) & 0x8000);
+  const uint32_t abs = x & 0x7fffffff;
+  if (abs >= 0x7f800000) return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);  // inf, NaN (quiet)
+  if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds past 65504: overflow to infinity
+  if (abs < 0x38800000) {  // below the smallest normal half (2^-14): subnormal or zero
+    if (abs < 0x33000000) return sign;  // under half the smallest subnormal (2^-25): zero
+    const uint32_t mant = (abs & 0x7fffff) | 0x800000;
+    const int shift = 126 - (int)(abs >> 23);  // value / 2^-24 = mantissa * 2^(exponent - 126)
+    const uint32_t q = mant >> shift, rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
+    return sign | (uint16_t)(q + (rest > half || (rest == half && (q & 1))));
+  }
+  // normal: rebias the exponent (127 -> 15) and round the 23-bit mantissa to 10 bits, to nearest even
+  const uint32_t r = abs - 0x38000000;
+  const uint32_t q = r >> 13, rest = r & 0x1fff;
+  return sign | (uint16_t)(q + (rest > 0x1000 || (rest == 0x1000 && (q & 1))));
+}
+
+float half_to_float(uint16_t h) {
+  const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
+  const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
+  uint32_t x;
+  if (exp == 0x1f) x = sign | 0x7f800000 | (mant << 13);
+  else if (exp != 0) x = sign | ((exp + 112) << 23) | (mant << 13);
+  else if (mant == 0) x = sign;
+  else {  // subnormal: value = mant * 2^-24
+    float v = (float)mant * 5.9604644775390625e-8f;
+    std::memcpy(&x, &v, 4);
+    x |= sign;
+  }
+  float f;
+  std::memcpy(&f, &x, 4);
+  return f;
+}
+
 std::string encode_safetensors(const TensorFile& tf) {
   json header = json::object();
   json meta = json::object();
@@ -36,9 +74,12 @@ std::string encode_safetensors(const TensorFile& tf) {
   }
   header["__metadata__"] = meta;
   uint64_t offset = 0;
+  for (auto& name : tf.half)
+    if (!tf.tensors.count(name)) throw Error("float16 tensor '" + name + "' is not among the tensors");
   for (auto& [name, p] : tf.tensors) {
-    uint64_t bytes = p.value.size() * sizeof(float);
-    header[name] = {{"dtype", "F32"}, {"shape", p.shape}, {"data_offsets", {offset, offset + bytes}}};
+    const bool half = tf.half.count(name) > 0;
+    uint64_t bytes = p.value.size() * (half ? 2 : sizeof(float));
+    header[name] = {{"dtype", half ? "F16" : "F32"}, {"shape", p.shape}, {"data_offsets", {offset, offset + bytes}}};
     offset += bytes;
   }
   for (auto& [name, t] : tf.quantized) {
@@ -54,7 +95,20 @@ std::string encode_safetensors(const TensorFile& tf) {
   uint64_t n = h.size();
   for (int i = 0; i < 8; ++i) out += (char)((n >> (8 * i)) & 0xff);
   out += h;
-  for (auto& [name, p] : tf.tensors) out.append((const char*)p.value.data(), p.value.size() * sizeof(float));
+  for (auto& [name, p] : tf.tensors) {
+    if (!tf.half.count(name)) {
+      out.append((const char*)p.value.data(), p.value.size() * sizeof(float));
+      continue;
+    }
+    std::vector<uint16_t> h(p.value.size());
+    for (size_t i = 0; i < h.size(); ++i) {
+      h[i] = float_to_half(p.value[i]);
+      if ((h[i] & 0x7c00) == 0x7c00 && std::isfinite(p.value[i]))
+        throw Error("tensor '" + name + "' has a value (" + std::to_string(p.value[i]) +
+                    ") outside the float16 range; keep it float32");
+    }
+    out.append((const char*)h.data(), h.size() * 2);
+  }
   for (auto& [name, t] : tf.quantized) out.append((const char*)t.data.data(), t.data.size());
   return out;
 }
@@ -101,8 +155,8 @@ TensorFile decode_safetensors(const std::string& bytes, const std::string& path)
       std::string dtype = entry.at("dtype").get<std::string>();
       auto shape = entry.at("shape").get<std::vector<int64_t>>();
       auto offs = entry.at("data_offsets").get<std::vector<uint64_t>>();
-      if (dtype != "F32" && dtype != "U8")
-        fail(path, "tensor '" + name + "' has dtype " + dtype + ", expected F32 or U8");
+      if (dtype != "F32" && dtype != "F16" && dtype != "U8")
+        fail(path, "tensor '" + name + "' has dtype " + dtype + ", expected F32, F16 or U8");
       for (auto d : shape)
         if (d < 0 || d > (1ll << 32)) fail(path, "tensor '" + name + "' has a bad shape");
       if (offs.size() != 2 || offs[0] > offs[1] || offs[1] > data_size)
@@ -120,10 +174,17 @@ TensorFile decode_safetensors(const std::string& bytes, const std::string& path)
         tf.quantized.emplace(name, std::move(t));
         continue;
       }
-      if (offs[1] - offs[0] != count * sizeof(float))
+      const uint64_t width = dtype == "F16" ? 2 : sizeof(float);
+      if (offs[1] - offs[0] != count * width)
         fail(path, "tensor '" + name + "' size does not match its shape " + shape_str(shape));
       Param p(name, shape, false);
-      if (count) std::memcpy(p.value.data(), bytes.data() + data_start + offs[0], count * sizeof(float));
+      if (dtype == "F16") {
+        const unsigned char* src = (const unsigned char*)bytes.data() + data_start + offs[0];
+        for (uint64_t i = 0; i < count; ++i) p.value[i] = half_to_float((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+        tf.half.insert(name);
+      } else if (count) {
+        std::memcpy(p.value.data(), bytes.data() + data_start + offs[0], count * sizeof(float));
+      }
       tf.tensors.emplace(name, std::move(p));
     } catch (const Error&) {
       throw;

@@ -57,6 +57,13 @@ IMG="$WORK/val/images/000001.png"
   grep -Eq "^150 image\(s\) in [0-9.]+ s: model load .* images/s after loading$" "$WORK/timing.txt" \
   && pass "caption --timing: $(cat "$WORK/timing.txt")" || fail "caption --timing: $(cat "$WORK/timing.txt")"
 "$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.png" >/dev/null 2>&1 && [ -s "$WORK/att.png" ] && pass "attend wrote an overlay" || fail "attend"
+# --- model info and the float16 copy ---------------------------------------------------------------
+"$SAT" model info "$MODEL" | grep -q "^command: sat train " && "$SAT" model info "$MODEL" | grep -q "stored as float32" \
+  && pass "model info shows the training command" || fail "model info"
+"$SAT" model compact "$MODEL" --out "$WORK/compact.sat" >/dev/null && "$SAT" model info "$WORK/compact.sat" | grep -q "stored as float16" \
+  && [ "$(stat -c %s "$WORK/compact.sat")" -lt "$(stat -c %s "$MODEL")" ] && pass "model compact: smaller, float16 decoder" || fail "model compact"
+BH=$(bleu "$WORK/compact.sat")
+python3 -c "import sys; sys.exit(0 if abs($BH - $B1) < 0.01 else 1)" && pass "compact model scores as the original (BLEU-4 $BH vs $B1)" || fail "compact BLEU-4 $BH vs $B1"
 "$SAT" train --resume "$WORK/run/checkpoint.sat" --more-epochs 11 2>"$WORK/resume.log" >/dev/null && grep -q "resuming" "$WORK/resume.log" \
   && pass "resume continues" || { fail "resume"; cat "$WORK/resume.log"; }
 
@@ -107,6 +114,7 @@ expect_error "empty image file" "^sat: $WORK/empty.png: empty file" "$SAT" atten
 expect_error "missing model" "^sat: $WORK/none.sat: cannot open" "$SAT" caption "$IMG" --model "$WORK/none.sat"
 expect_error "truncated model" "^sat: $WORK/truncated.sat: .*(truncated|outside|header)" "$SAT" caption "$IMG" --model "$WORK/truncated.sat"
 expect_error "garbage model" "^sat: $WORK/garbage.sat: not a sat model file" "$SAT" caption "$IMG" --model "$WORK/garbage.sat"
+expect_error "compact a garbage model" "^sat: $WORK/garbage.sat: not a sat model file" "$SAT" model compact "$WORK/garbage.sat" --out "$WORK/g2.sat"
 expect_error "model with broken header" "^sat: $WORK/badheader.sat: not a sat model file" "$SAT" caption "$IMG" --model "$WORK/badheader.sat"
 expect_error "checkpoint needed for resume" "^sat: $WORK/untrained/model.sat: not a training checkpoint" "$SAT" train --resume "$WORK/untrained/model.sat"
 expect_error "malformed captions JSON" "^sat: $WORK/badjson/captions.json: malformed JSON" "$SAT" train --data "$WORK/badjson" --out "$WORK/r2"

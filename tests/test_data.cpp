@@ -1,5 +1,6 @@
 #include <doctest/doctest.h>
 
+#include <cmath>
 #include <cstdio>
 #include <unistd.h>
 
@@ -155,6 +156,75 @@ TEST_CASE("model files: save -> load -> caption gives the same words; damaged fi
   tf.metadata["decoder"] = "{\"vocab_size\": 3}";
   save_safetensors(dir.file("badcfg.sat"), tf);
   CHECK(error_of([&] { CaptionModel::load(dir.file("badcfg.sat")); }).find("decoder config is malformed") != std::string::npos);
+}
+
+TEST_CASE("float16: IEEE binary16 rounding, subnormals, range") {
+  CHECK(float_to_half(1.f) == 0x3c00);
+  CHECK(float_to_half(-2.f) == 0xc000);
+  CHECK(float_to_half(0.1f) == 0x2e66);
+  CHECK(float_to_half(65504.f) == 0x7bff);
+  CHECK(float_to_half(65519.f) == 0x7bff);                   // below the halfway point to 65536
+  CHECK(float_to_half(65520.f) == 0x7c00);                   // halfway, ties to even: infinity
+  CHECK(float_to_half(1.f + 1.f / 2048) == 0x3c00);          // halfway between 1 and 1 + 2^-10: to even
+  CHECK(float_to_half(1.f + 3.f / 2048) == 0x3c02);          // halfway between odd and even: up
+  CHECK(float_to_half(std::ldexp(1.f, -24)) == 0x0001);      // smallest subnormal
+  CHECK(float_to_half(std::ldexp(1.f, -25)) == 0x0000);      // half of it: ties to even (zero)
+  CHECK(float_to_half(std::ldexp(1.5f, -25)) == 0x0001);
+  CHECK(float_to_half(std::ldexp(1023.5f, -24)) == 0x0400);  // rounds up into the smallest normal
+  CHECK(float_to_half(-0.f) == 0x8000);
+  CHECK(std::isnan(half_to_float(float_to_half(std::nanf("")))));
+  // Every finite half survives float and back, and every float rounds to a neighbouring half.
+  int mismatches = 0;
+  for (uint32_t h = 0; h < 0x10000; ++h) {
+    if ((h & 0x7c00) == 0x7c00) continue;
+    mismatches += float_to_half(half_to_float((uint16_t)h)) != h;
+  }
+  CHECK(mismatches == 0);
+  Rng rng(3);
+  for (int i = 0; i < 10000; ++i) {
+    float x = (float)(rng.normal() * std::pow(10.0, rng.uniform() * 8 - 6));
+    float y = half_to_float(float_to_half(x));
+    CHECK(std::abs(y - x) <= std::max(std::abs(x) * (1.f / 2048), std::ldexp(1.f, -25)));
+  }
+}
+
+TEST_CASE("model files: float16 decoder storage (sat model compact)") {
+  TempDir dir;
+  CaptionModel m;
+  m.encoder_config.input_size = 32;
+  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
+  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
+  m.decoder_config.embed_dim = 8;
+  m.decoder_config.hidden_dim = 12;
+  m.decoder_config.attn_dim = 6;
+  m.build();
+  Rng rng(5);
+  m.init(rng);
+  m.save(dir.file("full.sat"));
+  m.half_precision = true;
+  m.save(dir.file("half.sat"));
+  auto half = CaptionModel::load(dir.file("half.sat"));
+  CHECK(half->half_precision);
+  CHECK_FALSE(CaptionModel::load(dir.file("full.sat"))->half_precision);
+  int64_t decoder_values = 0;
+  auto src = m.params();
+  auto dst = half->params();
+  REQUIRE(src.size() == dst.size());
+  for (size_t k = 0; k < src.size(); ++k) {
+    bool in_decoder = src[k]->name.rfind("enc", 0) != 0;
+    for (int64_t i = 0; i < src[k]->size(); ++i) {
+      float expect = in_decoder ? half_to_float(float_to_half(src[k]->value[i])) : src[k]->value[i];
+      if (dst[k]->value[i] != expect) FAIL_CHECK(src[k]->name << "[" << i << "]");
+    }
+    if (in_decoder) decoder_values += src[k]->size();
+  }
+  CHECK(decoder_values > 0);
+  // the decoder's bytes halve; everything else is unchanged
+  CHECK(read_file(dir.file("full.sat")).size() - read_file(dir.file("half.sat")).size() ==
+        doctest::Approx(decoder_values * 2).epsilon(0.01));
+  // a value float16 cannot hold is refused with the tensor's name
+  m.decoder->params()[0]->value[0] = 1e6f;
+  CHECK(error_of([&] { m.save(dir.file("big.sat")); }).find("outside the float16 range") != std::string::npos);
 }
 
 TEST_CASE("atomic writes replace whole files and leave no temp files") {

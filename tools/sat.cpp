@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   sat::add_bench_commands(app);
   sat::add_encoder_commands(app);
   sat::add_data_commands(app);
+  sat::add_model_commands(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

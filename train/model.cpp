@@ -94,6 +94,8 @@ TensorFile CaptionModel::to_tensor_file() const {
     copy.value = p->value;
     tf.tensors.emplace(p->name, std::move(copy));
   }
+  if (half_precision)  // the decoder only: batch-norm statistics of a CNN encoder can be too small for float16
+    for (auto* p : decoder->params()) tf.half.insert(p->name);
   for (auto& [name, p] : encoder_weights.tensors) {
     Param copy(name, p.shape, false);
     copy.value = p.value;
@@ -139,6 +141,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (src.shape != p->shape)
       fail(path, "tensor '" + p->name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
     p->value = src.value;
+    if (tf.half.count(p->name)) m->half_precision = true;
   }
   return m;
 }

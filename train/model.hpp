@@ -20,6 +20,7 @@ struct CaptionModel {
   Vocab vocab;
   int max_len = 20;          // longest caption (words) the model emits
   nlohmann::json info;       // provenance: training command, data, git commit, scores
+  bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
   TensorFile encoder_weights;                     // kind "pretrained": the imported weights, as stored
   std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained"

@@ -1,0 +1,100 @@
+// sat model info / compact: what a model file holds, and a smaller copy of it for shipping.
+#include <cstdio>
+#include <sys/stat.h>
+
+#include "datasets/io.hpp"
+#include "tools/commands.hpp"
+#include "train/model.hpp"
+
+namespace sat {
+
+static long long file_bytes(const std::string& path) {
+  struct stat st;
+  return stat(path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+static nlohmann::json model_summary(const std::string& path) {
+  auto m = CaptionModel::load(path);
+  const EncoderConfig& e = m->encoder_config;
+  const DecoderConfig& d = m->decoder_config;
+  nlohmann::json enc = {{"kind", e.kind}, {"input_size", e.input_size}, {"grid", {e.grid_h(), e.grid_w()}},
+                        {"feature_dim", e.feature_dim()}};
+  if (e.pretrained()) enc["cut"] = e.cut;
+  int64_t decoder_params = 0;
+  for (auto* p : m->decoder->params()) decoder_params += p->size();
+  return {{"file", path},
+          {"bytes", file_bytes(path)},
+          {"encoder", enc},
+          {"decoder", d.to_json()},
+          {"decoder_parameters", decoder_params},
+          {"decoder_storage", m->half_precision ? "float16" : "float32"},
+          {"vocabulary", m->vocab.size()},
+          {"max_len", m->max_len},
+          {"info", m->info}};
+}
+
+void add_model_commands(CLI::App& app) {
+  auto* model = app.add_subcommand("model", "Model file tools: what a model holds, and a compact copy for shipping");
+  model->require_subcommand(1);
+  struct Args {
+    std::string in, out;
+    bool json = false;
+  };
+  auto a = std::make_shared<Args>();
+
+  auto* info = model->add_subcommand("info", "Print a model's encoder, decoder, vocabulary and provenance "
+                                             "(training command, data, git commit, validation scores)");
+  info->add_option("model", a->in, "Model file (default: the bundled model)");
+  info->add_flag("--json", a->json, "One JSON object instead of text");
+  info->callback([a] {
+    std::string path = a->in.empty() ? default_model_path() : a->in;
+    nlohmann::json s = model_summary(path);
+    if (a->json) {
+      std::printf("%s\n", s.dump(1).c_str());
+      return;
+    }
+    const auto& e = s["encoder"];
+    const auto& d = s["decoder"];
+    std::printf("%s: %.1f MB\n", path.c_str(), s["bytes"].get<long long>() / 1e6);
+    std::printf("encoder: %s%s, %dx%d input -> %dx%d grid of %d features\n", e["kind"].get<std::string>().c_str(),
+                e.contains("cut") ? (" cut at " + e["cut"].get<std::string>()).c_str() : "", e["input_size"].get<int>(),
+                e["input_size"].get<int>(), e["grid"][0].get<int>(), e["grid"][1].get<int>(), e["feature_dim"].get<int>());
+    std::printf("decoder: %s attention (%s score, %s order), embedding %d, hidden %d, attention %d; %lld parameters "
+                "stored as %s\n",
+                d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(),
+                d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
+                d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
+                s["decoder_storage"].get<std::string>().c_str());
+    std::printf("vocabulary: %d words; captions up to %d words\n", s["vocabulary"].get<int>(), s["max_len"].get<int>());
+    const auto& i = s["info"];
+    for (const char* key : {"command", "data", "train_split", "val_split", "git_commit", "epoch", "compacted"}) {
+      if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
+      std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
+    }
+    if (i.contains("val_scores") && i["val_scores"].is_object()) {
+      std::printf("validation scores (greedy):");
+      for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"},
+                                {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
+        if (i["val_scores"].contains(key) && i["val_scores"][key].is_number())
+          std::printf(" %s %.3f", label, i["val_scores"][key].get<double>());
+      if (i["val_scores"].contains("images")) std::printf(" (%s images)", i["val_scores"]["images"].dump().c_str());
+      std::printf("\n");
+    }
+  });
+
+  auto* compact = model->add_subcommand(
+      "compact", "Write a copy whose decoder weights are stored as float16 (about half the decoder's bytes; "
+                 "computation stays float32). The copy records the command that made it");
+  compact->add_option("model", a->in, "Model file")->required();
+  compact->add_option("--out", a->out, "Compact model file to write")->required();
+  compact->callback([a] {
+    auto m = CaptionModel::load(a->in);
+    m->half_precision = true;
+    m->info["compacted"] = command_line();
+    m->save(a->out);
+    std::printf("%s (%.1f MB) -> %s (%.1f MB): decoder weights as float16\n", a->in.c_str(), file_bytes(a->in) / 1e6,
+                a->out.c_str(), file_bytes(a->out) / 1e6);
+  });
+}
+
+}  // namespace sat
