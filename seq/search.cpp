@@ -7,7 +7,10 @@
 namespace sat {
 
 namespace {
-constexpr int kStart = 1, kEnd = 2;
+constexpr int kPad = 0, kStart = 1, kEnd = 2, kUnk = 3;
+// Words a caption never shows: padding, <start>, and <unk> (a rare word the model cannot name; the search takes
+// the best real word instead, as captioners usually do).
+bool never_emitted(int w) { return w == kPad || w == kStart || w == kUnk; }
 
 Hypothesis finish(Hypothesis h, bool with_end) {
   int emitted = (int)h.tokens.size() + (with_end ? 1 : 0);
@@ -28,7 +31,10 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
     std::vector<int> keep, next;
     for (int r = 0; r < (int)rows.size(); ++r) {
       Hypothesis& h = out[rows[r]];
-      if (t == 0) logp(r, kEnd) = -std::numeric_limits<float>::infinity();  // never an empty caption
+      const float ban = -std::numeric_limits<float>::infinity();
+      if (t == 0) logp(r, kEnd) = ban;  // never an empty caption
+      for (int w : {kPad, kStart, kUnk})
+        if (w < logp.cols()) logp(r, w) = ban;
       int best;
       float lp = logp.row(r).maxCoeff(&best);
       h.logprob += lp;
@@ -87,7 +93,7 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
       cands.reserve((r1 - r0) * V);
       for (size_t r = r0; r < r1; ++r)
         for (int w = 0; w < V; ++w) {
-          if (t == 0 && w == kEnd) continue;  // never an empty caption
+          if ((t == 0 && w == kEnd) || never_emitted(w)) continue;  // never an empty caption
           cands.push_back({live[r].h.logprob + logp((int)r, w), (int)r, w});
         }
       size_t top = std::min(cands.size(), (size_t)2 * beam);

@@ -1,4 +1,5 @@
-// Caption search: greedy and batched beam search (length-normalized; never an empty caption).
+// Caption search: greedy and batched beam search (length-normalized; never an empty caption, never <unk>,
+// <pad> or <start>).
 #pragma once
 #include <vector>
 

@@ -57,6 +57,13 @@ IMG="$WORK/val/images/000001.png"
   grep -Eq "^150 image\(s\) in [0-9.]+ s: model load .* images/s after loading$" "$WORK/timing.txt" \
   && pass "caption --timing: $(cat "$WORK/timing.txt")" || fail "caption --timing: $(cat "$WORK/timing.txt")"
 "$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.png" >/dev/null 2>&1 && [ -s "$WORK/att.png" ] && pass "attend wrote an overlay" || fail "attend"
+# --- the bundled Flickr8k model (the README's first command) ----------------------------------------
+EXAMPLE="$(cd "$(dirname "$0")/.." && pwd)/examples/dog_and_man.jpg"
+CAP=$("$SAT" caption "$EXAMPLE" 2>/dev/null)
+echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "default model captions the example photo: $CAP" || fail "default model caption: '$CAP'"
+"$SAT" attend "$EXAMPLE" --out "$WORK/example_att.png" >/dev/null 2>&1 && [ -s "$WORK/example_att.png" ] && pass "default model draws the example's attention" || fail "default model attend"
+"$SAT" model info | grep -q "stored as float16" && pass "bundled model: float16 decoder" || fail "bundled model info"
+
 # --- model info and the float16 copy ---------------------------------------------------------------
 "$SAT" model info "$MODEL" | grep -q "^command: sat train " && "$SAT" model info "$MODEL" | grep -q "stored as float32" \
   && pass "model info shows the training command" || fail "model info"

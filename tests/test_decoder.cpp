@@ -286,6 +286,21 @@ TEST_CASE("search: beam 1 equals greedy, captions are never empty, alphas are di
   }
 }
 
+TEST_CASE("search: <unk>, <pad> and <start> are never emitted, even when the model prefers them") {
+  Rng rng(7);
+  DecoderConfig cfg = small_config(0, false);
+  Decoder dec(cfg);
+  dec.init(rng);
+  for (auto* p : dec.params())
+    if (p->name == "out.bias") p->value[0] = p->value[1] = p->value[3] = 50.f;  // <pad>, <start>, <unk> win by far
+  Mat F = random_features(4, cfg, rng);
+  for (auto& hyps : {greedy_search(dec, F, 4, 6), beam_search(dec, F, 4, 3, 6)})
+    for (auto& h : hyps) {
+      CHECK(!h.tokens.empty());
+      for (int w : h.tokens) CHECK((w != 0 && w != 1 && w != 3));
+    }
+}
+
 TEST_CASE("REINFORCE: the estimator of hard attention is unbiased on a toy problem with a known gradient") {
   // J(e) = E_{s ~ softmax(e)} f(s). Exact: dJ/de_i = alpha_i (f_i - J). The estimator add_reinforce_grad gives for
   // the loss -J (lambda_r = 1, advantage f(s) - b) must average to -dJ/de, for any baseline b.

@@ -37,7 +37,7 @@ void add_model_commands(CLI::App& app) {
   auto* model = app.add_subcommand("model", "Model file tools: what a model holds, and a compact copy for shipping");
   model->require_subcommand(1);
   struct Args {
-    std::string in, out;
+    std::string in, out, recipe;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -67,7 +67,7 @@ void add_model_commands(CLI::App& app) {
                 s["decoder_storage"].get<std::string>().c_str());
     std::printf("vocabulary: %d words; captions up to %d words\n", s["vocabulary"].get<int>(), s["max_len"].get<int>());
     const auto& i = s["info"];
-    for (const char* key : {"command", "data", "train_split", "val_split", "git_commit", "epoch", "compacted"}) {
+    for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "compacted"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }
@@ -87,10 +87,12 @@ void add_model_commands(CLI::App& app) {
                  "computation stays float32). The copy records the command that made it");
   compact->add_option("model", a->in, "Model file")->required();
   compact->add_option("--out", a->out, "Compact model file to write")->required();
+  compact->add_option("--recipe", a->recipe, "The project command that rebuilds this model (recorded in info.recipe)");
   compact->callback([a] {
     auto m = CaptionModel::load(a->in);
     m->half_precision = true;
     m->info["compacted"] = command_line();
+    if (!a->recipe.empty()) m->info["recipe"] = a->recipe;
     m->save(a->out);
     std::printf("%s (%.1f MB) -> %s (%.1f MB): decoder weights as float16\n", a->in.c_str(), file_bytes(a->in) / 1e6,
                 a->out.c_str(), file_bytes(a->out) / 1e6);

@@ -25,5 +25,6 @@ else
     --penalty 1 --epochs 20 --patience 4 --metric bleu4 --checkpoint-every 200 --out "$work/model"
 fi
 "$sat" eval --model "$work/model/model.sat" --data "$data" --split "$data/dev.txt" --features "$features" --beam 3
-"$sat" model compact "$work/model/model.sat" --out "$top/models/flickr8k.sat"
+"$sat" model compact "$work/model/model.sat" --out "$top/models/flickr8k.sat" \
+  --recipe "tools/train-flickr8k-model.sh (InceptionV3 mixed5 features at 299, then the command above)"
 echo "wrote $top/models/flickr8k.sat"
