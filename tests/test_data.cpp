@@ -34,6 +34,18 @@ std::string error_of(const std::function<void()>& f) {
   }
   return "";
 }
+
+// A tiny CNN-encoder captioner (32x32 input, 8-channel blocks, three-word vocabulary), built but not initialized.
+void build_tiny_model(CaptionModel& m) {
+  m.encoder_config.input_size = 32;
+  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
+  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
+  m.decoder_config.embed_dim = 8;
+  m.decoder_config.hidden_dim = 12;
+  m.decoder_config.attn_dim = 6;
+  m.max_len = 6;
+  m.build();
+}
 }  // namespace
 
 TEST_CASE("tokenizer and vocabulary") {
@@ -112,14 +124,7 @@ TEST_CASE("synthetic scenes: deterministic, grounded, objects apart") {
 TEST_CASE("model files: save -> load -> caption gives the same words; damaged files are errors") {
   TempDir dir;
   CaptionModel m;
-  m.encoder_config.input_size = 32;
-  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
-  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
-  m.decoder_config.embed_dim = 8;
-  m.decoder_config.hidden_dim = 12;
-  m.decoder_config.attn_dim = 6;
-  m.max_len = 6;
-  m.build();
+  build_tiny_model(m);
   Rng rng(4);
   m.init(rng);
   std::vector<float> planes(2 * 3 * 32 * 32);
@@ -191,13 +196,7 @@ TEST_CASE("float16: IEEE binary16 rounding, subnormals, range") {
 TEST_CASE("model files: float16 decoder storage (sat model compact)") {
   TempDir dir;
   CaptionModel m;
-  m.encoder_config.input_size = 32;
-  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
-  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
-  m.decoder_config.embed_dim = 8;
-  m.decoder_config.hidden_dim = 12;
-  m.decoder_config.attn_dim = 6;
-  m.build();
+  build_tiny_model(m);
   Rng rng(5);
   m.init(rng);
   m.save(dir.file("full.sat"));
