@@ -9,8 +9,15 @@ namespace sat {
 namespace {
 constexpr int kPad = 0, kStart = 1, kEnd = 2, kUnk = 3;
 // Words a caption never shows: padding, <start>, and <unk> (a rare word the model cannot name; the search takes
-// the best real word instead, as captioners usually do).
-bool never_emitted(int w) { return w == kPad || w == kStart || w == kUnk; }
+// the best real word instead, as captioners usually do). Both searches give them log-probability -inf.
+constexpr int kNeverEmitted[] = {kPad, kStart, kUnk};
+constexpr float kBanned = -std::numeric_limits<float>::infinity();
+
+// Bans the words no caption shows (and <end> at the first step: never an empty caption) in logp's rows.
+void ban_words(Mat& logp, int t) {
+  for (int w : kNeverEmitted) logp.col(w).setConstant(kBanned);
+  if (t == 0) logp.col(kEnd).setConstant(kBanned);
+}
 
 Hypothesis finish(Hypothesis h, bool with_end) {
   int emitted = (int)h.tokens.size() + (with_end ? 1 : 0);
@@ -28,13 +35,10 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
   Mat logp, alpha;
   for (int t = 0; t < max_len && !rows.empty(); ++t) {
     dec.step(tokens, st, logp, alpha);
+    ban_words(logp, t);
     std::vector<int> keep, next;
     for (int r = 0; r < (int)rows.size(); ++r) {
       Hypothesis& h = out[rows[r]];
-      const float ban = -std::numeric_limits<float>::infinity();
-      if (t == 0) logp(r, kEnd) = ban;  // never an empty caption
-      for (int w : {kPad, kStart, kUnk})
-        if (w < logp.cols()) logp(r, w) = ban;
       int best;
       float lp = logp.row(r).maxCoeff(&best);
       h.logprob += lp;
@@ -77,6 +81,7 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
   Mat logp, alpha;
   for (int t = 0; t < max_len && !live.empty(); ++t) {
     dec.step(tokens, st, logp, alpha);
+    ban_words(logp, t);
     std::vector<Live> next;
     std::vector<int> rows;
     std::vector<int> next_tokens;
@@ -93,7 +98,7 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
       cands.reserve((r1 - r0) * V);
       for (size_t r = r0; r < r1; ++r)
         for (int w = 0; w < V; ++w) {
-          if ((t == 0 && w == kEnd) || never_emitted(w)) continue;  // never an empty caption
+          if (logp((int)r, w) == kBanned) continue;
           cands.push_back({live[r].h.logprob + logp((int)r, w), (int)r, w});
         }
       size_t top = std::min(cands.size(), (size_t)2 * beam);
