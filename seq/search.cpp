@@ -19,9 +19,9 @@ void ban_words(Mat& logp, int t) {
   if (t == 0) logp.col(kEnd).setConstant(kBanned);
 }
 
-Hypothesis finish(Hypothesis h, bool with_end) {
+Hypothesis finish(Hypothesis h, bool with_end, double length_norm = 1.0) {
   int emitted = (int)h.tokens.size() + (with_end ? 1 : 0);
-  h.score = h.logprob / std::max(1, emitted);
+  h.score = h.logprob / std::pow((double)std::max(1, emitted), length_norm);
   return h;
 }
 }  // namespace
@@ -64,8 +64,9 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
   return out;
 }
 
-std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len) {
+std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm) {
   if (beam < 1) throw Error("beam size must be at least 1");
+  if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
   Decoder::State st;
   dec.begin(F, N, st);
   const int V = dec.config().vocab_size;
@@ -115,12 +116,12 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
         h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
         if (dec.config().hard()) h.locations.push_back(st.location[c.row]);
         if (c.word == kEnd) {
-          if ((int)finished[img].size() < beam) finished[img].push_back(finish(std::move(h), true));
+          if ((int)finished[img].size() < beam) finished[img].push_back(finish(std::move(h), true, length_norm));
           continue;
         }
         h.tokens.push_back(c.word);
         if (t + 1 == max_len) {
-          finished[img].push_back(finish(std::move(h), false));
+          finished[img].push_back(finish(std::move(h), false, length_norm));
           continue;
         }
         next.push_back({img, std::move(h)});
@@ -141,7 +142,7 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
     live = std::move(next);
     tokens = std::move(next_tokens);
   }
-  for (auto& l : live) finished[l.image].push_back(finish(std::move(l.h), false));
+  for (auto& l : live) finished[l.image].push_back(finish(std::move(l.h), false, length_norm));
   std::vector<Hypothesis> out(N);
   for (int i = 0; i < N; ++i) {
     auto& f = finished[i];

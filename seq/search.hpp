@@ -12,11 +12,13 @@ struct Hypothesis {
   std::vector<std::vector<float>> alphas;  // one attention map (L) per emitted token, <end> included
   std::vector<int> locations;              // hard attention: the glimpse location per emitted token
   double logprob = 0;                      // sum over emitted tokens, <end> included
-  double score = 0;                        // logprob / number of emitted tokens
+  double score = 0;                        // logprob / (number of emitted tokens)^length_norm
 };
 
 // F: N*L x D features of N images. One hypothesis per image.
 std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len);
-std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len);
+// Finished hypotheses compete by logprob / (emitted tokens)^length_norm: 1 is the mean log-probability per token,
+// 0 the plain log-probability (shorter captions win more often).
+std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0);
 
 }  // namespace sat

@@ -69,6 +69,9 @@ echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "default 
   && pass "model info shows the training command" || fail "model info"
 "$SAT" model compact "$MODEL" --out "$WORK/compact.sat" >/dev/null && "$SAT" model info "$WORK/compact.sat" | grep -q "stored as float16" \
   && [ "$(stat -c %s "$WORK/compact.sat")" -lt "$(stat -c %s "$MODEL")" ] && pass "model compact: smaller, float16 decoder" || fail "model compact"
+"$SAT" model set "$WORK/compact.sat" --out "$WORK/compact.sat" --length-norm 0.5 >/dev/null \
+  && "$SAT" model info "$WORK/compact.sat" | grep -q "log p / words^0.5" && "$SAT" model info "$WORK/compact.sat" | grep -q "^search_set: sat model set" \
+  && pass "model set: the beam's length normalization, recorded" || fail "model set --length-norm"
 BH=$(bleu "$WORK/compact.sat")
 python3 -c "import sys; sys.exit(0 if abs($BH - $B1) < 0.01 else 1)" && pass "compact model scores as the original (BLEU-4 $BH vs $B1)" || fail "compact BLEU-4 $BH vs $B1"
 "$SAT" train --resume "$WORK/run/checkpoint.sat" --more-epochs 11 2>"$WORK/resume.log" >/dev/null && grep -q "resuming" "$WORK/resume.log" \

@@ -134,13 +134,15 @@ TEST_CASE("model files: save -> load -> caption gives the same words; damaged fi
     m.encoder->forward(planes.data(), 2, true, grid);
   }
   Mat F = m.encode(planes, 2);
-  auto before = beam_search(*m.decoder, F, 2, 3, m.max_len);
+  m.length_norm = 0.25;
+  auto before = m.search(F, 2, 3);
   std::string path = dir.file("m.sat");
   m.save(path);
   auto loaded = CaptionModel::load(path);
   Mat F2 = loaded->encode(planes, 2);
   CHECK((F - F2).cwiseAbs().maxCoeff() == 0.f);
-  auto after = beam_search(*loaded->decoder, F2, 2, 3, loaded->max_len);
+  CHECK(loaded->length_norm == 0.25);
+  auto after = loaded->search(F2, 2, 3);
   for (int i = 0; i < 2; ++i) CHECK(before[i].tokens == after[i].tokens);
   CHECK(loaded->vocab.words == m.vocab.words);
 

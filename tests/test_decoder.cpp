@@ -286,6 +286,29 @@ TEST_CASE("search: beam 1 equals greedy, captions are never empty, alphas are di
   }
 }
 
+TEST_CASE("search: length normalization picks among the same finished captions") {
+  // The beam grows by plain log-probability whatever length_norm is, so both runs finish the same captions and
+  // differ only in which one wins: length_norm 0 takes the most probable, 1 the best per-word mean.
+  Rng rng(11);
+  DecoderConfig cfg = small_config(0, false);
+  Decoder dec(cfg);
+  dec.init(rng);
+  const int n = 16;
+  Mat F = random_features(n, cfg, rng);
+  auto plain = beam_search(dec, F, n, 4, 10, 0.0), mean = beam_search(dec, F, n, 4, 10, 1.0);
+  int differ = 0;
+  for (int i = 0; i < n; ++i) {
+    auto words = [](const Hypothesis& h) { return (double)h.tokens.size() + (h.alphas.size() > h.tokens.size()); };
+    CHECK(plain[i].score == doctest::Approx(plain[i].logprob));
+    CHECK(mean[i].score == doctest::Approx(mean[i].logprob / words(mean[i])));
+    CHECK(plain[i].logprob >= mean[i].logprob - 1e-9);
+    CHECK(mean[i].score >= plain[i].logprob / words(plain[i]) - 1e-9);
+    differ += plain[i].tokens != mean[i].tokens;
+  }
+  CHECK(differ > 0);  // the setting matters for some of these images
+  CHECK_THROWS(beam_search(dec, F, n, 4, 10, -0.5));
+}
+
 TEST_CASE("search: <unk>, <pad> and <start> are never emitted, even when the model prefers them") {
   Rng rng(7);
   DecoderConfig cfg = small_config(0, false);

@@ -46,9 +46,6 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   return out;
 }
 
-std::vector<Hypothesis> run_search(CaptionModel& m, const Mat& F, int n, int beam) {
-  return beam <= 1 ? greedy_search(*m.decoder, F, n, m.max_len) : beam_search(*m.decoder, F, n, beam, m.max_len);
-}
 
 }  // namespace
 
@@ -57,6 +54,7 @@ void add_caption_commands(CLI::App& app) {
     std::vector<std::string> images;
     std::string model = default_model_path();
     int beam = 3, batch = 16;
+    double length_norm = -1;  // < 0: the model's
     bool json = false, timing = false;
   };
   auto a = std::make_shared<CaptionArgs>();
@@ -64,6 +62,8 @@ void add_caption_commands(CLI::App& app) {
   cap->add_option("images", a->images, "Image files or directories")->required();
   cap->add_option("--model", a->model, "Model file")->capture_default_str();
   cap->add_option("--beam", a->beam, "Beam size (1 = greedy)")->capture_default_str();
+  cap->add_option("--length-norm", a->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
+                                               "see sat model info)");
   cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
   cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}]");
   cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
@@ -72,6 +72,7 @@ void add_caption_commands(CLI::App& app) {
     auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
     const auto start = clock::now();
     auto model = CaptionModel::load(a->model);
+    if (a->length_norm >= 0) model->length_norm = a->length_norm;
     const double t_load = seconds(start);
     double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
@@ -85,7 +86,7 @@ void add_caption_commands(CLI::App& app) {
       Mat F = model->encode(planes, (int)chunk.size());
       t_encode += seconds(t0);
       t0 = clock::now();
-      auto hyps = run_search(*model, F, (int)chunk.size(), a->beam);
+      auto hyps = model->search(F, (int)chunk.size(), a->beam);
       t_search += seconds(t0);
       for (size_t i = 0; i < chunk.size(); ++i) {
         std::string caption = join_words(model->vocab.decode(hyps[i].tokens));
@@ -109,6 +110,7 @@ void add_caption_commands(CLI::App& app) {
   struct AttendArgs {
     std::string image, out, model = default_model_path();
     int beam = 3, panel = 224, columns = 5;
+    double length_norm = -1;
   };
   auto b = std::make_shared<AttendArgs>();
   auto* att = app.add_subcommand("attend", "Caption one image and draw where the model looked, word by word");
@@ -116,14 +118,17 @@ void add_caption_commands(CLI::App& app) {
   att->add_option("--out", b->out, "Output image (.png or .jpg): one panel per word")->required();
   att->add_option("--model", b->model, "Model file")->capture_default_str();
   att->add_option("--beam", b->beam, "Beam size (1 = greedy)")->capture_default_str();
+  att->add_option("--length-norm", b->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
+                                               "see sat model info)");
   att->add_option("--panel", b->panel, "Panel side in pixels")->capture_default_str();
   att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
+    if (b->length_norm >= 0) model->length_norm = b->length_norm;
     cv::Mat img = load_image_bgr(b->image);
     auto planes = model->load_planes({b->image});
     Mat F = model->encode(planes, 1);
-    Hypothesis h = run_search(*model, F, 1, b->beam)[0];
+    Hypothesis h = model->search(F, 1, b->beam)[0];
     auto words = model->vocab.decode(h.tokens);
     OverlayOptions o;
     o.panel = std::max(32, b->panel);

@@ -39,6 +39,7 @@ void add_eval_commands(CLI::App& app) {
   struct EvalArgs {
     std::string model = default_model_path(), data, images, split, results_out, results, refs, features;
     int beam = 3;
+    double length_norm = -1;  // < 0: the model's
     bool json = false;
   };
   auto e = std::make_shared<EvalArgs>();
@@ -54,6 +55,7 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--split", e->split, "Only these image file names (one per line)");
   ev->add_option("--features", e->features, "Read the images' features from this cache (sat extract) instead of encoding them");
   ev->add_option("--beam", e->beam, "Beam size (1 = greedy)")->capture_default_str();
+  ev->add_option("--length-norm", e->length_norm, "Beam search: captions compete by log p / words^A (default: the model's)");
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
   ev->callback([e] {
@@ -65,6 +67,7 @@ void add_eval_commands(CLI::App& app) {
     } else {
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
       auto model = CaptionModel::load(e->model);
+      if (e->length_norm >= 0) model->length_norm = e->length_norm;
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
       nlohmann::json results;
       if (!e->features.empty()) {

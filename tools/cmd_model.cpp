@@ -1,4 +1,4 @@
-// sat model info / compact: what a model file holds, and a smaller copy of it for shipping.
+// sat model info / compact / set: what a model file holds, a smaller copy of it for shipping, and its search setting.
 #include <cstdio>
 #include <sys/stat.h>
 
@@ -30,6 +30,7 @@ static nlohmann::json model_summary(const std::string& path) {
           {"decoder_storage", m->half_precision ? "float16" : "float32"},
           {"vocabulary", m->vocab.size()},
           {"max_len", m->max_len},
+          {"length_norm", m->length_norm},
           {"info", m->info}};
 }
 
@@ -38,6 +39,7 @@ void add_model_commands(CLI::App& app) {
   model->require_subcommand(1);
   struct Args {
     std::string in, out, recipe;
+    double length_norm = 1.0;
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -65,9 +67,11 @@ void add_model_commands(CLI::App& app) {
                 d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
                 d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
                 s["decoder_storage"].get<std::string>().c_str());
-    std::printf("vocabulary: %d words; captions up to %d words\n", s["vocabulary"].get<int>(), s["max_len"].get<int>());
+    std::printf("vocabulary: %d words; captions up to %d words; beam search ranks by log p / words^%g\n",
+                s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["length_norm"].get<double>());
     const auto& i = s["info"];
-    for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "compacted"}) {
+    for (const char* key :
+         {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "compacted", "search_set"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }
@@ -96,6 +100,22 @@ void add_model_commands(CLI::App& app) {
     m->save(a->out);
     std::printf("%s (%.1f MB) -> %s (%.1f MB): decoder weights as float16\n", a->in.c_str(), file_bytes(a->in) / 1e6,
                 a->out.c_str(), file_bytes(a->out) / 1e6);
+  });
+
+  auto* set = model->add_subcommand("set", "Write a copy with a different beam-search setting (the weights are unchanged); "
+                                           "the copy records the command that set it");
+  set->add_option("model", a->in, "Model file")->required();
+  set->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
+  set->add_option("--length-norm", a->length_norm, "Beam search ranks finished captions by log p / words^A "
+                                                   "(1: per-word mean, 0: plain log-probability); choose it on dev data")
+      ->required()
+      ->check(CLI::Range(0.0, 2.0));
+  set->callback([a] {
+    auto m = CaptionModel::load(a->in);
+    m->length_norm = a->length_norm;
+    m->info["search_set"] = command_line();
+    m->save(a->out);
+    std::printf("%s -> %s: beam search ranks by log p / words^%g\n", a->in.c_str(), a->out.c_str(), m->length_norm);
   });
 }
 

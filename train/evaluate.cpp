@@ -14,7 +14,7 @@ using nlohmann::json;
 
 json CaptionScores::to_json() const {
   json j = {{"images", images}, {"Bleu_1", bleu[0]}, {"Bleu_2", bleu[1]}, {"Bleu_3", bleu[2]},
-            {"Bleu_4", bleu[3]}, {"ROUGE_L", rouge_l}, {"CIDEr", cider_d}};
+            {"Bleu_4", bleu[3]}, {"length_ratio", length_ratio}, {"ROUGE_L", rouge_l}, {"CIDEr", cider_d}};
   if (meteor >= 0) j["METEOR"] = meteor;
   return j;
 }
@@ -26,6 +26,8 @@ std::string CaptionScores::table() const {
     std::snprintf(buf, sizeof buf, "Bleu_%d   %.4f\n", k + 1, bleu[k]);
     s += buf;
   }
+  std::snprintf(buf, sizeof buf, "  length ratio %.3f (caption words / closest reference words)\n", length_ratio);
+  s += buf;
   if (meteor >= 0) {
     std::snprintf(buf, sizeof buf, "METEOR   %.4f  (approximation: exact+stem+synonym stages, no paraphrase table)\n", meteor);
     s += buf;
@@ -48,7 +50,9 @@ CaptionScores score_captions(const std::vector<std::string>& hyps, const std::ve
   CaptionScores s;
   s.images = (int)hyps.size();
   if (hyps.empty()) return s;
-  s.bleu = corpus_bleu(h, r).bleu;
+  BleuResult bleu = corpus_bleu(h, r);
+  s.bleu = bleu.bleu;
+  s.length_ratio = bleu.reflen > 0 ? (double)bleu.testlen / (double)bleu.reflen : 0.0;
   s.rouge_l = corpus_rouge_l(h, r);
   s.cider_d = corpus_cider_d(h, r).score;
   if (meteor_available()) s.meteor = corpus_meteor(h, r);

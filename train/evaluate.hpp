@@ -13,6 +13,7 @@ namespace sat {
 struct CaptionScores {
   int images = 0;
   std::array<double, 4> bleu{};
+  double length_ratio = 0;  // hypothesis words / closest-reference words, corpus-wide (BLEU's brevity penalty < 1 below 1)
   double meteor = -1;  // < 0: not computed
   double rouge_l = 0;
   double cider_d = 0;

@@ -87,6 +87,7 @@ TensorFile CaptionModel::to_tensor_file() const {
   tf.metadata["decoder"] = decoder_config.to_json().dump();
   tf.metadata["vocab"] = nlohmann::json(vocab.words).dump();
   tf.metadata["max_len"] = std::to_string(max_len);
+  tf.metadata["length_norm"] = nlohmann::json(length_norm).dump();
   tf.metadata["info"] = info.dump();
   auto* self = const_cast<CaptionModel*>(this);
   for (auto* p : self->params()) {
@@ -119,6 +120,10 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     m->decoder_config = DecoderConfig::from_json(nlohmann::json::parse(tf.meta("decoder", path)));
     m->vocab = Vocab::from_words(nlohmann::json::parse(tf.meta("vocab", path)).get<std::vector<std::string>>(), path);
     m->max_len = std::stoi(tf.meta("max_len", path));
+    if (tf.metadata.count("length_norm")) {  // files written before it existed use 1
+      m->length_norm = nlohmann::json::parse(tf.metadata.at("length_norm")).get<double>();
+      if (!(m->length_norm >= 0 && m->length_norm <= 2)) fail(path, "length_norm must be in [0, 2]");
+    }
     m->info = nlohmann::json::parse(tf.meta("info", path));
   } catch (const Error& e) {
     std::string msg = e.what();
@@ -164,6 +169,10 @@ Mat CaptionModel::encode(const std::vector<float>& planes, int n) {
   if (pretrained) pretrained->forward(planes.data(), n, grid);
   else encoder->forward(planes.data(), n, false, grid);
   return Eigen::Map<Mat>(grid.data(), (int64_t)n * encoder_config.locations(), encoder_config.feature_dim());
+}
+
+std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam) {
+  return beam <= 1 ? greedy_search(*decoder, F, n, max_len) : beam_search(*decoder, F, n, beam, max_len, length_norm);
 }
 
 }  // namespace sat

@@ -9,6 +9,7 @@
 #include "datasets/safetensors.hpp"
 #include "datasets/vocab.hpp"
 #include "seq/decoder.hpp"
+#include "seq/search.hpp"
 #include "vision/cnn.hpp"
 #include "vision/pretrained.hpp"
 
@@ -19,6 +20,7 @@ struct CaptionModel {
   DecoderConfig decoder_config;
   Vocab vocab;
   int max_len = 20;          // longest caption (words) the model emits
+  double length_norm = 1.0;  // beam search: captions compete by log p / words^length_norm (chosen on dev data)
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
@@ -44,6 +46,8 @@ struct CaptionModel {
   std::vector<float> load_planes(const std::vector<std::string>& paths) const;
   // Inference-mode encoder over planes: N*L x D features.
   Mat encode(const std::vector<float>& planes, int n);
+  // Captions n images' features: greedy when beam is 1, else beam search with the model's length_norm.
+  std::vector<Hypothesis> search(const Mat& F, int n, int beam);
 };
 
 // A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`

@@ -216,8 +216,7 @@ std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const 
     int m = std::min(batch, n - s);
     std::vector<float> chunk(planes.begin() + (size_t)s * 3 * S * S, planes.begin() + (size_t)(s + m) * 3 * S * S);
     Mat F = model.encode(chunk, m);
-    auto hyps = beam <= 1 ? greedy_search(*model.decoder, F, m, model.max_len)
-                          : beam_search(*model.decoder, F, m, beam, model.max_len);
+    auto hyps = model.search(F, m, beam);
     for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
   }
   return out;
@@ -226,8 +225,7 @@ std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const 
 std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam) {
   const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
   Eigen::Map<const Mat> F(grids, (int64_t)n * L, D);
-  auto hyps = beam <= 1 ? greedy_search(*model.decoder, F, n, model.max_len)
-                        : beam_search(*model.decoder, F, n, beam, model.max_len);
+  auto hyps = model.search(F, n, beam);
   std::vector<std::vector<std::string>> out;
   for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
   return out;
