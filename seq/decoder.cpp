@@ -294,6 +294,9 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   if (F.rows() != (int64_t)B * L || F.cols() != cfg_.feature_dim)
     throw Error("decoder: features are " + std::to_string(F.rows()) + "x" + std::to_string(F.cols()) + ", expected " +
                 std::to_string((int64_t)B * L) + "x" + std::to_string(cfg_.feature_dim));
+  if (!batch.row_weight.empty() && (int)batch.row_weight.size() != B)
+    throw Error("decoder: row_weight has " + std::to_string(batch.row_weight.size()) + " entries for " +
+                std::to_string(B) + " rows");
   C.B = B, C.T = T, C.F = &F, C.batch = &batch, C.penalty_weight = penalty_weight;
   for (auto* v : {&C.h, &C.c}) v->assign(T + 1, Mat());
   for (auto* v : {&C.alpha, &C.z, &C.beta, &C.zhat, &C.gates, &C.tanh_c, &C.hdrop_mask, &C.out_tanh, &C.odrop_mask,
@@ -320,7 +323,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
 
   auto E = value_of(P(kEmbed));
   DecoderLoss loss;
-  double ce = 0, entropy = 0;
+  double ce = 0, wce = 0, entropy = 0;
   int64_t hard_steps = 0;
   Mat emb(B, cfg_.embed_dim);
   for (int t = 0; t < T; ++t) {
@@ -359,6 +362,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       int y = batch.target[(size_t)b * T + t];
       double lp = std::log(std::max(C.probs[t](b, y), 1e-30f));
       ce -= lp;
+      if (!batch.row_weight.empty()) wce -= batch.row_weight[b] * lp;
       logp_caption[b] += lp;
       if (hard) logp_step[(size_t)b * T + t] = lp;
       loss.tokens++;
@@ -396,6 +400,8 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     if (training) baseline = 0.9f * baseline + 0.1f * (float)mean_logp;
   }
   loss.cross_entropy = loss.tokens ? ce / loss.tokens : 0;
+  loss.weighted = !batch.row_weight.empty();
+  loss.weighted_cross_entropy = loss.tokens ? wce / loss.tokens : 0;
   loss.penalty = score_ ? penalty_weight * (1.f - C.alpha_sum.array()).square().mean() : 0.0;
   return loss;
 }
@@ -479,6 +485,7 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
     Mat dlogits = C.probs[t];
     for (int b = 0; b < B; ++b) {
       float m = batch.mask[(size_t)b * T + t] * inv_tokens;
+      if (!batch.row_weight.empty()) m *= batch.row_weight[b];
       dlogits.row(b) *= m;
       dlogits(b, batch.target[(size_t)b * T + t]) -= m;
     }

@@ -58,6 +58,9 @@ struct CaptionBatch {
   // Rows come in groups of `samples` consecutive copies of one caption (hard attention draws several glimpse
   // sequences per caption; with 2 or more the REINFORCE baseline is the mean of the other samples).
   int samples = 1;
+  // Per row, a factor on that row's cross-entropy in the gradient (self-critical training: the caption's advantage,
+  // which may be negative). Empty: 1 for every row. The reported loss stays the plain cross-entropy.
+  std::vector<float> row_weight;
   static CaptionBatch from_ids(const std::vector<std::vector<int>>& captions, int max_len);
 };
 
@@ -68,7 +71,11 @@ struct DecoderLoss {
   // hard attention: the REINFORCE weights (advantages) over the sampled steps (their variance is the variance
   // of the estimator's weights), and the mean entropy of alpha
   double advantage_mean = 0, advantage_var = 0, entropy = 0;
-  double total() const { return cross_entropy + penalty; }
+  // with row weights: sum over real tokens of w_row * -log p, over the number of real tokens (what backward
+  // differentiates in place of the cross-entropy)
+  bool weighted = false;
+  double weighted_cross_entropy = 0;
+  double total() const { return (weighted ? weighted_cross_entropy : cross_entropy) + penalty; }
 };
 
 struct DecoderCache {

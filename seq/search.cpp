@@ -24,9 +24,10 @@ Hypothesis finish(Hypothesis h, bool with_end, double length_norm = 1.0) {
   h.score = h.logprob / std::pow((double)std::max(1, emitted), length_norm);
   return h;
 }
-}  // namespace
 
-std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len) {
+// One caption per image, word by word: pick(row of log-probabilities) chooses each next word.
+template <typename Pick>
+std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int max_len, Pick pick) {
   Decoder::State st;
   dec.begin(F, N, st);
   std::vector<Hypothesis> out(N);
@@ -39,9 +40,8 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
     std::vector<int> keep, next;
     for (int r = 0; r < (int)rows.size(); ++r) {
       Hypothesis& h = out[rows[r]];
-      int best;
-      float lp = logp.row(r).maxCoeff(&best);
-      h.logprob += lp;
+      const int best = pick(logp, r);
+      h.logprob += logp(r, best);
       h.alphas.emplace_back(alpha.row(r).data(), alpha.row(r).data() + alpha.cols());
       if (dec.config().hard()) h.locations.push_back(st.location[r]);
       if (best == kEnd) {
@@ -62,6 +62,34 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
     tokens.resize(rows.size());
   }
   return out;
+}
+}  // namespace
+
+std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len) {
+  return one_path_search(dec, F, N, max_len, [](const Mat& logp, int r) {
+    int best;
+    logp.row(r).maxCoeff(&best);
+    return best;
+  });
+}
+
+std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng) {
+  return one_path_search(dec, F, N, max_len, [&rng](const Mat& logp, int r) {
+    // inverse CDF over the words left after the ban (their probabilities renormalized)
+    double total = 0;
+    for (int w = 0; w < logp.cols(); ++w)
+      if (logp(r, w) != kBanned) total += std::exp((double)logp(r, w));
+    const double u = rng.uniform() * total;
+    double acc = 0;
+    int last = -1;
+    for (int w = 0; w < logp.cols(); ++w) {
+      if (logp(r, w) == kBanned) continue;
+      acc += std::exp((double)logp(r, w));
+      last = w;
+      if (u < acc) return w;
+    }
+    return last;  // rounding left u above the sum
+  });
 }
 
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm) {

@@ -74,6 +74,16 @@ echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "default 
   && pass "model set: the beam's length normalization, recorded" || fail "model set --length-norm"
 BH=$(bleu "$WORK/compact.sat")
 python3 -c "import sys; sys.exit(0 if abs($BH - $B1) < 0.01 else 1)" && pass "compact model scores as the original (BLEU-4 $BH vs $B1)" || fail "compact BLEU-4 $BH vs $B1"
+# --- self-critical fine-tuning: sampled captions rewarded by CIDEr-D raise the model's CIDEr-D --------------------
+cider() { "$SAT" eval --model "$1" --data "$WORK/val" --beam 1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["CIDEr"])'; }
+python3 -c 'import json,sys; [print(i["file_name"]) for i in json.load(open(sys.argv[1]))["images"][:300]]' "$WORK/train/captions.json" > "$WORK/scst_split.txt"
+"$SAT" train --init-from "$MODEL" --objective cider --data "$WORK/train" --train-split "$WORK/scst_split.txt" \
+  --val-data "$WORK/val" --epochs 2 --lr 5e-5 --metric cider --seed 3 --out "$WORK/scst" 2>"$WORK/scst.log" >/dev/null \
+  && grep -q "reward" "$WORK/scst.log" || { fail "self-critical training"; cat "$WORK/scst.log"; }
+C1=$(cider "$MODEL"); C2=$(cider "$WORK/scst/model.sat")
+python3 -c "import sys; sys.exit(0 if $C2 > $C1 + 0.05 else 1)" && pass "self-critical training raises CIDEr-D ($C1 -> $C2)" || fail "self-critical CIDEr-D $C1 -> $C2"
+expect_error "self-critical needs a trained model" "^sat: train: --objective cider fine-tunes a trained model" \
+  "$SAT" train --objective cider --data "$WORK/train" --val-data "$WORK/val" --epochs 1 --out "$WORK/scst_bad"
 "$SAT" train --resume "$WORK/run/checkpoint.sat" --more-epochs 11 2>"$WORK/resume.log" >/dev/null && grep -q "resuming" "$WORK/resume.log" \
   && pass "resume continues" || { fail "resume"; cat "$WORK/resume.log"; }
 

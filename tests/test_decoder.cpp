@@ -109,6 +109,34 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
   }
 }
 
+TEST_CASE("decoder: row weights (self-critical advantages, negative too) scale each caption's gradient exactly") {
+  for (const char* attention : {"soft", "none", "local"}) {
+    CAPTURE(attention);
+    Rng rng(9);
+    DecoderConfig cfg = small_config(0.f, false, "additive", attention);
+    Decoder dec(cfg);
+    dec.init(rng);
+    Mat F = random_features(3, cfg, rng);
+    CaptionBatch cb = small_batch();
+    cb.row_weight = {0.7f, -1.3f, 2.0f};
+    DecoderCache cache;
+    DecoderLoss loss = dec.forward(F, cb, 0.f, false, nullptr, cache);
+    CHECK(loss.weighted);
+    CHECK(loss.total() == doctest::Approx(loss.weighted_cross_entropy));
+    CHECK(std::abs(loss.weighted_cross_entropy - loss.cross_entropy) > 1e-3);  // the weights change the objective
+    for (auto* p : dec.params()) p->zero_grad();
+    dec.backward(cache, nullptr);
+    for (auto* p : dec.params()) {
+      if (!p->trainable) continue;
+      CAPTURE(p->name);
+      FloatBuffer analytic = p->grad;
+      auto r = test::check_gradient(p->value, analytic, [&] { return dec.forward(F, cb, 0.f, false, nullptr, cache).total(); },
+                                    12, 5e-3);
+      CHECK(r.worst < 1e-2);
+    }
+  }
+}
+
 TEST_CASE("decoder: the attention penalty is lambda * mean (1 - sum_t alpha)^2 and vanishes with lambda 0") {
   Rng rng(3);
   DecoderConfig cfg = small_config(0);
@@ -307,6 +335,40 @@ TEST_CASE("search: length normalization picks among the same finished captions")
   }
   CHECK(differ > 0);  // the setting matters for some of these images
   CHECK_THROWS(beam_search(dec, F, n, 4, 10, -0.5));
+}
+
+TEST_CASE("search: sampled first words follow the model's distribution") {
+  Rng rng(13);
+  DecoderConfig cfg = small_config(0, false);
+  Decoder dec(cfg);
+  dec.init(rng);
+  for (auto* p : dec.params())
+    if (p->name == "out.bias")
+      for (int w = 4; w < cfg.vocab_size; ++w) p->value[w] = 0.4f * (w % 4);  // an uneven distribution
+  Mat F1 = random_features(1, cfg, rng);
+  Decoder::State st;
+  dec.begin(F1, 1, st);
+  Mat logp, alpha;
+  dec.step({1}, st, logp, alpha);  // <start>
+  std::vector<double> p(cfg.vocab_size, 0.0);
+  double allowed = 0;
+  for (int w = 4; w < cfg.vocab_size; ++w) allowed += p[w] = std::exp((double)logp(0, w));
+  const int n = 4000;
+  Mat F((int64_t)n * cfg.locations(), cfg.feature_dim);
+  for (int i = 0; i < n; ++i) F.middleRows((int64_t)i * cfg.locations(), cfg.locations()) = F1;
+  Rng draw(21);
+  auto hyps = sample_search(dec, F, n, 3, draw);
+  std::vector<int> count(cfg.vocab_size, 0);
+  for (auto& h : hyps) {
+    REQUIRE(!h.tokens.empty());
+    count[h.tokens[0]]++;
+  }
+  for (int w = 0; w < 4; ++w) CHECK(count[w] == 0);  // specials and <end> at the first step: never
+  for (int w = 4; w < cfg.vocab_size; ++w) {
+    const double q = p[w] / allowed, se = std::sqrt(q * (1 - q) / n);
+    CAPTURE(w);
+    CHECK(std::abs(count[w] / (double)n - q) < 4 * se + 1e-9);
+  }
 }
 
 TEST_CASE("search: <unk>, <pad> and <start> are never emitted, even when the model prefers them") {

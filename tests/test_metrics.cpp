@@ -122,6 +122,32 @@ TEST_CASE("ROUGE-L and CIDEr-D on hand-made vectors") {
   CHECK(longer.per_image[0] < c.per_image[0]);
 }
 
+TEST_CASE("CIDEr-D scorer with fixed document frequencies: equals the corpus metric on its own references") {
+  // Six images of a small synthetic corpus; the scorer's df comes from these references, as corpus_cider_d's
+  // does when it scores a hypothesis for each of them.
+  std::vector<std::vector<Tokens>> refs = {
+      {{"a", "dog", "runs", "on", "the", "grass"}, {"a", "brown", "dog", "runs"}},
+      {{"a", "man", "rides", "a", "bike"}, {"a", "person", "on", "a", "bike"}, {"man", "riding", "bike"}},
+      {{"two", "dogs", "play", "in", "the", "snow"}},
+      {{"a", "girl", "in", "a", "red", "dress"}, {"a", "little", "girl", "smiles"}},
+      {{"a", "boy", "jumps", "into", "the", "water"}, {"a", "child", "swims"}},
+      {{"a", "dog", "in", "the", "water"}, {"a", "wet", "dog"}}};
+  std::vector<Tokens> hyps = {{"a", "dog", "runs", "on", "grass"},    {"a", "man", "on", "a", "bike"},
+                              {"a", "dog", "plays", "in", "snow"},      {"a", "girl", "in", "a", "dress"},
+                              {"a", "zebra", "jumps", "into", "water"}, {"a", "dog", "a", "dog", "a", "dog"}};
+  auto corpus = corpus_cider_d(hyps, refs);
+  CiderDScorer scorer(refs);
+  CHECK(scorer.images() == 6);
+  for (int i = 0; i < 6; ++i) {
+    CAPTURE(i);
+    CHECK(scorer.score(hyps[i], i) == doctest::Approx(corpus.per_image[i]).epsilon(1e-12));
+  }
+  CHECK(corpus.per_image[4] > 0);  // "zebra" is in no reference: it only lowers the score
+  CHECK(scorer.score({"zebra", "zebra"}, 0) == 0.0);
+  CHECK_THROWS(scorer.score(hyps[0], 6));
+  CHECK_THROWS(CiderDScorer({{{"a"}}, {}}));
+}
+
 TEST_CASE("METEOR approximation: formulas, stages, and the toolkit's demo within 0.01") {
   std::string why;
   if (!meteor_available(&why)) {

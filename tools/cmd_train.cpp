@@ -45,6 +45,15 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")->capture_default_str();
   cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")->capture_default_str();
   cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")->capture_default_str();
+  cmd->add_option("--init-from", o->init_from, "Start from this trained model file (weights, vocabulary, sizes; "
+                                              "the model options above are then ignored)");
+  cmd->add_option("--objective", o->objective, "xe: cross-entropy on the references; cider: self-critical training "
+                                               "(needs --init-from): sampled captions rewarded by CIDEr-D")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"xe", "cider"}));
+  cmd->add_option("--scst-samples", o->scst_samples, "Self-critical: captions sampled per image (the baseline of each "
+                                                     "is the mean reward of the others)")
+      ->capture_default_str();
   cmd->add_option("--max-len", o->max_len, "Longest caption in words (longer ones are cut)")->capture_default_str();
   cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")->capture_default_str();
   cmd->add_option("--epochs", o->epochs, "Maximum number of epochs (0: write the initialized, untrained model)")->capture_default_str();

@@ -220,4 +220,55 @@ CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<st
   return res;
 }
 
+struct CiderDScorer::Data {
+  NgramIndex index;
+  std::unordered_map<Ngram, int, NgramHash> df;
+  std::vector<std::vector<TfIdf>> refs;  // per image, per reference
+  double log_ref_len = 0, sigma = 6.0;
+};
+
+CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma) : d_(std::make_unique<Data>()) {
+  if (refs.empty()) throw Error("cider: no reference images");
+  d_->sigma = sigma;
+  std::vector<std::vector<std::array<SparseVec, 4>>> counts(refs.size());
+  std::vector<Ngram> present;
+  for (size_t i = 0; i < refs.size(); ++i) {
+    if (refs[i].empty()) throw Error("cider: an image has no references");
+    present.clear();
+    for (auto& r : refs[i]) {
+      counts[i].push_back(ngram_counts(intern(d_->index, r)));
+      for (auto& c : counts[i].back())
+        for (auto& [g, n] : c) present.push_back(g);
+    }
+    std::sort(present.begin(), present.end());
+    present.erase(std::unique(present.begin(), present.end()), present.end());
+    for (Ngram g : present) d_->df[g]++;
+  }
+  if (d_->index.words.size() >= 0x7000) throw Error("cider: more than 28671 distinct reference words");
+  d_->log_ref_len = std::log((double)refs.size());
+  d_->refs.resize(refs.size());
+  for (size_t i = 0; i < refs.size(); ++i)
+    for (auto& c : counts[i]) d_->refs[i].push_back(to_vec(c, d_->df, d_->log_ref_len));
+}
+
+CiderDScorer::~CiderDScorer() = default;
+
+int CiderDScorer::images() const { return (int)d_->refs.size(); }
+
+double CiderDScorer::score(const Tokens& hyp, int image) const {
+  if (image < 0 || image >= images()) throw Error("cider: image index out of range");
+  // Words no reference uses get ids of their own above the corpus's (n-grams with them match nothing).
+  std::vector<uint32_t> ids;
+  std::unordered_map<std::string, uint32_t> unseen;
+  for (auto& w : hyp) {
+    auto it = d_->index.words.find(w);
+    if (it != d_->index.words.end()) ids.push_back(it->second);
+    else ids.push_back(unseen.emplace(w, 0x7000u + (uint32_t)unseen.size()).first->second & 0x7fff);
+  }
+  TfIdf h = to_vec(ngram_counts(ids), d_->df, d_->log_ref_len);
+  double s = 0;
+  for (auto& r : d_->refs[image]) s += cider_sim(h, r, d_->sigma);
+  return s / 4.0 / d_->refs[image].size() * 10.0;
+}
+
 }  // namespace sat

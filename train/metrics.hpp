@@ -2,6 +2,7 @@
 #pragma once
 #include <array>
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -32,5 +33,22 @@ struct CiderResult {
 };
 CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs,
                            double sigma = 6.0);
+
+// CIDEr-D of single captions against a fixed corpus: document frequencies come from the references of every image
+// in `refs` (e.g. a whole training split), so a caption's score does not depend on what else is scored with it.
+// The reward of self-critical training. Otherwise the same definition as corpus_cider_d (sigma, clipping, x10).
+class CiderDScorer {
+ public:
+  explicit CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma = 6.0);
+  ~CiderDScorer();
+  CiderDScorer(const CiderDScorer&) = delete;
+  CiderDScorer& operator=(const CiderDScorer&) = delete;
+  int images() const;
+  double score(const Tokens& hyp, int image) const;  // thread-safe
+
+ private:
+  struct Data;
+  std::unique_ptr<Data> d_;
+};
 
 }  // namespace sat

@@ -31,7 +31,7 @@ json TrainOptions::to_json() const {
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
           {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
           {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
-          {"local_sigma", local_sigma},
+          {"local_sigma", local_sigma}, {"init_from", init_from}, {"objective", objective}, {"scst_samples", scst_samples},
           {"checkpoint_every", checkpoint_every}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
@@ -62,6 +62,9 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.reinforce_weight = j.value("reinforce_weight", 1.f);
     o.entropy_weight = j.value("entropy_weight", 0.002f);
     o.local_sigma = j.value("local_sigma", 0.f);
+    o.init_from = j.value("init_from", std::string());
+    o.objective = j.value("objective", std::string("xe"));
+    o.scst_samples = j.value("scst_samples", 5);
   } catch (const std::exception& e) {
     throw Error(std::string("training options are malformed (") + e.what() + ")");
   }
@@ -288,6 +291,32 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int 
   return score_captions(hyps, refs);
 }
 
+SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, const std::vector<int>& images,
+                                    const CiderDScorer& cider, int samples, Rng& rng, DecoderCache& cache) {
+  const int n = (int)images.size(), K = samples, B = n * K;
+  const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
+  Mat F((int64_t)B * L, D);
+  for (int b = 0; b < B; ++b) F.middleRows((int64_t)b * L, L) = Eigen::Map<const Mat>(grids + (size_t)(b / K) * L * D, L, D);
+  std::vector<Hypothesis> drawn = sample_search(*model.decoder, F, B, model.max_len, rng);
+  std::vector<double> rewards(B);
+#pragma omp parallel for schedule(dynamic, 8)
+  for (int b = 0; b < B; ++b) rewards[b] = cider.score(model.vocab.decode(drawn[b].tokens), images[b / K]);
+  std::vector<double> advantage = leave_one_out_advantages(rewards, K);
+  std::vector<std::vector<int>> caps(B);
+  for (int b = 0; b < B; ++b) caps[b] = drawn[b].tokens;
+  CaptionBatch cb = CaptionBatch::from_ids(caps, model.max_len);
+  for (int b = 0; b < B; ++b)  // a sample cut at max_len drew no <end>: its log-probability has no <end> term
+    if (drawn[b].alphas.size() == drawn[b].tokens.size()) cb.mask[(size_t)b * cb.T + drawn[b].tokens.size()] = 0.f;
+  cb.row_weight.assign(advantage.begin(), advantage.end());
+  // No dropout: the gradient is of the log-probability of the distribution the samples came from.
+  model.decoder->forward(F, cb, 0.f, false, nullptr, cache);
+  model.decoder->backward(cache, nullptr);
+  SelfCriticalStep r;
+  r.captions = B;
+  for (double x : rewards) r.mean_reward += x / B;
+  return r;
+}
+
 static double metric_of(const CaptionScores& s, const std::string& metric) {
   return metric == "cider" ? s.cider_d : s.bleu[3];
 }
@@ -325,6 +354,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
   if (opt.metric != "bleu4" && opt.metric != "cider") throw Error("train: --metric must be bleu4 or cider");
   if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1) throw Error("train: --batch and --max-len must be positive, --epochs not negative");
+  if (opt.objective != "xe" && opt.objective != "cider") throw Error("train: --objective must be xe or cider");
+  const bool self_critical = opt.objective == "cider";
+  if (self_critical && opt.scst_samples < 2) throw Error("train: --scst-samples must be at least 2 (the baseline is the other samples' mean)");
 
   CaptionSet train_set = load_caption_set(opt.data, opt.images, opt.train_split);
   CaptionSet val_set = load_caption_set(opt.val_data.empty() ? opt.data : opt.val_data,
@@ -336,7 +368,17 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   }
   make_dirs(opt.out);
 
+  if (!model && !opt.init_from.empty()) {
+    model = CaptionModel::load(opt.init_from);
+    model->half_precision = false;  // the weights keep training in float32
+    model->info = json::object();
+    std::fprintf(stderr, "starting from %s\n", opt.init_from.c_str());
+  }
+  if (self_critical && model && model->decoder_config.hard())
+    throw Error("train: --objective cider needs a soft, local or no-attention model (hard attention samples its "
+                "glimpses inside the cross-entropy objective)");
   if (!model) {
+    if (self_critical) throw Error("train: --objective cider fine-tunes a trained model: give it --init-from MODEL");
     if (!opt.encoder.empty()) {
       model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size);
     } else {
@@ -424,6 +466,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     train_record[i] = train_feats->index_of(train_set.images[i].file_name);
   std::vector<std::vector<int>> caption_ids(train_set.captions.size());
   for (size_t i = 0; i < caption_ids.size(); ++i) caption_ids[i] = model->vocab.encode(train_set.captions[i].tokens);
+  std::unique_ptr<CiderDScorer> cider;  // self-critical reward: CIDEr-D with the training split's document frequencies
+  if (self_critical) {
+    std::vector<std::vector<Tokens>> refs(train_set.images.size());
+    for (size_t i = 0; i < refs.size(); ++i)
+      for (int c : train_set.images[i].caption_indices) refs[i].push_back(train_set.captions[c].tokens);
+    cider = std::make_unique<CiderDScorer>(refs);
+  }
 
   const std::string ckpt_path = join_path(opt.out, "checkpoint.sat");
   const std::string best_path = join_path(opt.out, "model.sat");
@@ -464,7 +513,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     auto epoch_stats = [&](double captions_per_second) {
       char stats[160];
       const int n = std::max(loss_count, 1);
-      if (model->decoder_config.hard())
+      if (self_critical)
+        std::snprintf(stats, sizeof stats, "reward %.3f (samples' CIDEr-D)  %.0f cap/s", loss_sum / n, captions_per_second);
+      else if (model->decoder_config.hard())
         std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  reinforce var %.3g  %.0f cap/s", loss_sum / n,
                       pen_sum / n, adv_var_sum / n, captions_per_second);
       else
@@ -478,6 +529,22 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       std::vector<int> idx(order.begin() + (size_t)s * opt.batch_images,
                            order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()));
       const int n = (int)idx.size();
+      if (self_critical) {
+        if (from_features) {
+          grid.resize((size_t)n * L * D);
+          for (int k = 0; k < n; ++k) train_feats->read(train_record[idx[k]], grid.data() + (size_t)k * L * D);
+        } else {
+          train_bank.planes(idx, model->encoder_config, planes);
+          model->encoder->forward(planes.data(), n, false, grid);  // the encoder stays as it is
+        }
+        SelfCriticalStep r = self_critical_step(*model, grid.data(), idx, *cider, opt.scst_samples, rng, cache);
+        Adam::clip_grad_norm(params, opt.clip);
+        adam.update(params, lr);
+        for (auto* p : params) p->zero_grad();
+        loss_sum += r.mean_reward;
+        ++loss_count;
+        captions_done += r.captions;
+      } else {
       std::vector<std::vector<int>> caps;
       std::vector<int> cap_image;
       for (int k = 0; k < n; ++k) {
@@ -527,6 +594,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       adv_var_sum += loss.advantage_var;
       ++loss_count;
       captions_done += B;
+      }
       ++st.global_step;
       st.step_in_epoch = s + 1;
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
@@ -549,7 +617,8 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     CaptionScores sc = run_validation();
     const double score = metric_of(sc, opt.metric);
     bool improved = score > st.best_score;
-    st.history.push_back({{"epoch", st.epoch + 1}, {"loss", loss_count ? loss_sum / loss_count : 0.0}, {"val", sc.to_json()}});
+    st.history.push_back({{"epoch", st.epoch + 1}, {self_critical ? "reward" : "loss", loss_count ? loss_sum / loss_count : 0.0},
+                          {"val", sc.to_json()}});
     std::fprintf(stderr, "epoch %d: val BLEU-4 %.4f  CIDEr-D %.4f  ROUGE-L %.4f%s\n", st.epoch + 1, sc.bleu[3], sc.cider_d,
                  sc.rouge_l, improved ? "  (best so far, saved)" : "");
     if (improved) {

@@ -1,5 +1,6 @@
-// The training loop: cross-entropy + doubly stochastic attention penalty, Adam, clipping, lr decay,
-// per-epoch validation (BLEU-4), best-model keeping, early stopping, atomic checkpoints and --resume.
+// The training loop: cross-entropy + doubly stochastic attention penalty (or self-critical CIDEr-D training from a
+// trained model), Adam, clipping, lr decay, per-epoch validation (BLEU-4 or CIDEr-D), best-model keeping, early
+// stopping, atomic checkpoints and --resume.
 #pragma once
 #include <cstdint>
 #include <string>
@@ -44,6 +45,13 @@ struct TrainOptions {
   float hard_soft_prob = 0.5f, hard_soft_warmup = 0;
   float reinforce_weight = 1.f, entropy_weight = 0.002f, local_sigma = 0;
   int max_len = 20, min_count = 1;
+  // Start from a trained model file (its weights, vocabulary and sizes) instead of a fresh one.
+  std::string init_from;
+  // Training objective: "xe" (cross-entropy on the reference captions, teacher forcing) or "cider"
+  // (self-critical: scst_samples captions sampled per image, reward CIDEr-D against the image's references with
+  // the training split's document frequencies, baseline the mean reward of the image's other samples).
+  std::string objective = "xe";
+  int scst_samples = 5;
   // optimization
   int epochs = 15;
   int batch_images = 16;
@@ -60,6 +68,16 @@ struct TrainOptions {
   nlohmann::json to_json() const;
   static TrainOptions from_json(const nlohmann::json& j);
 };
+
+// One self-critical step's gradient (added to the decoder's parameter gradients): `samples` captions drawn per
+// image (grids: images.size() grids of L x D; images: their indices in the scorer's reference set), rewarded by
+// CIDEr-D, each weighted by its reward minus the mean reward of the image's other samples.
+struct SelfCriticalStep {
+  double mean_reward = 0;
+  int captions = 0;
+};
+SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, const std::vector<int>& images,
+                                    const CiderDScorer& cider, int samples, Rng& rng, DecoderCache& cache);
 
 struct TrainSummary {
   int epochs_run = 0;
