@@ -135,7 +135,9 @@ std::vector<Param*> Decoder::params() {
 
 void Decoder::init(Rng& rng) {
   const int n = cfg_.hidden_dim, m = cfg_.embed_dim, D = cfg_.feature_dim;
-  init_uniform(P(kEmbed), rng, 0.1);
+  // Word vectors start at unit variance (uniform in ±√3), as PyTorch's nn.Embedding's N(0, 1): with ±0.1 the
+  // previous word barely reached the deep output at first, and one Flickr8k epoch ended at loss 4.72 instead of 4.58.
+  init_uniform(P(kEmbed), rng, std::sqrt(3.0));
   init_uniform(P(kInitHW), rng, 1 / std::sqrt((double)D));
   init_uniform(P(kInitCW), rng, 1 / std::sqrt((double)D));
   init_uniform(P(kGateW), rng, 1 / std::sqrt((double)n));

@@ -187,12 +187,15 @@ def main():
             os.replace(path + ".partial", path)
 
     lines = ["Setup: " + setup + ". Command: `tools/compare-attention.py " + " ".join(sys.argv[1:]) + "`", ""]
-    head = "| variant | flags | BLEU-4 | CIDEr-D |" + (" grounding |" if not a.flickr8k else "") + " decoder step, captions/s |"
+    head = "| variant | flags | BLEU-4 | CIDEr-D |" + (" grounding |" if not a.flickr8k else
+                                                     " BLEU-1 | METEOR≈ | ROUGE-L |") + " decoder step, captions/s |"
     lines += [head, "|" + " --- |" * (head.count("|") - 1)]
     for r in rows:
         line = "| %s | `%s` | %.3f | %.3f |" % (r["what"], r["flags"], r["bleu4"], r["cider"])
         if not a.flickr8k:  # without attention there is nothing to ground
             line += " %.3f |" % r["grounding"] if r["variant"] != "none" else " — |"
+        else:
+            line += "".join(" %.3f |" % r[k] if r.get(k) is not None else " — |" for k in ("Bleu_1", "METEOR", "ROUGE_L"))
         speed = r.get("decoder_captions_per_second")
         line += " %s |" % ("%.0f" % speed if speed else "—")
         lines.append(line)

@@ -2,7 +2,8 @@
 # Rebuilds the bundled Flickr8k model (models/flickr8k.sat) from the photos: InceptionV3 features of every photo
 # (mixed5 at 299x299, float16 cache), then the decoder trained on the 6000 training photos with the 1000 dev photos
 # for model selection and early stopping, then dev scores with beam search, then the shipped copy with its decoder
-# weights stored as float16 (sat model compact: 22 MB instead of 39, the same captions on all 1000 dev photos).
+# weights stored as float16 (sat model compact: 22 MB instead of 39, the same captions on all 1000 dev photos), and
+# its beam search's length normalization set to 0.5 (sat model set), then the shipped file's dev scores.
 # Resumable: rerun the script after an interruption and it continues the feature cache and the training run where
 # they stopped.
 # Usage: tools/train-flickr8k-model.sh [FLICKR8K_DIR] [WORKDIR]
@@ -27,4 +28,7 @@ fi
 "$sat" eval --model "$work/model/model.sat" --data "$data" --split "$data/dev.txt" --features "$features" --beam 3
 "$sat" model compact "$work/model/model.sat" --out "$top/models/flickr8k.sat" \
   --recipe "tools/train-flickr8k-model.sh (InceptionV3 mixed5 features at 299, then the command above)"
+# Beam search ranks finished captions by log p / words^0.5: chosen on dev (BLEU-4 0.110 / 0.119 / 0.117 for 0 / 0.5 / 1).
+"$sat" model set "$top/models/flickr8k.sat" --out "$top/models/flickr8k.sat" --length-norm 0.5
+"$sat" eval --model "$top/models/flickr8k.sat" --data "$data" --split "$data/dev.txt" --features "$features" --beam 3
 echo "wrote $top/models/flickr8k.sat"
