@@ -46,6 +46,14 @@ double loss_of(Decoder& dec, const Mat& F, const CaptionBatch& cb, float penalty
   return dec.forward(F, cb, penalty, true, &r, cache).total();
 }
 
+// The decoder's parameter called `name` (the test fails if there is none).
+Param& param_named(Decoder& dec, const std::string& name) {
+  for (auto* p : dec.params())
+    if (p->name == name) return *p;
+  FAIL("no parameter " << name);
+  throw Error("unreachable");
+}
+
 }  // namespace
 
 TEST_CASE("decoder: every parameter and the features match finite differences") {
@@ -84,9 +92,7 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       dec.init(rng);
       // Word vectors at the small scale (±0.1) where float32 central differences resolve the cosine score's
       // curvature; their unit-variance start is a training choice, not part of what is checked here.
-      for (auto* p : dec.params())
-        if (p->name == "embed.weight")
-          for (auto& v : p->value) v *= (float)(0.1 / std::sqrt(3.0));
+      for (auto& v : param_named(dec, "embed.weight").value) v *= (float)(0.1 / std::sqrt(3.0));
       for (auto* p : dec.params())  // make biases non-zero so their paths are exercised
         for (auto& v : p->value) v += 0.05f * (float)rng.normal();
       Mat F = random_features(3, cfg, rng);
@@ -347,9 +353,8 @@ TEST_CASE("search: sampled first words follow the model's distribution") {
   DecoderConfig cfg = small_config(0, false);
   Decoder dec(cfg);
   dec.init(rng);
-  for (auto* p : dec.params())
-    if (p->name == "out.bias")
-      for (int w = 4; w < cfg.vocab_size; ++w) p->value[w] = 0.4f * (w % 4);  // an uneven distribution
+  Param& out_bias = param_named(dec, "out.bias");
+  for (int w = 4; w < cfg.vocab_size; ++w) out_bias.value[w] = 0.4f * (w % 4);  // an uneven distribution
   Mat F1 = random_features(1, cfg, rng);
   Decoder::State st;
   dec.begin(F1, 1, st);
@@ -381,8 +386,8 @@ TEST_CASE("search: <unk>, <pad> and <start> are never emitted, even when the mod
   DecoderConfig cfg = small_config(0, false);
   Decoder dec(cfg);
   dec.init(rng);
-  for (auto* p : dec.params())
-    if (p->name == "out.bias") p->value[0] = p->value[1] = p->value[3] = 50.f;  // <pad>, <start>, <unk> win by far
+  Param& out_bias = param_named(dec, "out.bias");
+  out_bias.value[0] = out_bias.value[1] = out_bias.value[3] = 50.f;  // <pad>, <start>, <unk> win by far
   Mat F = random_features(4, cfg, rng);
   for (auto& hyps : {greedy_search(dec, F, 4, 6), beam_search(dec, F, 4, 3, 6)})
     for (auto& h : hyps) {
