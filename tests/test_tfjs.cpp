@@ -194,6 +194,27 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
   };
   check(import_tfjs(dir));
 
+  // Which convolutions were trained last time (Keras's "trainable"; absent means trained): the importer reports
+  // the deepest cut point whose every convolution was frozen and the first convolution that was not.
+  {
+    ImportedNet as_written = import_tfjs(dir);
+    CHECK(as_written.first_trained == "act_a");
+    CHECK(as_written.frozen_through.empty());
+    json marked = model;
+    for (auto& l : marked["modelTopology"]["config"]["layers"])
+      l["config"]["trainable"] = l["name"] == "bn_c";  // only conv C's batch norm was trained
+    write_file_atomic(dir + "/model.json", marked.dump());
+    ImportedNet partly = import_tfjs(dir);
+    CHECK(partly.first_trained == "act_c");
+    CHECK(partly.frozen_through.empty());  // mixed0 holds conv C
+    for (auto& l : marked["modelTopology"]["config"]["layers"]) l["config"]["trainable"] = false;
+    write_file_atomic(dir + "/model.json", marked.dump());
+    ImportedNet frozen = import_tfjs(dir);
+    CHECK(frozen.first_trained.empty());
+    CHECK(frozen.frozen_through == "mixed0");
+    write_file_atomic(dir + "/model.json", model.dump());
+  }
+
   // The same model as nsfwjs ships it: a UMD bundle exporting a JS object literal, and a base64 shard bundle.
   std::string js_model = model.dump();
   for (auto* from_to : {"\"class_name\"", "\"config\""}) {  // unquote some keys, as a minifier does

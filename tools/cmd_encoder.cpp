@@ -61,7 +61,9 @@ void add_encoder_commands(CLI::App& app) {
     net.info = {{"source", a->source.empty() ? a->in : a->source},
                 {"licence", a->licence},
                 {"command", command_line()},
-                {"dropped_head_layers", imp.dropped}};
+                {"dropped_head_layers", imp.dropped},
+                {"frozen_through", imp.frozen_through},
+                {"first_trained_layer", imp.first_trained}};
     // Builds the network once: a graph or weight problem surfaces now, not when the file is first used.
     PretrainedEncoder check(net.graph, net.weights, net.input_size, a->in);
     save_pretrained_net(a->out, net);
@@ -73,6 +75,10 @@ void add_encoder_commands(CLI::App& app) {
                 imp.dropped.size());
     std::printf("cut points: ");
     for (auto& c : net.graph.cut_points()) std::printf("%s ", c.c_str());
+    if (!imp.first_trained.empty())
+      std::printf("\nwhen the source model was last trained, layers from %s on were trained and every convolution "
+                  "up to %s was frozen (still the weights it started from)",
+                  imp.first_trained.c_str(), imp.frozen_through.empty() ? "(none)" : imp.frozen_through.c_str());
     std::printf("\nat %dx%d the last layer gives %dx%dx%d; wrote %s\n", net.input_size, net.input_size, check.grid_h(),
                 check.grid_w(), check.channels(), a->out.c_str());
   });

@@ -277,8 +277,12 @@ ImportedNet import_tfjs(const std::string& given) {
     const json& layers = mc.at("config").at("layers");
 
     std::map<std::string, int> consumers;
-    for (auto& l : layers)
+    std::set<std::string> trained;  // layers with trainable != false
+    for (auto& l : layers) {
       for (auto& in : inbound_names(l, path)) consumers[in]++;
+      const json& cfg = l.at("config");
+      if (!cfg.contains("trainable") || cfg["trainable"] != false) trained.insert(l.at("name").get<std::string>());
+    }
 
     std::map<std::string, int> node_of;     // Keras layer name -> node index producing its output
     std::map<std::string, std::string> head;  // dropped layer -> its class
@@ -390,6 +394,23 @@ ImportedNet import_tfjs(const std::string& given) {
       for (auto& in : n.inputs) in = renamed.count(in) ? renamed[in] : in;
     if (g.nodes.empty() || g.nodes[0].op != "input") fail(path, "model has no image input");
     g = NetGraph::from_json(g.to_json());  // validates the result
+
+    // Which convolutions were trained last time (the conv layer or its batch norm trainable).
+    auto conv_trained = [&](const NetNode& n) {
+      std::string conv_layer = n.kernel.substr(0, n.kernel.rfind("/kernel"));
+      return trained.count(conv_layer) > 0 || (!n.bn.empty() && trained.count(n.bn) > 0);
+    };
+    for (auto& n : g.nodes)
+      if (n.op == "conv" && conv_trained(n)) {
+        net.first_trained = n.name;
+        break;
+      }
+    for (auto& point : g.cut_points()) {
+      bool frozen = true;
+      for (auto& n : g.cut(point).nodes) frozen = frozen && (n.op != "conv" || !conv_trained(n));
+      if (!frozen) break;
+      net.frozen_through = point;
+    }
 
     // Weights: which tensors the trunk needs.
     std::set<std::string> wanted;

@@ -20,6 +20,11 @@ struct ImportedNet {
   TensorFile weights;  // uint8-quantized tensors stay quantized (lossless, 4x smaller); the rest float32
   int input_h = 0, input_w = 0;  // the model's declared input size (0 when free)
   std::vector<std::string> dropped;  // head layers after the trunk (Flatten, Dense, ...), not imported
+  // Keras records which layers were frozen (trainable: false) when the model was last trained. For a model
+  // fine-tuned from pretrained weights (nsfwjs: InceptionV3 from ImageNet), the frozen layers still hold the
+  // original weights. frozen_through: the deepest cut point whose every convolution was frozen ("" when none);
+  // first_trained: the first convolution (in graph order) whose weights were trained ("" when all were frozen).
+  std::string frozen_through, first_trained;
 };
 
 // path: a model.json / model.min.js file, or a directory holding one of them (shards are found next to it).
