@@ -244,3 +244,16 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
   std::remove((dir + "/group1-shard1of1.bin.min.js").c_str());
   CHECK_THROWS_WITH_AS(import_tfjs(dir), doctest::Contains("shard not found"), Error);
 }
+
+TEST_CASE("a layer the importer cannot run is named with its class when the trunk reads it") {
+  json layers = json::array();
+  layers.push_back(layer("input_1", "InputLayer", {{"batch_input_shape", {nullptr, 16, 16, 3}}, {"dtype", "float32"}}, {}));
+  layers.push_back(layer("Conv1_pad", "ZeroPadding2D", {{"padding", {{0, 1}, {0, 1}}}}, {"input_1"}));
+  layers.push_back(conv_layer("Conv1", "Conv1_pad", 8, 3, 2, "valid"));
+  json model = {{"modelTopology", {{"class_name", "Model"}, {"config", {{"layers", layers}}}}},
+                {"weightsManifest", json::array()}};
+  const std::string dir = "/tmp/sat_test_tfjs_pad";
+  make_dirs(dir);
+  write_file_atomic(dir + "/model.json", model.dump());
+  CHECK_THROWS_WITH_AS(import_tfjs(dir), doctest::Contains("layer 'Conv1' (Conv2D) reads layer 'Conv1_pad' (ZeroPadding2D), which is not supported"), Error);
+}

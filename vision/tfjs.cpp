@@ -293,8 +293,12 @@ ImportedNet import_tfjs(const std::string& given) {
       auto ins = inbound_names(l, path);
       std::vector<int> in_nodes;
       bool from_head = false;
+      std::string unsupported_input;  // the first input that could not be imported, as "name (Class)"
       for (auto& in : ins) {
-        if (head.count(in)) from_head = true;
+        if (head.count(in)) {
+          from_head = true;
+          if (unsupported_input.empty()) unsupported_input = "'" + in + "' (" + head[in] + ")";
+        }
         else if (!node_of.count(in)) fail(path, "layer '" + name + "' reads unknown layer '" + in + "'");
         else in_nodes.push_back(node_of[in]);
       }
@@ -317,7 +321,9 @@ ImportedNet import_tfjs(const std::string& given) {
                      kind == "AveragePooling2D" || kind == "Concatenate";
       if (from_head || !spatial) {
         if (spatial && from_head)
-          fail(path, "layer '" + name + "' (" + kind + ") reads the output of a layer that cannot be imported");
+          fail(path, "layer '" + name + "' (" + kind + ") reads layer " + unsupported_input +
+                         ", which is not supported (supported: Conv2D, BatchNormalization, ReLU, MaxPooling2D, "
+                         "AveragePooling2D, Concatenate, InputLayer; Activation relu)");
         head[name] = kind;
         net.dropped.push_back(name + " (" + kind + ")");
         continue;
