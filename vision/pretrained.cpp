@@ -52,6 +52,42 @@ static FloatBuffer tensor_values(const TensorFile& tf, const std::string& name, 
   return p.value;
 }
 
+FoldedConv fold_conv(const NetNode& n, const TensorFile& weights,
+                     const std::map<std::string, std::vector<int64_t>>& expected, const std::string& where) {
+  // Fold batch norm (inference statistics) into the convolution:
+  //   y = gamma * (conv(x) + b - mean) / sqrt(var + eps) + beta  =  conv'(x) + b'
+  auto kshape = expected.at(n.kernel);
+  const int KH = (int)kshape[0], KW = (int)kshape[1], CI = (int)kshape[2], CO = (int)kshape[3];
+  FloatBuffer k = tensor_values(weights, n.kernel, kshape, where);
+  std::vector<double> factor(CO, 1.0), bias(CO, 0.0);
+  if (!n.bias.empty()) {
+    FloatBuffer b = tensor_values(weights, n.bias, {CO}, where);
+    for (int o = 0; o < CO; ++o) bias[o] = b[o];
+  }
+  if (!n.bn.empty()) {
+    FloatBuffer beta = tensor_values(weights, n.bn + "/beta", {CO}, where);
+    FloatBuffer mean = tensor_values(weights, n.bn + "/moving_mean", {CO}, where);
+    FloatBuffer var = tensor_values(weights, n.bn + "/moving_variance", {CO}, where);
+    FloatBuffer gamma = n.bn_scale ? tensor_values(weights, n.bn + "/gamma", {CO}, where) : FloatBuffer(CO, 1.f);
+    for (int o = 0; o < CO; ++o) {
+      factor[o] = gamma[o] / std::sqrt((double)var[o] + n.bn_epsilon);
+      bias[o] = (bias[o] - mean[o]) * factor[o] + beta[o];
+    }
+  }
+  FoldedConv f;
+  f.out = CO, f.in = CI, f.kh = KH, f.kw = KW;
+  f.weight.resize((size_t)CO * CI * KH * KW);
+  f.bias.resize(CO);
+  for (int o = 0; o < CO; ++o) {
+    f.bias[o] = (float)bias[o];
+    for (int c = 0; c < CI; ++c)
+      for (int y = 0; y < KH; ++y)
+        for (int x = 0; x < KW; ++x)  // HWIO -> OIHW
+          f.weight[(((size_t)o * CI + c) * KH + y) * KW + x] = (float)(k[(((size_t)y * KW + x) * CI + c) * CO + o] * factor[o]);
+  }
+  return f;
+}
+
 static const char* kEncoderFormat = "sat-encoder";
 
 void save_pretrained_net(const std::string& path, const PretrainedNet& net) {
@@ -124,39 +160,11 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, const TensorFile& we
   grid_h_ = shapes_.back().h, grid_w_ = shapes_.back().w, channels_ = shapes_.back().c;
   macs_ = graph_.conv_macs(input_size, input_size);
   auto expected = pretrained_tensor_shapes(graph_);
-  // Fold batch norm (inference statistics) into each convolution:
-  //   y = gamma * (conv(x) + b - mean) / sqrt(var + eps) + beta  =  conv'(x) + b'
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-    const NetNode& n = graph_.nodes[i];
-    if (n.op != "conv") continue;
-    auto kshape = expected.at(n.kernel);
-    const int KH = (int)kshape[0], KW = (int)kshape[1], CI = (int)kshape[2], CO = (int)kshape[3];
-    FloatBuffer k = tensor_values(weights, n.kernel, kshape, where);
-    std::vector<double> factor(CO, 1.0), bias(CO, 0.0);
-    if (!n.bias.empty()) {
-      FloatBuffer b = tensor_values(weights, n.bias, {CO}, where);
-      for (int o = 0; o < CO; ++o) bias[o] = b[o];
-    }
-    if (!n.bn.empty()) {
-      FloatBuffer beta = tensor_values(weights, n.bn + "/beta", {CO}, where);
-      FloatBuffer mean = tensor_values(weights, n.bn + "/moving_mean", {CO}, where);
-      FloatBuffer var = tensor_values(weights, n.bn + "/moving_variance", {CO}, where);
-      FloatBuffer gamma = n.bn_scale ? tensor_values(weights, n.bn + "/gamma", {CO}, where) : FloatBuffer(CO, 1.f);
-      for (int o = 0; o < CO; ++o) {
-        factor[o] = gamma[o] / std::sqrt((double)var[o] + n.bn_epsilon);
-        bias[o] = (bias[o] - mean[o]) * factor[o] + beta[o];
-      }
-    }
-    FloatBuffer w((size_t)CO * CI * KH * KW), b(CO);
-    for (int o = 0; o < CO; ++o) {
-      b[o] = (float)bias[o];
-      for (int c = 0; c < CI; ++c)
-        for (int y = 0; y < KH; ++y)
-          for (int x = 0; x < KW; ++x)  // HWIO -> OIHW
-            w[(((size_t)o * CI + c) * KH + y) * KW + x] = (float)(k[(((size_t)y * KW + x) * CI + c) * CO + o] * factor[o]);
-    }
-    conv_w_[(int)i] = std::move(w);
-    conv_b_[(int)i] = std::move(b);
+    if (graph_.nodes[i].op != "conv") continue;
+    FoldedConv f = fold_conv(graph_.nodes[i], weights, expected, where);
+    conv_w_[(int)i] = std::move(f.weight);
+    conv_b_[(int)i] = std::move(f.bias);
   }
 }
 

@@ -59,6 +59,15 @@ PretrainedNet load_pretrained_net(const std::string& path);
 // Only the tensors a (cut) graph uses, in their stored form.
 TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where);
 
+// A conv node's weights with its batch norm (inference statistics) folded in: OIHW weight and bias.
+struct FoldedConv {
+  int out = 0, in = 0, kh = 0, kw = 0;
+  FloatBuffer weight, bias;
+};
+// expected: pretrained_tensor_shapes of the node's graph. Errors name `where` (missing tensor, wrong shape).
+FoldedConv fold_conv(const NetNode& node, const TensorFile& weights,
+                     const std::map<std::string, std::vector<int64_t>>& expected, const std::string& where);
+
 // The tensor names a graph's conv nodes need, with their expected shapes given the graph's channel counts.
 std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGraph& graph);
 

@@ -1,0 +1,346 @@
+#include "vision/tunable.hpp"
+
+#include <cstring>
+#include <oneapi/dnnl/dnnl.hpp>
+
+#include "vision/onednn.hpp"
+#include "vision/pretrained.hpp"
+
+namespace sat {
+
+using namespace dnnl;
+using tag = memory::format_tag;
+using dt = memory::data_type;
+
+TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, const std::string& from,
+                             int input_size, const std::string& where)
+    : from_(from) {
+  const int start = graph.index_of(from);
+  if (start < 0) fail(where, "the network has no layer '" + from + "' to tune from");
+  if (start + 1 >= (int)graph.nodes.size()) fail(where, "no layers after '" + from + "' to tune");
+  std::vector<NodeShape> all;
+  try {
+    all = graph.shapes(input_size, input_size);
+  } catch (const Error& e) {
+    fail(where, e.what());
+  }
+  NetNode input;
+  input.name = from;
+  input.op = "input";
+  graph_.nodes.push_back(input);
+  shapes_.push_back(all[start]);
+  for (int i = start + 1; i < (int)graph.nodes.size(); ++i) {
+    const NetNode& n = graph.nodes[i];
+    for (auto& in : n.inputs)
+      if (graph_.index_of(in) < 0)
+        fail(where, "layer '" + n.name + "' after '" + from + "' reads '" + in + "' from before it (tune from a layer " +
+                        "that all later layers build on, such as a mixedN concatenation)");
+    graph_.nodes.push_back(n);
+    shapes_.push_back(all[i]);
+  }
+  h_ = shapes_.back().h, w_ = shapes_.back().w, c_out_ = shapes_.back().c, c_in_ = shapes_[0].c;
+  for (auto& s : shapes_)
+    if (s.c % 8 != 0)
+      fail(where, "layer with " + std::to_string(s.c) + " channels: the blocks need channel counts divisible by 8");
+
+  auto expected = pretrained_tensor_shapes(graph);
+  param_of_.assign(graph_.nodes.size(), -1);
+  for (size_t i = 1; i < graph_.nodes.size(); ++i) {
+    const NetNode& n = graph_.nodes[i];
+    if (n.op != "conv") continue;
+    FoldedConv f = fold_conv(n, weights, expected, where);
+    param_of_[i] = (int)params_.size();
+    Param w("encoder." + n.name + ".weight", {f.out, f.in, f.kh, f.kw});
+    w.value = std::move(f.weight);
+    Param b("encoder." + n.name + ".bias", {f.out});
+    b.value = std::move(f.bias);
+    params_.push_back(std::move(w));
+    params_.push_back(std::move(b));
+    macs_ += (double)shapes_[i].h * shapes_[i].w * f.out * f.in * f.kh * f.kw;
+  }
+}
+
+TunableBlocks::~TunableBlocks() = default;
+
+struct TunableBlocks::Plan {
+  struct Node {
+    memory out, diff, scratch;  // scratch: a second diff buffer when several layers read this one
+    primitive fwd;
+    std::unordered_map<int, memory> fwd_args;
+    // conv
+    memory w_user, w, bias, bwd_data_w, diff_pre, diff_w, diff_w_user, diff_b;
+    reorder w_reorder, bwd_data_w_reorder, diff_w_reorder;
+    bool separate_bwd_data_w = false;
+    eltwise_backward relu_bwd;
+    convolution_backward_weights bwd_w;
+    convolution_backward_data bwd_data;
+    // pooling
+    memory workspace;
+    pooling_backward pool_bwd;
+  };
+  int n = 0;
+  bool training = false;
+  memory in_user, in, out_user, diff_out_user;
+  reorder in_reorder, out_reorder, diff_out_reorder;
+  std::vector<Node> nodes;
+  std::vector<int> consumers, received;  // per node: how many layers read it; diffs received this backward
+};
+
+TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
+  auto key = std::make_pair(n, training);
+  auto it = plans_.find(key);
+  if (it != plans_.end()) return *it->second;
+  auto plan = std::make_unique<Plan>();
+  Plan& P = *plan;
+  P.n = n;
+  P.training = training;
+  auto& eng = cpu_engine();
+  const auto prop = training ? prop_kind::forward_training : prop_kind::forward_inference;
+  const auto& nodes = graph_.nodes;
+  const int count = (int)nodes.size();
+  P.nodes.resize(count);
+  P.consumers.assign(count, 0);
+  P.received.assign(count, 0);
+  auto blocked = [&](int i) {
+    return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, tag::nChw8c);
+  };
+  auto plain_nhwc = [&](int i) {
+    return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, tag::nhwc);
+  };
+  for (int i = 0; i < count; ++i) {
+    P.nodes[i].out = memory(blocked(i), eng);
+    for (auto& in : nodes[i].inputs) P.consumers[graph_.index_of(in)]++;
+  }
+  if (training)
+    for (int i = 1; i < count; ++i) {
+      P.nodes[i].diff = memory(blocked(i), eng);
+      if (P.consumers[i] > 1) P.nodes[i].scratch = memory(blocked(i), eng);
+    }
+  P.in_user = memory(plain_nhwc(0), eng, nullptr);
+  P.in = P.nodes[0].out;
+  P.in_reorder = reorder(P.in_user, P.in);
+  P.out_user = memory(plain_nhwc(count - 1), eng, nullptr);
+  P.out_reorder = reorder(P.nodes[count - 1].out, P.out_user);
+  if (training) {
+    P.diff_out_user = memory(plain_nhwc(count - 1), eng, nullptr);
+    P.diff_out_reorder = reorder(P.diff_out_user, P.nodes[count - 1].diff);
+  }
+
+  for (int i = 1; i < count; ++i) {
+    const NetNode& node = nodes[i];
+    const NodeShape& s = shapes_[i];
+    Plan::Node& N = P.nodes[i];
+    const int src = graph_.index_of(node.inputs[0]);
+    const memory::desc src_md = blocked(src), dst_md = blocked(i);
+    const memory::dims strides{node.sh, node.sw}, pad_l{s.pad_t, s.pad_l}, pad_r{s.pad_b, s.pad_r};
+    if (node.op == "conv") {
+      Param& W = params_[param_of_[i]];
+      Param& B = params_[param_of_[i] + 1];
+      const memory::dims wdims{W.shape[0], W.shape[1], W.shape[2], W.shape[3]};
+      memory::desc w_any(wdims, dt::f32, tag::any), b_md({s.c}, dt::f32, tag::x);
+      primitive_attr attr;
+      if (node.relu) {
+        post_ops po;
+        po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+        attr.set_post_ops(po);
+      }
+      convolution_forward::desc d(prop, algorithm::convolution_direct, src_md, w_any, b_md, dst_md, strides, pad_l,
+                                  pad_r);
+      convolution_forward::primitive_desc pd(d, attr, eng);
+      N.w_user = memory({wdims, dt::f32, tag::oihw}, eng, W.value.data());
+      N.w = memory(pd.weights_desc(), eng);
+      N.w_reorder = reorder(N.w_user, N.w);
+      N.bias = memory(b_md, eng, B.value.data());
+      N.fwd = convolution_forward(pd);
+      N.fwd_args = {{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_WEIGHTS, N.w}, {DNNL_ARG_BIAS, N.bias},
+                    {DNNL_ARG_DST, N.out}};
+      if (!training) continue;
+      if (node.relu) {
+        eltwise_forward::primitive_desc hint(
+            eltwise_forward::desc(prop_kind::forward_training, algorithm::eltwise_relu_use_dst_for_bwd, dst_md, 0.f),
+            eng);
+        eltwise_backward::primitive_desc bpd(
+            eltwise_backward::desc(algorithm::eltwise_relu_use_dst_for_bwd, dst_md, dst_md, 0.f), eng, hint);
+        N.relu_bwd = eltwise_backward(bpd);
+        N.diff_pre = memory(dst_md, eng);
+      } else {
+        N.diff_pre = N.diff;
+      }
+      convolution_backward_weights::primitive_desc bw_pd(
+          convolution_backward_weights::desc(algorithm::convolution_direct, src_md, w_any, b_md, dst_md, strides, pad_l,
+                                             pad_r),
+          eng, pd);
+      N.bwd_w = convolution_backward_weights(bw_pd);
+      N.diff_w = memory(bw_pd.diff_weights_desc(), eng);
+      N.diff_w_user = memory({wdims, dt::f32, tag::oihw}, eng);
+      N.diff_w_reorder = reorder(N.diff_w, N.diff_w_user);
+      N.diff_b = memory(b_md, eng);
+      if (src != 0) {  // no gradient for the cached input
+        convolution_backward_data::primitive_desc bd_pd(
+            convolution_backward_data::desc(algorithm::convolution_direct, src_md, w_any, dst_md, strides, pad_l, pad_r),
+            eng, pd);
+        N.bwd_data = convolution_backward_data(bd_pd);
+        N.separate_bwd_data_w = bd_pd.weights_desc() != pd.weights_desc();
+        N.bwd_data_w = N.separate_bwd_data_w ? memory(bd_pd.weights_desc(), eng) : N.w;
+        if (N.separate_bwd_data_w) N.bwd_data_w_reorder = reorder(N.w_user, N.bwd_data_w);
+      }
+    } else if (node.op == "maxpool" || node.op == "avgpool") {
+      // Keras averages over the valid (unpadded) inputs only; max pooling never picks padding.
+      auto alg = node.op == "maxpool" ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
+      const memory::dims kernel{node.kh, node.kw};
+      pooling_forward::primitive_desc pd(pooling_forward::desc(prop, alg, src_md, dst_md, strides, kernel, pad_l, pad_r),
+                                         eng);
+      N.fwd = pooling_forward(pd);
+      N.fwd_args = {{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_DST, N.out}};
+      if (training && alg == algorithm::pooling_max) {
+        N.workspace = memory(pd.workspace_desc(), eng);
+        N.fwd_args[DNNL_ARG_WORKSPACE] = N.workspace;
+      }
+      if (training && src != 0)
+        N.pool_bwd = pooling_backward(pooling_backward::primitive_desc(
+            pooling_backward::desc(alg, src_md, dst_md, strides, kernel, pad_l, pad_r), eng, pd));
+    } else if (node.op == "concat") {
+      std::vector<memory::desc> srcs;
+      for (size_t k = 0; k < node.inputs.size(); ++k) {
+        int j = graph_.index_of(node.inputs[k]);
+        srcs.push_back(P.nodes[j].out.get_desc());
+        N.fwd_args[DNNL_ARG_MULTIPLE_SRC + (int)k] = P.nodes[j].out;
+      }
+      N.fwd = concat(concat::primitive_desc(dst_md, 1, srcs, eng));
+      N.fwd_args[DNNL_ARG_DST] = N.out;
+    } else {
+      throw Error("layer '" + node.name + "': operation '" + node.op + "' cannot be tuned");
+    }
+  }
+  return *(plans_[key] = std::move(plan));
+}
+
+void TunableBlocks::forward(const float* grid_in, int n, bool training, std::vector<float>& grid_out) {
+  Plan& P = plan_for(n, training);
+  auto& s = cpu_stream();
+  P.in_user.set_data_handle(const_cast<float*>(grid_in));
+  P.in_reorder.execute(s, P.in_user, P.in);
+  for (size_t i = 1; i < P.nodes.size(); ++i) {
+    auto& N = P.nodes[i];
+    if (param_of_[i] >= 0) N.w_reorder.execute(s, N.w_user, N.w);
+    N.fwd.execute(s, N.fwd_args);
+  }
+  grid_out.resize((size_t)n * h_ * w_ * c_out_);
+  P.out_user.set_data_handle(grid_out.data());
+  P.out_reorder.execute(s, P.nodes.back().out, P.out_user);
+  s.wait();
+  last_training_ = training ? &P : nullptr;
+}
+
+void TunableBlocks::backward(const float* dgrid_out) {
+  if (!last_training_) throw Error("TunableBlocks::backward without a training forward");
+  Plan& P = *last_training_;
+  auto& s = cpu_stream();
+  const auto& nodes = graph_.nodes;
+  const int count = (int)nodes.size();
+  std::fill(P.received.begin(), P.received.end(), 0);
+  P.diff_out_user.set_data_handle(const_cast<float*>(dgrid_out));
+  P.diff_out_reorder.execute(s, P.diff_out_user, P.nodes[count - 1].diff);
+  // Where a layer's input gradient goes: straight into the input's diff the first time, else into its scratch
+  // buffer, added afterwards (then `add` is true).
+  auto target = [&](int j, bool& add) -> memory& {
+    add = P.received[j]++ > 0;
+    return add ? P.nodes[j].scratch : P.nodes[j].diff;
+  };
+  auto accumulate = [&](int j) {
+    s.wait();
+    float* dst = static_cast<float*>(P.nodes[j].diff.get_data_handle());
+    const float* src = static_cast<const float*>(P.nodes[j].scratch.get_data_handle());
+    const size_t size = P.nodes[j].diff.get_desc().get_size() / sizeof(float);
+    for (size_t k = 0; k < size; ++k) dst[k] += src[k];
+  };
+  for (int i = count - 1; i >= 1; --i) {
+    const NetNode& node = nodes[i];
+    Plan::Node& N = P.nodes[i];
+    const int src = graph_.index_of(node.inputs[0]);
+    if (node.op == "conv") {
+      Param& W = params_[param_of_[i]];
+      Param& B = params_[param_of_[i] + 1];
+      if (node.relu)
+        N.relu_bwd.execute(s, {{DNNL_ARG_DST, N.out}, {DNNL_ARG_DIFF_DST, N.diff}, {DNNL_ARG_DIFF_SRC, N.diff_pre}});
+      N.bwd_w.execute(s, {{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_DIFF_DST, N.diff_pre},
+                          {DNNL_ARG_DIFF_WEIGHTS, N.diff_w}, {DNNL_ARG_DIFF_BIAS, N.diff_b}});
+      N.diff_w_reorder.execute(s, N.diff_w, N.diff_w_user);
+      if (src != 0) {
+        if (N.separate_bwd_data_w) N.bwd_data_w_reorder.execute(s, N.w_user, N.bwd_data_w);
+        bool add;
+        memory& dst = target(src, add);
+        N.bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, N.diff_pre}, {DNNL_ARG_WEIGHTS, N.bwd_data_w},
+                               {DNNL_ARG_DIFF_SRC, dst}});
+        if (add) accumulate(src);
+      }
+      s.wait();
+      const float* dw = static_cast<const float*>(N.diff_w_user.get_data_handle());
+      const float* db = static_cast<const float*>(N.diff_b.get_data_handle());
+      for (size_t k = 0; k < W.grad.size(); ++k) W.grad[k] += dw[k];
+      for (size_t k = 0; k < B.grad.size(); ++k) B.grad[k] += db[k];
+    } else if (node.op == "maxpool" || node.op == "avgpool") {
+      if (src == 0) continue;
+      bool add;
+      memory& dst = target(src, add);
+      std::unordered_map<int, memory> args{{DNNL_ARG_DIFF_DST, N.diff}, {DNNL_ARG_DIFF_SRC, dst}};
+      if (node.op == "maxpool") args[DNNL_ARG_WORKSPACE] = N.workspace;
+      N.pool_bwd.execute(s, args);
+      if (add) accumulate(src);
+    } else {  // concat: each input's gradient is its channel slice of the output's
+      int offset = 0;
+      for (auto& in : node.inputs) {
+        const int j = graph_.index_of(in);
+        const int c = shapes_[j].c;
+        if (j != 0) {
+          memory::desc slice = N.diff.get_desc().submemory_desc({P.n, c, shapes_[j].h, shapes_[j].w}, {0, offset, 0, 0});
+          memory from(slice, cpu_engine(), N.diff.get_data_handle());
+          bool add;
+          memory& dst = target(j, add);
+          reorder(from, dst).execute(s, from, dst);
+          if (add) accumulate(j);
+        }
+        offset += c;
+      }
+    }
+  }
+  s.wait();
+}
+
+void TunableBlocks::write_back(NetGraph& graph, TensorFile& weights) const {
+  for (size_t i = 1; i < graph_.nodes.size(); ++i) {
+    if (param_of_[i] < 0) continue;
+    const int g = graph.index_of(graph_.nodes[i].name);
+    if (g < 0) throw Error("write_back: the graph has no layer '" + graph_.nodes[i].name + "'");
+    NetNode& node = graph.nodes[g];
+    const Param& W = params_[param_of_[i]];
+    const Param& B = params_[param_of_[i] + 1];
+    const int CO = (int)W.shape[0], CI = (int)W.shape[1], KH = (int)W.shape[2], KW = (int)W.shape[3];
+    // The original kernel, bias and batch-norm tensors give way to the folded, trained ones.
+    for (const std::string& name : {node.kernel, node.bias, node.bn + "/beta", node.bn + "/gamma",
+                                    node.bn + "/moving_mean", node.bn + "/moving_variance"}) {
+      weights.tensors.erase(name);
+      weights.quantized.erase(name);
+      weights.half.erase(name);
+    }
+    const std::string layer = node.kernel.substr(0, node.kernel.rfind("/kernel"));
+    node.kernel = layer + "/tuned_kernel";
+    node.bias = layer + "/tuned_bias";
+    node.bn.clear();
+    node.bn_scale = false;
+    Param k(node.kernel, {KH, KW, CI, CO}, false);
+    for (int o = 0; o < CO; ++o)
+      for (int c = 0; c < CI; ++c)
+        for (int y = 0; y < KH; ++y)
+          for (int x = 0; x < KW; ++x)  // OIHW -> HWIO
+            k.value[(((size_t)y * KW + x) * CI + c) * CO + o] = W.value[(((size_t)o * CI + c) * KH + y) * KW + x];
+    Param b(node.bias, {CO}, false);
+    b.value = B.value;
+    weights.tensors.erase(node.kernel);
+    weights.tensors.erase(node.bias);
+    weights.tensors.emplace(node.kernel, std::move(k));
+    weights.tensors.emplace(node.bias, std::move(b));
+  }
+}
+
+}  // namespace sat

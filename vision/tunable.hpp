@@ -1,0 +1,68 @@
+// The top blocks of an imported network, trainable: fine-tunes a pretrained encoder's last layers (InceptionV3's
+// mixed6-mixed7, say) on the cached grids of its frozen bottom (a mixed5 feature cache), so captions can shape the
+// layers nsfwjs fitted to its own classes while the expensive bottom still runs once per image.
+//
+// Batch norm (inference statistics) is folded into each convolution, as PretrainedEncoder does at load; the folded
+// OIHW weights and biases are the parameters. oneDNN runs forward and backward with every activation in the
+// 8-channel blocked layout: convolution with ReLU as a post-op (backward from the output: relu_use_dst_for_bwd),
+// max and average pooling (Keras semantics, TensorFlow padding), channel concatenation (backward: channel slices).
+// No gradient flows into the input grid: it comes from a frozen cache.
+#pragma once
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "datasets/io.hpp"
+#include "datasets/safetensors.hpp"
+#include "vision/netgraph.hpp"
+
+namespace sat {
+
+class TunableBlocks {
+ public:
+  // graph: a network whose nodes after `from` (up to the graph's last node) are the blocks; `from` is the node
+  // whose output comes in (the cache's cut). weights: the graph's tensors (uint8-quantized or float; batch norm
+  // folded here). input_size: the image side the shapes follow. Errors name `where`.
+  TunableBlocks(const NetGraph& graph, const TensorFile& weights, const std::string& from, int input_size,
+                const std::string& where);
+  ~TunableBlocks();
+  TunableBlocks(const TunableBlocks&) = delete;
+  TunableBlocks& operator=(const TunableBlocks&) = delete;
+
+  int grid_h() const { return h_; }
+  int grid_w() const { return w_; }
+  int channels_in() const { return c_in_; }
+  int channels_out() const { return c_out_; }
+  const std::string& from() const { return from_; }
+  // Per conv node: "encoder.<layer>.weight" (OIHW, batch norm folded) and "encoder.<layer>.bias".
+  std::vector<Param>& params() { return params_; }
+  // Multiply-accumulates of the blocks' convolutions for one image (forward).
+  double macs_per_image() const { return macs_; }
+
+  // grid_in: N x L x channels_in (raster order) from the cache; grid_out: N x L' x channels_out.
+  // training=true keeps what backward needs.
+  void forward(const float* grid_in, int n, bool training, std::vector<float>& grid_out);
+  // dgrid_out: N x L' x channels_out for the last training forward; adds to the parameters' gradients.
+  void backward(const float* dgrid_out);
+
+  // The graph's tensors with the blocks' trained weights in place of the originals: each tuned convolution becomes
+  // kernel (HWIO, float32) + bias with no batch norm, so PretrainedEncoder runs the whole network as trained.
+  // graph/weights: the ones given to the constructor; both are updated.
+  void write_back(NetGraph& graph, TensorFile& weights) const;
+
+ private:
+  struct Plan;
+  Plan& plan_for(int n, bool training);
+  NetGraph graph_;               // `from` as an input node, then the blocks
+  std::vector<NodeShape> shapes_;  // per node of graph_
+  std::vector<int> param_of_;      // node -> index of its weight in params_ (-1 when not a conv)
+  std::string from_;
+  int h_ = 0, w_ = 0, c_in_ = 0, c_out_ = 0;
+  double macs_ = 0;
+  std::vector<Param> params_;
+  std::map<std::pair<int, bool>, std::unique_ptr<Plan>> plans_;
+  Plan* last_training_ = nullptr;
+};
+
+}  // namespace sat
