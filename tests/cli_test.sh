@@ -156,6 +156,20 @@ head -c 3000000 "$ENC" >"$WORK/truncated_enc.sat"
 expect_error "truncated encoder file" "^sat: $WORK/truncated_enc.sat: .*(truncated|outside)" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$WORK/truncated_enc.sat"
 expect_error "caption model as encoder file" "^sat: $MODEL: not a sat encoder file" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$MODEL"
 "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" >/dev/null 2>&1 && pass "eval from the feature cache" || fail "eval from cache"
+ls "$WORK/train/images" | head -200 >"$WORK/small.txt"
+# Fine-tuning the encoder's top block (mixed2) on mixed1's cached grids: the model captions from images with the
+# trained block (same captions as from the cache), and its caches are the frozen part's.
+"$SAT" extract --data "$WORK/val" --out "$WORK/val_m1.feat" --size 96 --cut mixed1 --dtype f32 >/dev/null 2>&1
+"$SAT" train --data "$WORK/train" --train-split "$WORK/small.txt" --val-data "$WORK/val" --encoder "$ENC" --encoder-size 96 --cut mixed2 \
+  --tune-from mixed1 --tune-lr 1e-3 --out "$WORK/tune" --epochs 1 --embed 32 --hidden 32 --attn 32 --val-limit 20 >"$WORK/tune.log" 2>&1 &&
+  grep -q "fine-tuning the encoder after mixed1 up to mixed2" "$WORK/tune.log" &&
+  "$SAT" model info "$WORK/tune/model.sat" | grep -q "fine-tuned after mixed1" && pass "train with the encoder's top block fine-tuned" ||
+  fail "fine-tuning: $(tail -2 "$WORK/tune.log")"
+"$SAT" eval --model "$WORK/tune/model.sat" --data "$WORK/val" --features "$WORK/val_m1.feat" --results-out "$WORK/tune_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/tune/model.sat" --data "$WORK/val" --results-out "$WORK/tune_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/tune_cache.json" "$WORK/tune_images.json" && pass "fine-tuned model: captions from its cache equal captions from images" ||
+  fail "fine-tuned model from cache vs images"
+expect_error "fine-tuned model with a cache of its whole encoder" "^sat: $WORK/val.feat: feature cache was made by a different encoder" "$SAT" eval --model "$WORK/tune/model.sat" --data "$WORK/val" --features "$WORK/val.feat"
 "$SAT" extract --data "$WORK/val" --out "$WORK/val128.feat" --size 128 --cut mixed2 >/dev/null 2>&1
 expect_error "feature cache from another encoder" "^sat: $WORK/val128.feat: feature cache was made by a different encoder" "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val128.feat"
 expect_error "feature cache that is not one" "^sat: $WORK/garbage.sat: not a sat feature cache" "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/garbage.sat"
@@ -163,7 +177,6 @@ printf 'a.jpg#0\ta dog runs\nbroken line without a tab\n' >"$WORK/tokens.txt"
 expect_error "Flickr8k token file with a broken line" "^sat: $WORK/tokens.txt: line 2" "$SAT" data convert "$WORK/tokens.txt" --out "$WORK/t.json"
 printf '{"images": [{"filename": "a.jpg", "split": "train", "sentences": [{"tokens": ["a", "dog"]}]}, {"split": "val"}]}' >"$WORK/karpathy.json"
 expect_error "Karpathy entry without a filename" "^sat: $WORK/karpathy.json: images\[1\]" "$SAT" data convert "$WORK/karpathy.json" --out "$WORK/k.json"
-ls "$WORK/train/images" | head -200 >"$WORK/small.txt"
 for kind in "--attention hard --hard-window 3" "--order luong" "--order luong --attention hard" "--attention none" "--attention local" "--score dot" "--score general" "--score cosine" "--score location"; do
   "$SAT" train --data "$WORK/train" --train-split "$WORK/small.txt" --val-data "$WORK/val" --out "$WORK/kind" $kind \
     --epochs 1 --val-limit 20 --captions-per-image 1 >/dev/null 2>&1 &&

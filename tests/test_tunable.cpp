@@ -3,10 +3,12 @@
 #include <doctest/doctest.h>
 
 #include <cmath>
+#include <cstdio>
 
 #include "tests/gradcheck.hpp"
 #include "vision/pretrained.hpp"
 #include "vision/tunable.hpp"
+#include "train/model.hpp"
 
 using namespace sat;
 
@@ -175,4 +177,47 @@ TEST_CASE("tunable blocks: weight and bias gradients match finite differences") 
   loss();
   blocks.backward(R.data());
   CHECK(std::fabs(blocks.params()[0].grad[3] - 2 * once[3]) <= 1e-5 * (1 + std::fabs(once[3])));
+}
+
+TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run from images or from its frozen part") {
+  Stack st(11);
+  const int S = 9;
+  const float mean[3] = {0.f, 0.f, 0.f}, stdev[3] = {1.f, 1.f, 1.f};
+  CaptionModel m;
+  m.encoder_config = EncoderConfig::make_pretrained(st.graph, "m2", S, mean, stdev);
+  m.encoder_config.tune_from = "c0";
+  m.encoder_weights = st.weights;
+  m.vocab = Vocab::build({{"a", "dog"}, {"a", "cat"}}, 1);
+  m.decoder_config.embed_dim = m.decoder_config.hidden_dim = m.decoder_config.attn_dim = 8;
+  m.build();
+  Rng rng(12);
+  m.init(rng);
+  REQUIRE(m.tuned);
+  size_t tuned_params = 0;
+  for (auto* p : m.params()) tuned_params += p->name.rfind("encoder.", 0) == 0;
+  CHECK(tuned_params == 10);
+  for (auto& p : m.tuned->params())
+    for (auto& v : p.value) v += 0.1f * (float)rng.normal();
+  m.sync_tuned();
+
+  // The id caches are checked against is the frozen part's: the same as a model cut at c0.
+  CaptionModel bottom;
+  bottom.encoder_config = EncoderConfig::make_pretrained(st.graph, "c0", S, mean, stdev);
+  bottom.encoder_weights = select_tensors(bottom.encoder_config.graph, st.weights, "t");
+  bottom.build_encoder();
+  CHECK(m.encoder_id() == bottom.encoder_id());
+
+  std::vector<float> planes = randoms((size_t)2 * 3 * S * S, rng), cut_grid;
+  bottom.pretrained->forward(planes.data(), 2, cut_grid);
+  Mat from_images = m.encode(planes, 2), from_cache = m.features_from_cache(cut_grid.data(), 2);
+  CHECK((from_images - from_cache).cwiseAbs().maxCoeff() < 1e-4);
+
+  const std::string path = "/tmp/sat_test_tuned_model.sat";
+  m.save(path);
+  auto loaded = CaptionModel::load(path);
+  REQUIRE(loaded->tuned);
+  CHECK(loaded->encoder_config.tune_from == "c0");
+  CHECK(loaded->encoder_id() == m.encoder_id());
+  CHECK((loaded->encode(planes, 2) - from_images).cwiseAbs().maxCoeff() < 1e-5);
+  std::remove(path.c_str());
 }

@@ -14,6 +14,7 @@
 #include "train/optimizer.hpp"
 #include "vision/cnn.hpp"
 #include "vision/pretrained.hpp"
+#include "vision/tunable.hpp"
 
 namespace sat {
 
@@ -190,6 +191,54 @@ void add_bench_commands(CLI::App& app) {
                     n / best, 2 * gmac * ips);
       std::fflush(stdout);
     }
+  });
+
+  struct TuneArgs {
+    std::string encoder, from = "mixed5", to = "mixed7";
+    int size = 299, batch = 16, iters = 5;
+    bool json = false;
+  };
+  auto ta = std::make_shared<TuneArgs>();
+  auto* tune = bench->add_subcommand(
+      "tune", "Time fine-tuning the pretrained encoder's top blocks (forward and backward from cached grids)");
+  tune->add_option("--encoder", ta->encoder, "Encoder file (default: the bundled InceptionV3)");
+  tune->add_option("--from", ta->from, "Cut whose grids are cached (the blocks start after it)")->capture_default_str();
+  tune->add_option("--to", ta->to, "Last layer of the blocks")->capture_default_str();
+  tune->add_option("--size", ta->size, "Image side")->capture_default_str();
+  tune->add_option("--batch", ta->batch, "Images per batch")->capture_default_str();
+  tune->add_option("--iters", ta->iters, "Timed iterations (after one warm-up)")->capture_default_str();
+  tune->add_flag("--json", ta->json, "One JSON line");
+  tune->callback([ta] {
+    std::string path = ta->encoder.empty() ? default_encoder_path() : ta->encoder;
+    PretrainedNet net = load_pretrained_net(path);
+    TunableBlocks blocks(net.graph.cut(ta->to), net.weights, ta->from, ta->size, path);
+    const int n = ta->batch;
+    Rng rng(5);
+    std::vector<float> in((size_t)n * blocks.channels_in() * blocks.grid_h() * blocks.grid_w()), out;
+    for (auto& v : in) v = (float)std::max(0.0, rng.normal());  // like ReLU outputs
+    double fwd = 0, bwd = 0;
+    for (int it = 0; it <= ta->iters; ++it) {
+      auto t0 = std::chrono::steady_clock::now();
+      blocks.forward(in.data(), n, true, out);
+      double f = seconds_since(t0);
+      t0 = std::chrono::steady_clock::now();
+      blocks.backward(out.data());
+      double b = seconds_since(t0);
+      if (it > 0) fwd += f, bwd += b;
+    }
+    fwd /= ta->iters, bwd /= ta->iters;
+    const double gmac = blocks.macs_per_image() / 1e9;
+    // Backward is two convolutions per forward one (data and weights; none into the cached input for the first).
+    const double gflops = 2 * 3 * gmac * n / (fwd + bwd);
+    if (ta->json)
+      std::printf("{\"peer\": \"sat\", \"batch\": %d, \"forward_ms\": %.2f, \"backward_ms\": %.2f, "
+                  "\"images_per_s\": %.3f}\n", n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd));
+    else
+      std::printf("%s..%s after %s at %dx%d (%.2f GMAC per image, %zu weights), batch %d: forward %.1f ms, backward "
+                  "%.1f ms -> %.1f images/s (about %.0f GFLOPS)\n",
+                  net.graph.nodes[net.graph.index_of(ta->from) + 1].name.c_str(), ta->to.c_str(), ta->from.c_str(),
+                  ta->size, ta->size, gmac, [&] { size_t k = 0; for (auto& p : blocks.params()) k += p.value.size(); return k; }(),
+                  n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd), gflops);
   });
 
   struct CacheArgs {

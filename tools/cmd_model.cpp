@@ -20,6 +20,12 @@ static nlohmann::json model_summary(const std::string& path) {
   nlohmann::json enc = {{"kind", e.kind}, {"input_size", e.input_size}, {"grid", {e.grid_h(), e.grid_w()}},
                         {"feature_dim", e.feature_dim()}};
   if (e.pretrained()) enc["cut"] = e.cut;
+  if (m->tuned) {
+    int64_t tuned_params = 0;
+    for (auto& p : m->tuned->params()) tuned_params += p.size();
+    enc["tune_from"] = e.tune_from;
+    enc["tuned_parameters"] = tuned_params;
+  }
   int64_t decoder_params = 0;
   for (auto* p : m->decoder->params()) decoder_params += p->size();
   return {{"file", path},
@@ -61,6 +67,10 @@ void add_model_commands(CLI::App& app) {
     std::printf("encoder: %s%s, %dx%d input -> %dx%d grid of %d features\n", e["kind"].get<std::string>().c_str(),
                 e.contains("cut") ? (" cut at " + e["cut"].get<std::string>()).c_str() : "", e["input_size"].get<int>(),
                 e["input_size"].get<int>(), e["grid"][0].get<int>(), e["grid"][1].get<int>(), e["feature_dim"].get<int>());
+    if (e.contains("tune_from"))
+      std::printf("encoder fine-tuned after %s: %lld parameters trained with the decoder (feature caches hold %s)\n",
+                  e["tune_from"].get<std::string>().c_str(), e["tuned_parameters"].get<long long>(),
+                  e["tune_from"].get<std::string>().c_str());
     std::printf("decoder: %s attention (%s score, %s order), embedding %d, hidden %d, attention %d; %lld parameters "
                 "stored as %s\n",
                 d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(),

@@ -21,6 +21,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--encoder", o->encoder, "Pretrained encoder file (e.g. models/inception_v3.sat): frozen, features "
                   "cached once; without it a small CNN is trained end to end");
   cmd->add_option("--cut", o->cut, "With --encoder: layer that gives the grid")->capture_default_str();
+  cmd->add_option("--tune-from", o->tune_from,
+                  "With --encoder: fine-tune the layers after this one up to --cut (e.g. --cut mixed7 --tune-from "
+                  "mixed5); the feature cache holds this layer's grids");
+  cmd->add_option("--tune-lr", o->tune_lr, "Learning rate of the fine-tuned encoder layers (decays like --lr)")
+      ->capture_default_str();
   cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")->capture_default_str();
   cmd->add_option("--features", o->features, "With --encoder: feature cache of the images (default: <out>/features.feat, "
                   "made if missing)");

@@ -12,6 +12,10 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
                      const std::string& out, const ExtractOptions& opt) {
   if (paths.size() != names.size() || paths.empty()) throw Error("extract: no images");
   if (opt.dtype != "f16" && opt.dtype != "f32") throw Error("extract: --dtype must be f16 or f32");
+  if (model.encoder_config.tuned())
+    throw Error("extract: this model fine-tunes its encoder after " + model.encoder_config.tune_from +
+                "; its feature caches hold that layer's grids: extract with --encoder FILE --cut " +
+                model.encoder_config.tune_from);
   FeatureHeader h;
   h.encoder = model.encoder_config.to_json();
   h.encoder_id = model.encoder_id();

@@ -36,25 +36,53 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
 void CaptionModel::build_encoder() {
   if (encoder_config.pretrained()) {
     encoder.reset();
-    pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, encoder_weights, encoder_config.input_size,
-                                                     "encoder weights");
+    tuned.reset();
+    if (encoder_config.tuned())
+      tuned = std::make_unique<TunableBlocks>(encoder_config.graph, encoder_weights, encoder_config.tune_from,
+                                              encoder_config.input_size, "encoder weights");
+    sync_tuned();
   } else {
     pretrained.reset();
+    tuned.reset();
     encoder = std::make_unique<CnnEncoder>(encoder_config);
   }
 }
 
+void CaptionModel::sync_tuned() {
+  if (!tuned) {
+    pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, encoder_weights, encoder_config.input_size,
+                                                     "encoder weights");
+    return;
+  }
+  NetGraph graph = encoder_config.graph;
+  TensorFile weights = encoder_weights;
+  tuned->write_back(graph, weights);
+  pretrained = std::make_unique<PretrainedEncoder>(graph, weights, encoder_config.input_size, "encoder weights");
+}
+
+Mat CaptionModel::features_from_cache(const float* grids, int n) {
+  const int64_t rows = (int64_t)n * encoder_config.locations();
+  if (!tuned) return Eigen::Map<const Mat>(grids, rows, encoder_config.feature_dim());
+  std::vector<float> out;
+  tuned->forward(grids, n, false, out);
+  return Eigen::Map<const Mat>(out.data(), rows, encoder_config.feature_dim());
+}
+
 std::string CaptionModel::encoder_id() const {
-  std::string cfg = encoder_config.to_json().dump();
+  const EncoderConfig cfg_used = encoder_config.cache_config();
+  std::string cfg = cfg_used.to_json().dump();
   uint64_t h = fnv1a64(cfg.data(), cfg.size());
   auto* self = const_cast<CaptionModel*>(this);
   if (encoder_config.pretrained()) {
-    for (auto& [name, t] : encoder_weights.quantized) {
+    const TensorFile used = encoder_config.tuned() ? select_tensors(cfg_used.graph, encoder_weights, "encoder weights")
+                                                   : TensorFile();
+    const TensorFile& w = encoder_config.tuned() ? used : encoder_weights;
+    for (auto& [name, t] : w.quantized) {
       h = fnv1a64(name.data(), name.size(), h);
       h = fnv1a64(&t.min, 4, h), h = fnv1a64(&t.scale, 4, h);
       h = fnv1a64(t.data.data(), t.data.size(), h);
     }
-    for (auto& [name, p] : encoder_weights.tensors) {
+    for (auto& [name, p] : w.tensors) {
       h = fnv1a64(name.data(), name.size(), h);
       h = fnv1a64(p.value.data(), p.value.size() * 4, h);
     }
@@ -75,6 +103,8 @@ std::vector<Param*> CaptionModel::params() {
   std::vector<Param*> out;
   if (encoder)
     for (auto& p : encoder->params()) out.push_back(&p);
+  if (tuned)
+    for (auto& p : tuned->params()) out.push_back(&p);
   for (auto* p : decoder->params()) out.push_back(p);
   return out;
 }
@@ -95,8 +125,11 @@ TensorFile CaptionModel::to_tensor_file() const {
     copy.value = p->value;
     tf.tensors.emplace(p->name, std::move(copy));
   }
-  if (half_precision)  // the decoder only: batch-norm statistics of a CNN encoder can be too small for float16
+  if (half_precision) {  // the decoder and tuned blocks: batch-norm statistics of a CNN encoder can be too small
     for (auto* p : decoder->params()) tf.half.insert(p->name);
+    if (tuned)
+      for (auto& p : tuned->params()) tf.half.insert(p.name);
+  }
   for (auto& [name, p] : encoder_weights.tensors) {
     Param copy(name, p.shape, false);
     copy.value = p.value;
@@ -148,6 +181,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     p->value = src.value;
     if (tf.half.count(p->name)) m->half_precision = true;
   }
+  if (m->tuned) m->sync_tuned();
   return m;
 }
 

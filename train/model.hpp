@@ -12,6 +12,7 @@
 #include "seq/search.hpp"
 #include "vision/cnn.hpp"
 #include "vision/pretrained.hpp"
+#include "vision/tunable.hpp"
 
 namespace sat {
 
@@ -25,17 +26,24 @@ struct CaptionModel {
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
   TensorFile encoder_weights;                     // kind "pretrained": the imported weights, as stored
-  std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained"
+  std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained" (with the tuned blocks' current weights)
+  std::unique_ptr<TunableBlocks> tuned;           // kind "pretrained" with tune_from: the layers being trained
   std::unique_ptr<Decoder> decoder;
 
   // Builds encoder and decoder from the configs (decoder sizes that depend on the encoder are filled in).
   // A pretrained encoder needs encoder_weights set first.
   void build();
   void build_encoder();
-  // Identifies the encoder (config and weights): feature caches record it, and a cache from another is refused.
+  // Identifies what made a feature cache this model can read (config and weights of the encoder, or of its frozen
+  // part when tuned): caches record it, and a cache from another encoder is refused.
   std::string encoder_id() const;
+  // After the tuned blocks' weights change (training, loading): the whole-network encoder runs them as they are.
+  void sync_tuned();
+  // Cached grids (N x L x D of cache_config()) -> the decoder's features (N*L' x D'): through the tuned blocks
+  // (inference) when there are any.
+  Mat features_from_cache(const float* grids, int n);
   void init(Rng& rng);
-  std::vector<Param*> params();  // trainable encoder (cnn) then decoder, buffers included
+  std::vector<Param*> params();  // trainable encoder (cnn or tuned blocks) then decoder, buffers included
 
   TensorFile to_tensor_file() const;
   void save(const std::string& path) const;

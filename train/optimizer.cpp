@@ -26,14 +26,16 @@ double Adam::clip_grad_norm(const std::vector<Param*>& params, double max_norm) 
   return norm;
 }
 
-void Adam::update(const std::vector<Param*>& params, float lr) {
+void Adam::update(const std::vector<Param*>& params, float lr, const std::vector<float>* lr_scale) {
   if (m.size() != params.size()) throw Error("optimizer state does not match the model's parameters");
+  if (lr_scale && lr_scale->size() != params.size()) throw Error("Adam: one learning-rate scale per parameter needed");
   ++step;
   const float c1 = 1.f - std::pow(beta1, (float)step), c2 = 1.f - std::pow(beta2, (float)step);
   const float a = lr * std::sqrt(c2) / c1;
   for (size_t k = 0; k < params.size(); ++k) {
     Param& p = *params[k];
     if (!p.trainable) continue;
+    const float ak = lr_scale ? a * (*lr_scale)[k] : a;
     float* w = p.value.data();
     const float* g = p.grad.data();
     float* mk = m[k].data();
@@ -43,7 +45,7 @@ void Adam::update(const std::vector<Param*>& params, float lr) {
     for (int64_t i = 0; i < n; ++i) {
       mk[i] = beta1 * mk[i] + (1 - beta1) * g[i];
       vk[i] = beta2 * vk[i] + (1 - beta2) * g[i] * g[i];
-      w[i] -= a * mk[i] / (std::sqrt(vk[i]) + eps);
+      w[i] -= ak * mk[i] / (std::sqrt(vk[i]) + eps);
     }
   }
 }

@@ -14,7 +14,8 @@ struct Adam {
   void attach(const std::vector<Param*>& params);
   // Scales gradients so their global L2 norm is at most max_norm (<= 0: no clipping); returns the norm before.
   static double clip_grad_norm(const std::vector<Param*>& params, double max_norm);
-  void update(const std::vector<Param*>& params, float lr);
+  // lr_scale (optional, one per param): that parameter's step is lr * lr_scale[k] (fine-tuned encoder blocks).
+  void update(const std::vector<Param*>& params, float lr, const std::vector<float>* lr_scale = nullptr);
 };
 
 }  // namespace sat

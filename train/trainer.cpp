@@ -28,6 +28,7 @@ json TrainOptions::to_json() const {
           {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
           {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
           {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
+          {"tune_from", tune_from}, {"tune_lr", tune_lr},
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
           {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
           {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
@@ -52,6 +53,8 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.encoder_size = j.value("encoder_size", 0);
     o.features = j.value("features", std::string());
     o.val_features = j.value("val_features", std::string());
+    o.tune_from = j.value("tune_from", std::string());
+    o.tune_lr = j.value("tune_lr", 1e-4f);
     o.attention = j.value("attention", std::string("soft"));
     o.score = j.value("score", std::string("additive"));
     o.order = j.value("order", std::string("bahdanau"));
@@ -227,8 +230,8 @@ std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const 
 
 std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam) {
   const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
-  Eigen::Map<const Mat> F(grids, (int64_t)n * L, D);
-  auto hyps = model.search(F, n, beam);
+  auto hyps = model.tuned ? model.search(model.features_from_cache(grids, n), n, beam)
+                          : model.search(Eigen::Map<const Mat>(grids, (int64_t)n * L, D), n, beam);
   std::vector<std::vector<std::string>> out;
   for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
   return out;
@@ -236,7 +239,8 @@ std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const f
 
 CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam,
                                 json* results) {
-  const int n = (int)set.images.size(), L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
+  const EncoderConfig cached = model.encoder_config.cache_config();  // a tuned model reads its frozen part's grids
+  const int n = (int)set.images.size(), L = cached.locations(), D = cached.feature_dim();
   const int chunk = 32;
   std::vector<float> grids((size_t)chunk * L * D);
   std::vector<std::string> hyps;
@@ -400,6 +404,11 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       throw Error("train: --hard-soft-warmup must be 0 or more and --hard-samples 1 or more");
     dc.entropy_weight = opt.entropy_weight, dc.local_sigma = opt.local_sigma;
     model->max_len = opt.max_len;
+    if (!opt.tune_from.empty()) {
+      if (!model->encoder_config.pretrained())
+        throw Error("train: --tune-from fine-tunes a pretrained encoder's top layers: give --encoder and --cut too");
+      model->encoder_config.tune_from = opt.tune_from;
+    }
     model->build();
     model->init(rng);
   }
@@ -421,6 +430,19 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
   const int S = model->encoder_config.input_size, L = model->encoder_config.locations(),
             D = model->encoder_config.feature_dim();
   const bool from_features = model->encoder_config.pretrained();
+  // Cached grids: the encoder's output, or for a tuned encoder its frozen part's (the blocks run on them).
+  const EncoderConfig cache_cfg = model->encoder_config.cache_config();
+  const int cache_L = cache_cfg.locations(), cache_D = cache_cfg.feature_dim();
+  TunableBlocks* tuned = model->tuned.get();
+  std::vector<float> lr_scale(params.size(), 1.f);  // tuned blocks step at tune_lr, the rest at lr
+  if (tuned) {
+    for (size_t k = 0; k < params.size(); ++k)
+      for (auto& p : tuned->params())
+        if (params[k] == &p) lr_scale[k] = opt.lr > 0 ? opt.tune_lr / opt.lr : 0.f;
+    std::fprintf(stderr, "fine-tuning the encoder after %s up to %s (%.2f GMAC per image), learning rate %g\n",
+                 model->encoder_config.tune_from.c_str(), model->encoder_config.cut.c_str(),
+                 tuned->macs_per_image() / 1e9, opt.tune_lr);
+  }
   ImageBank train_bank, val_bank;
   std::vector<float> val_planes;
   std::unique_ptr<FeatureCache> train_feats, val_feats_own;
@@ -436,7 +458,12 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
           for (auto& img : set->images)
             if (seen.insert(img.file_name).second) paths.push_back(set->image_path(img)), names.push_back(img.file_name);
         std::fprintf(stderr, "encoding %zu images once into %s\n", names.size(), opt.features.c_str());
-        extract_features(*model, paths, names, opt.features, ExtractOptions());
+        if (tuned)  // the frozen part only: the tuned blocks run at every step
+          extract_features(*pretrained_encoder_model(opt.encoder, model->encoder_config.tune_from,
+                                                     model->encoder_config.input_size),
+                           paths, names, opt.features, ExtractOptions());
+        else
+          extract_features(*model, paths, names, opt.features, ExtractOptions());
       }
     }
     std::vector<std::string> train_names, val_names;
@@ -492,8 +519,12 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     summary.metric = opt.metric;
     return summary;
   }
-  std::vector<float> planes, grid, dgrid;
+  std::vector<float> planes, grid, dgrid, tuned_grid;
   Mat F, dF;
+  auto read_grids = [&](const std::vector<int>& idx, std::vector<float>& out) {
+    out.resize(idx.size() * cache_L * cache_D);
+    for (size_t k = 0; k < idx.size(); ++k) train_feats->read(train_record[idx[k]], out.data() + k * cache_L * cache_D);
+  };
   DecoderCache cache;
   int64_t steps_this_run = 0;
   for (; st.epoch < opt.epochs; ++st.epoch, st.step_in_epoch = 0) {
@@ -531,15 +562,18 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       const int n = (int)idx.size();
       if (self_critical) {
         if (from_features) {
-          grid.resize((size_t)n * L * D);
-          for (int k = 0; k < n; ++k) train_feats->read(train_record[idx[k]], grid.data() + (size_t)k * L * D);
+          read_grids(idx, grid);
+          if (tuned) {
+            tuned->forward(grid.data(), n, false, tuned_grid);  // the blocks stay as they are
+            grid.swap(tuned_grid);
+          }
         } else {
           train_bank.planes(idx, model->encoder_config, planes);
           model->encoder->forward(planes.data(), n, false, grid);  // the encoder stays as it is
         }
         SelfCriticalStep r = self_critical_step(*model, grid.data(), idx, *cider, opt.scst_samples, rng, cache);
         Adam::clip_grad_norm(params, opt.clip);
-        adam.update(params, lr);
+        adam.update(params, lr, &lr_scale);
         for (auto* p : params) p->zero_grad();
         loss_sum += r.mean_reward;
         ++loss_count;
@@ -559,8 +593,11 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       }
       if (caps.empty()) continue;
       if (from_features) {
-        grid.resize((size_t)n * L * D);
-        for (int k = 0; k < n; ++k) train_feats->read(train_record[idx[k]], grid.data() + (size_t)k * L * D);
+        read_grids(idx, grid);
+        if (tuned) {
+          tuned->forward(grid.data(), n, true, tuned_grid);
+          grid.swap(tuned_grid);
+        }
       } else {
         train_bank.planes(idx, model->encoder_config, planes);
         model->encoder->forward(planes.data(), n, true, grid);
@@ -577,15 +614,17 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
             (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
       }
       DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, &rng, cache);
-      model->decoder->backward(cache, from_features ? nullptr : &dF);
-      if (!from_features) {
+      const bool encoder_learns = !from_features || tuned;
+      model->decoder->backward(cache, encoder_learns ? &dF : nullptr);
+      if (encoder_learns) {
         dgrid.assign((size_t)n * L * D, 0.f);
         for (int b = 0; b < B; ++b)
           Eigen::Map<Mat>(dgrid.data() + (size_t)cap_image[b] * L * D, L, D) += dF.middleRows((int64_t)b * L, L);
-        model->encoder->backward(dgrid.data());
+        if (tuned) tuned->backward(dgrid.data());
+        else model->encoder->backward(dgrid.data());
       }
       Adam::clip_grad_norm(params, opt.clip);
-      adam.update(params, lr);
+      adam.update(params, lr, &lr_scale);
       for (auto* p : params) p->zero_grad();
       if (!std::isfinite(loss.total())) throw Error("train: loss became " + std::to_string(loss.total()) + " at step " +
                                                     std::to_string(st.global_step) + " (try a lower --lr)");

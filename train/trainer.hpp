@@ -30,6 +30,10 @@ struct TrainOptions {
   int encoder_size = 0;     // pretrained input side (0: the encoder file's default)
   std::string features;     // feature cache for a pretrained encoder (default: <out>/features.feat, extracted)
   std::string val_features; // validation feature cache (default: the same file)
+  // Fine-tune the encoder's layers after this one (e.g. mixed5, with --cut mixed7): the cache holds this layer's
+  // grids, the layers up to --cut train with the decoder at tune_lr (decaying like lr). Empty: the encoder is frozen.
+  std::string tune_from;
+  float tune_lr = 1e-4f;
   std::string blocks = "16,32,64,128";
   int input_size = 128;
   bool coord_channels = true;

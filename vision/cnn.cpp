@@ -41,14 +41,22 @@ int EncoderConfig::grid_h() const {
   return h;
 }
 
+EncoderConfig EncoderConfig::cache_config() const {
+  if (!tuned()) return *this;
+  return make_pretrained(graph, tune_from, input_size, mean, stdev);
+}
+
 nlohmann::json EncoderConfig::to_json() const {
-  if (pretrained())
-    return {{"kind", "pretrained"},
-            {"input_size", input_size},
-            {"cut", cut},
-            {"mean", {mean[0], mean[1], mean[2]}},
-            {"std", {stdev[0], stdev[1], stdev[2]}},
-            {"graph", graph.to_json()}};
+  if (pretrained()) {
+    nlohmann::json j = {{"kind", "pretrained"},
+                        {"input_size", input_size},
+                        {"cut", cut},
+                        {"mean", {mean[0], mean[1], mean[2]}},
+                        {"std", {stdev[0], stdev[1], stdev[2]}},
+                        {"graph", graph.to_json()}};
+    if (!tune_from.empty()) j["tune_from"] = tune_from;  // absent when frozen: older files and caches keep their ids
+    return j;
+  }
   nlohmann::json bl = nlohmann::json::array();
   for (auto& b : blocks) bl.push_back({{"out_channels", b.out_channels}, {"kernel", b.kernel}, {"pool", b.pool}});
   return {{"kind", "cnn"},
@@ -68,8 +76,12 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
       if (m.size() != 3 || s.size() != 3) throw Error("mean/std need 3 values");
       int size = j.at("input_size").get<int>();
       if (size < 8 || size > 2048) throw Error("encoder input_size out of range");
-      return make_pretrained(NetGraph::from_json(j.at("graph")), j.at("cut").get<std::string>(), size, m.data(),
-                             s.data());
+      EncoderConfig p = make_pretrained(NetGraph::from_json(j.at("graph")), j.at("cut").get<std::string>(), size,
+                                        m.data(), s.data());
+      p.tune_from = j.value("tune_from", std::string());
+      if (!p.tune_from.empty() && p.graph.index_of(p.tune_from) < 0)
+        throw Error("encoder tune_from '" + p.tune_from + "' is not a layer of the encoder");
+      return p;
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {

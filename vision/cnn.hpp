@@ -36,8 +36,15 @@ struct EncoderConfig {
   NetGraph graph;
   std::string cut;
   int pretrained_grid_h = 0, pretrained_grid_w = 0, pretrained_channels = 0;  // from the graph at input_size
+  // Fine-tuned: the layers after this one (e.g. mixed5) are trained with the decoder; feature caches hold this
+  // layer's output (empty: the whole network is frozen and caches hold the grid itself).
+  std::string tune_from;
 
   bool pretrained() const { return kind == "pretrained"; }
+  bool tuned() const { return pretrained() && !tune_from.empty(); }
+  // What a feature cache for this encoder holds: the config itself, or for a tuned encoder the frozen part
+  // (the graph cut at tune_from).
+  EncoderConfig cache_config() const;
   // A pretrained config: the graph cut at `cut`, shapes inferred at input_size (throws Error if too small).
   static EncoderConfig make_pretrained(const NetGraph& full, const std::string& cut, int input_size,
                                        const float mean[3], const float stdev[3]);
