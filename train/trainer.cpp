@@ -378,6 +378,11 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     model->info = json::object();
     std::fprintf(stderr, "starting from %s\n", opt.init_from.c_str());
   }
+  if (model && !opt.tune_from.empty() && model->encoder_config.tune_from != opt.tune_from)
+    throw Error("train: --tune-from applies to a new model; " +
+                (resume_path.empty() ? opt.init_from : resume_path) + " " +
+                (model->encoder_config.tuned() ? "tunes its encoder after " + model->encoder_config.tune_from
+                                               : "has a frozen encoder"));
   if (self_critical && model && model->decoder_config.hard())
     throw Error("train: --objective cider needs a soft, local or no-attention model (hard attention samples its "
                 "glimpses inside the cross-entropy objective)");
