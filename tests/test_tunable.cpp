@@ -9,6 +9,7 @@
 #include "vision/pretrained.hpp"
 #include "vision/tunable.hpp"
 #include "train/model.hpp"
+#include "train/optimizer.hpp"
 
 using namespace sat;
 
@@ -220,4 +221,20 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
   CHECK(loaded->encoder_id() == m.encoder_id());
   CHECK((loaded->encode(planes, 2) - from_images).cwiseAbs().maxCoeff() < 1e-5);
   std::remove(path.c_str());
+}
+
+TEST_CASE("Adam with per-parameter learning-rate scales (tuned encoder blocks step at their own rate)") {
+  Param a("a", {3}), b("b", {3}), c("c", {3});
+  std::vector<Param*> params = {&a, &b, &c};
+  Adam adam;
+  adam.attach(params);
+  for (auto* p : params) std::fill(p->grad.begin(), p->grad.end(), 1.f);
+  const std::vector<float> scale = {1.f, 0.2f, 0.f};
+  adam.update(params, 0.1f, &scale);
+  // The first Adam step moves every entry by lr * scale (m / sqrt(v) = 1 after bias correction).
+  CHECK(a.value[0] == doctest::Approx(-0.1).epsilon(1e-4));
+  CHECK(b.value[1] == doctest::Approx(-0.02).epsilon(1e-4));
+  CHECK(c.value[2] == 0.f);
+  const std::vector<float> wrong = {1.f};
+  CHECK_THROWS_AS(adam.update(params, 0.1f, &wrong), Error);
 }
