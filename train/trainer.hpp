@@ -11,6 +11,7 @@
 #include "datasets/coco.hpp"
 #include "datasets/features.hpp"
 #include "train/evaluate.hpp"
+#include "train/captioning.hpp"
 #include "train/model.hpp"
 
 namespace sat {
@@ -99,21 +100,6 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path = "", int ma
 
 // Loads a caption set from a data dir or COCO JSON (+ image folder) and an optional split list.
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split);
-
-// Captions N images' planes in batches; greedy when beam == 1.
-std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
-                                                     int beam, int batch = 32);
-// Captions every image of a set (decoding images in chunks) and scores the captions against the set's
-// references; results, when given, receives a COCO results file [{image_id, caption}].
-CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int beam, nlohmann::json* results = nullptr);
-
-// coco-caption scores of the model's captions (greedy when beam is 1) for a set whose planes are given.
-CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam = 1);
-// The same from a feature cache holding every image of the set; results as in caption_and_score.
-CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam = 1,
-                                nlohmann::json* results = nullptr);
-// Captions n grids (n x L x D floats).
-std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam);
 
 std::string git_commit();
 

@@ -1,0 +1,90 @@
+#include "train/captioning.hpp"
+
+#include "datasets/vocab.hpp"
+
+namespace sat {
+
+using nlohmann::json;
+
+std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
+                                                     int beam, int batch) {
+  const int S = model.encoder_config.input_size;
+  std::vector<std::vector<std::string>> out;
+  for (int s = 0; s < n; s += batch) {
+    int m = std::min(batch, n - s);
+    std::vector<float> chunk(planes.begin() + (size_t)s * 3 * S * S, planes.begin() + (size_t)(s + m) * 3 * S * S);
+    Mat F = model.encode(chunk, m);
+    auto hyps = model.search(F, m, beam);
+    for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
+  }
+  return out;
+}
+
+std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam) {
+  const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
+  auto hyps = model.tuned ? model.search(model.features_from_cache(grids, n), n, beam)
+                          : model.search(Eigen::Map<const Mat>(grids, (int64_t)n * L, D), n, beam);
+  std::vector<std::vector<std::string>> out;
+  for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
+  return out;
+}
+
+CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam,
+                                json* results) {
+  const EncoderConfig cached = model.encoder_config.cache_config();  // a tuned model reads its frozen part's grids
+  const int n = (int)set.images.size(), L = cached.locations(), D = cached.feature_dim();
+  const int chunk = 32;
+  std::vector<float> grids((size_t)chunk * L * D);
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  if (results) *results = json::array();
+  for (int s = 0; s < n; s += chunk) {
+    const int m = std::min(chunk, n - s);
+    for (int k = 0; k < m; ++k) {
+      int idx = cache.index_of(set.images[s + k].file_name);
+      if (idx < 0) fail(cache.path(), "feature cache has no features for image '" + set.images[s + k].file_name + "'");
+      cache.read(idx, grids.data() + (size_t)k * L * D);
+    }
+    auto caps = caption_grids(model, grids.data(), m, beam);
+    for (int k = 0; k < m; ++k) {
+      hyps.push_back(join_words(caps[k]));
+      refs.push_back(set.references(s + k));
+      if (results) results->push_back({{"image_id", set.images[s + k].id}, {"caption", hyps.back()}});
+    }
+  }
+  return score_captions(hyps, refs);
+}
+
+CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam) {
+  const int n = (int)(planes.size() / (3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size));
+  auto words = caption_planes(model, planes, n, beam);
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  for (int i = 0; i < n; ++i) {
+    hyps.push_back(join_words(words[i]));
+    refs.push_back(set.references(i));
+  }
+  return score_captions(hyps, refs);
+}
+
+CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int beam, json* results) {
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+  if (results) *results = json::array();
+  const size_t chunk = 64;
+  for (size_t s = 0; s < set.images.size(); s += chunk) {
+    std::vector<std::string> paths;
+    for (size_t i = s; i < std::min(set.images.size(), s + chunk); ++i) paths.push_back(set.image_path(set.images[i]));
+    auto planes = model.load_planes(paths);
+    auto caps = caption_planes(model, planes, (int)paths.size(), beam);
+    for (size_t k = 0; k < caps.size(); ++k) {
+      const ImageEntry& img = set.images[s + k];
+      hyps.push_back(join_words(caps[k]));
+      refs.push_back(set.references((int)(s + k)));
+      if (results) results->push_back({{"image_id", img.id}, {"caption", hyps.back()}});
+    }
+  }
+  return score_captions(hyps, refs);
+}
+
+}  // namespace sat
