@@ -38,6 +38,9 @@ TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, c
     graph_.nodes.push_back(n);
     shapes_.push_back(all[i]);
   }
+  inputs_.resize(graph_.nodes.size());
+  for (size_t i = 1; i < graph_.nodes.size(); ++i)
+    for (auto& in : graph_.nodes[i].inputs) inputs_[i].push_back(graph_.index_of(in));
   h_ = shapes_.back().h, w_ = shapes_.back().w, c_out_ = shapes_.back().c, c_in_ = shapes_[0].c;
   for (auto& s : shapes_)
     if (s.c % 8 != 0)
@@ -77,6 +80,9 @@ struct TunableBlocks::Plan {
     // pooling
     memory workspace;
     pooling_backward pool_bwd;
+    // concat: per input, its channel slice of this layer's gradient and the reorder that copies it out
+    std::vector<memory> diff_slices;
+    std::vector<reorder> slice_reorders;
   };
   int n = 0;
   bool training = false;
@@ -109,7 +115,7 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
   };
   for (int i = 0; i < count; ++i) {
     P.nodes[i].out = memory(blocked(i), eng);
-    for (auto& in : nodes[i].inputs) P.consumers[graph_.index_of(in)]++;
+    for (int j : inputs_[i]) P.consumers[j]++;
   }
   if (training)
     for (int i = 1; i < count; ++i) {
@@ -130,7 +136,7 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
     const NetNode& node = nodes[i];
     const NodeShape& s = shapes_[i];
     Plan::Node& N = P.nodes[i];
-    const int src = graph_.index_of(node.inputs[0]);
+    const int src = inputs_[i][0];
     const memory::desc src_md = blocked(src), dst_md = blocked(i);
     const memory::dims strides{node.sh, node.sw}, pad_l{s.pad_t, s.pad_l}, pad_r{s.pad_b, s.pad_r};
     if (node.op == "conv") {
@@ -201,10 +207,19 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
             pooling_backward::desc(alg, src_md, dst_md, strides, kernel, pad_l, pad_r), eng, pd));
     } else if (node.op == "concat") {
       std::vector<memory::desc> srcs;
-      for (size_t k = 0; k < node.inputs.size(); ++k) {
-        int j = graph_.index_of(node.inputs[k]);
+      int offset = 0;
+      for (size_t k = 0; k < inputs_[i].size(); ++k) {
+        const int j = inputs_[i][k];
         srcs.push_back(P.nodes[j].out.get_desc());
         N.fwd_args[DNNL_ARG_MULTIPLE_SRC + (int)k] = P.nodes[j].out;
+        if (training) {  // backward: the input's gradient is its channel slice of this layer's (any input's
+          // diff and scratch buffers share one layout, so one reorder serves both)
+          memory::desc slice = N.diff.get_desc().submemory_desc({n, shapes_[j].c, shapes_[j].h, shapes_[j].w},
+                                                                {0, offset, 0, 0});
+          N.diff_slices.emplace_back(slice, eng, N.diff.get_data_handle());
+          N.slice_reorders.push_back(j != 0 ? reorder(N.diff_slices.back(), P.nodes[j].diff) : reorder());
+        }
+        offset += shapes_[j].c;
       }
       N.fwd = concat(concat::primitive_desc(dst_md, 1, srcs, eng));
       N.fwd_args[DNNL_ARG_DST] = N.out;
@@ -257,7 +272,7 @@ void TunableBlocks::backward(const float* dgrid_out) {
   for (int i = count - 1; i >= 1; --i) {
     const NetNode& node = nodes[i];
     Plan::Node& N = P.nodes[i];
-    const int src = graph_.index_of(node.inputs[0]);
+    const int src = inputs_[i][0];
     if (node.op == "conv") {
       Param& W = params_[param_of_[i]];
       Param& B = params_[param_of_[i] + 1];
@@ -288,19 +303,13 @@ void TunableBlocks::backward(const float* dgrid_out) {
       N.pool_bwd.execute(s, args);
       if (add) accumulate(src);
     } else {  // concat: each input's gradient is its channel slice of the output's
-      int offset = 0;
-      for (auto& in : node.inputs) {
-        const int j = graph_.index_of(in);
-        const int c = shapes_[j].c;
-        if (j != 0) {
-          memory::desc slice = N.diff.get_desc().submemory_desc({P.n, c, shapes_[j].h, shapes_[j].w}, {0, offset, 0, 0});
-          memory from(slice, cpu_engine(), N.diff.get_data_handle());
-          bool add;
-          memory& dst = target(j, add);
-          reorder(from, dst).execute(s, from, dst);
-          if (add) accumulate(j);
-        }
-        offset += c;
+      for (size_t k = 0; k < inputs_[i].size(); ++k) {
+        const int j = inputs_[i][k];
+        if (j == 0) continue;
+        bool add;
+        memory& dst = target(j, add);
+        N.slice_reorders[k].execute(s, N.diff_slices[k], dst);
+        if (add) accumulate(j);
       }
     }
   }

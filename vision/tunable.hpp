@@ -57,6 +57,7 @@ class TunableBlocks {
   NetGraph graph_;               // `from` as an input node, then the blocks
   std::vector<NodeShape> shapes_;  // per node of graph_
   std::vector<int> param_of_;      // node -> index of its weight in params_ (-1 when not a conv)
+  std::vector<std::vector<int>> inputs_;  // node -> the graph_ indices of the layers it reads
   std::string from_;
   int h_ = 0, w_ = 0, c_in_ = 0, c_out_ = 0;
   double macs_ = 0;
