@@ -84,8 +84,14 @@ C1=$(cider "$MODEL"); C2=$(cider "$WORK/scst/model.sat")
 python3 -c "import sys; sys.exit(0 if $C2 > $C1 + 0.05 else 1)" && pass "self-critical training raises CIDEr-D ($C1 -> $C2)" || fail "self-critical CIDEr-D $C1 -> $C2"
 expect_error "self-critical needs a trained model" "^sat: train: --objective cider fine-tunes a trained model" \
   "$SAT" train --objective cider --data "$WORK/train" --val-data "$WORK/val" --epochs 1 --out "$WORK/scst_bad"
-"$SAT" train --resume "$WORK/run/checkpoint.sat" --more-epochs 11 2>"$WORK/resume.log" >/dev/null && grep -q "resuming" "$WORK/resume.log" \
+"$SAT" train --resume "$WORK/run/checkpoint.sat" --more-epochs 11 --keep-epochs 2>"$WORK/resume.log" >/dev/null && grep -q "resuming" "$WORK/resume.log" \
   && pass "resume continues" || { fail "resume"; cat "$WORK/resume.log"; }
+# --keep-epochs: the new epoch's model is kept, and (unless the run had stopped early) the epoch the checkpoint ended
+"$SAT" model info "$WORK/run/model-epoch11.sat" | grep -q "^epoch: 11$" && pass "--keep-epochs kept epoch 11" || fail "--keep-epochs epoch 11"
+if ! grep -q "early stop" "$WORK/train.log"; then
+  "$SAT" model info "$WORK/run/model-epoch10.sat" | grep -q "^epoch: 10$" \
+    && pass "--keep-epochs on resume kept the checkpoint's epoch 10" || fail "--keep-epochs on resume: epoch 10"
+fi
 
 # --- an interrupted run, resumed, ends with the same weights as an uninterrupted one ------------------------
 tensors() { python3 - "$1" <<'PY'

@@ -68,7 +68,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr-decay", o->lr_decay, "Learning rate factor per epoch")->capture_default_str();
   cmd->add_option("--clip", o->clip, "Gradient-norm clipping threshold (0 = off)")->capture_default_str();
   cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")->capture_default_str();
-  cmd->add_option("--patience", o->patience, "Stop after this many epochs without a better validation score (--metric)")->capture_default_str();
+  cmd->add_option("--patience", o->patience, "Stop after this many epochs without a better validation score (--metric); with --resume, overrides the checkpoint's")->capture_default_str();
   cmd->add_option("--val-limit", o->val_limit, "Validate on at most this many images (0 = all)")->capture_default_str();
   cmd->add_option("--metric", o->metric, "Validation score that picks the best model and stops early: bleu4 or cider")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")->capture_default_str();
@@ -76,6 +76,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores); with --resume, overrides the checkpoint's")->capture_default_str();
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
   cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs");
+  cmd->add_flag("--keep-epochs", o->keep_epochs, "Also write each epoch's model as model-epochN.sat (to choose an epoch "
+                "by other scores, such as beam search on all dev photos); with --resume at an epoch's end, that epoch's too");
   cmd->add_option("--stop-after", *stop_after, "End this run after N steps with a checkpoint (continue with --resume)");
   cmd->callback([o, resume, more_epochs, stop_after, cmd] {
     if (resume->empty() && o->data.empty()) throw CLI::RequiredError("--data (or --resume)");
@@ -87,7 +89,11 @@ void add_train_command(CLI::App& app) {
         if (opt->count() > 0 && opt->get_name() != "--help") command += " " + opt->get_name() + " " + opt->as<std::string>();
       o->command = command;
     }
-    auto summary = train(*o, *resume, *more_epochs, *stop_after);
+    ResumeOverrides more;  // with --resume, the checkpoint's options hold but for these
+    more.epochs = *more_epochs;
+    more.keep_epochs = o->keep_epochs;
+    if (cmd->get_option("--patience")->count() > 0) more.patience = o->patience;
+    auto summary = train(*o, *resume, more, *stop_after);
     std::printf("best val %s %.4f (epoch %d), model %s\n", summary.metric == "cider" ? "CIDEr-D" : "BLEU-4",
                 summary.best_score, summary.best_epoch, summary.model_path.c_str());
   });

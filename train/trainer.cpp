@@ -33,7 +33,7 @@ json TrainOptions::to_json() const {
           {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
           {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
           {"local_sigma", local_sigma}, {"init_from", init_from}, {"objective", objective}, {"scst_samples", scst_samples},
-          {"checkpoint_every", checkpoint_every}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
+          {"checkpoint_every", checkpoint_every}, {"keep_epochs", keep_epochs}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
 TrainOptions TrainOptions::from_json(const json& j) {
@@ -47,6 +47,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     GET(seed); GET(threads); GET(command);
 #undef GET
     o.metric = j.value("metric", std::string("bleu4"));
+    o.keep_epochs = j.value("keep_epochs", false);
     o.coverage = j.value("coverage", false);
     o.encoder = j.value("encoder", std::string());
     o.cut = j.value("cut", std::string("mixed5"));
@@ -244,7 +245,7 @@ static double metric_of(const CaptionScores& s, const std::string& metric) {
   return metric == "cider" ? s.cider_d : s.bleu[3];
 }
 
-TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epochs_override,
+TrainSummary train(TrainOptions opt, const std::string& resume_path, const ResumeOverrides& more,
                    int64_t stop_after_steps) {
   std::unique_ptr<CaptionModel> model;
   TrainState st;
@@ -273,7 +274,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     opt.out = slash == std::string::npos ? "." : resume_path.substr(0, slash);
     if (threads_asked > 0) opt.threads = threads_asked;
   }
-  if (max_epochs_override > 0) opt.epochs = max_epochs_override;
+  if (more.epochs > 0) opt.epochs = more.epochs;
+  if (more.patience > 0) opt.patience = more.patience;
+  if (more.keep_epochs) opt.keep_epochs = true;
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
   if (opt.metric != "bleu4" && opt.metric != "cider") throw Error("train: --metric must be bleu4 or cider");
   if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1) throw Error("train: --batch and --max-len must be positive, --epochs not negative");
@@ -449,6 +452,28 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
     out.resize(idx.size() * cache_L * cache_D);
     for (size_t k = 0; k < idx.size(); ++k) train_feats->read(train_record[idx[k]], out.data() + k * cache_L * cache_D);
   };
+  // What a saved model records about its run and the epoch it ends.
+  auto epoch_info = [&](int epoch, const json& val_scores) {
+    return json{{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
+                {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
+                {"val_split", opt.val_split}, {"git_commit", git_commit()}, {"epoch", epoch},
+                {"val_scores", val_scores},   {"options", opt.to_json()}};
+  };
+  // --keep-epochs: each epoch's model as model-epochN.sat, beside the best one.
+  auto keep_epoch = [&](int epoch, const json& val_scores) {
+    json best_info = model->info;  // the checkpoint goes on recording the best epoch's provenance
+    model->info = epoch_info(epoch, val_scores);
+    const std::string path = join_path(opt.out, "model-epoch" + std::to_string(epoch) + ".sat");
+    model->save(path);
+    model->info = best_info;
+    std::fprintf(stderr, "kept epoch %d: %s\n", epoch, path.c_str());
+  };
+  // A run resumed at an epoch's end with --keep-epochs newly asked: the checkpoint holds that epoch's model.
+  if (opt.keep_epochs && !resume_path.empty() && st.step_in_epoch == 0 && !st.history.empty() &&
+      st.history.back().value("epoch", 0) == st.epoch &&
+      !file_exists(join_path(opt.out, "model-epoch" + std::to_string(st.epoch) + ".sat")))
+    keep_epoch(st.epoch, st.history.back().at("val"));
+
   DecoderCache cache;
   int64_t steps_this_run = 0;
   for (; st.epoch < opt.epochs; ++st.epoch, st.step_in_epoch = 0) {
@@ -588,14 +613,12 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, int max_epo
       st.best_score = score;
       st.best_epoch = st.epoch + 1;
       st.bad_epochs = 0;
-      model->info = {{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
-                     {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
-                     {"val_split", opt.val_split}, {"git_commit", git_commit()}, {"epoch", st.epoch + 1},
-                     {"val_scores", sc.to_json()},  {"options", opt.to_json()}};
+      model->info = epoch_info(st.epoch + 1, sc.to_json());
       model->save(best_path);
     } else {
       st.bad_epochs++;
     }
+    if (opt.keep_epochs) keep_epoch(st.epoch + 1, sc.to_json());
     bool stop = st.bad_epochs >= opt.patience;
     // The checkpoint describes the start of the next epoch.
     TrainState next = st;

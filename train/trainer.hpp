@@ -65,6 +65,7 @@ struct TrainOptions {
   int patience = 4;
   int val_limit = 0;  // validate on at most this many images (0: all)
   int checkpoint_every = 100;
+  bool keep_epochs = false;  // also write each epoch's model as model-epochN.sat (to pick an epoch by other scores)
   std::string metric = "bleu4";  // validation score that picks the best model: bleu4 or cider
   uint64_t seed = 1;
   int threads = 0;
@@ -92,10 +93,17 @@ struct TrainSummary {
   std::string model_path;
 };
 
-// Starts a fresh run in opt.out, or continues the checkpoint at resume_path (whose options win).
-// max_epochs_override > 0 lets a resumed run go on for more epochs. stop_after_steps > 0 ends this run after
-// that many optimizer steps with a checkpoint (as an interruption would), so --resume can pick it up.
-TrainSummary train(TrainOptions opt, const std::string& resume_path = "", int max_epochs_override = 0,
+// What a resumed run may change: options that decide when to stop and what to write, never the training math.
+struct ResumeOverrides {
+  int epochs = 0;            // > 0: new maximum number of epochs
+  int patience = 0;          // > 0: new early-stopping patience
+  bool keep_epochs = false;  // true: keep each epoch's model from now on (and the epoch the checkpoint ends)
+};
+
+// Starts a fresh run in opt.out, or continues the checkpoint at resume_path (whose options win, but for `more`).
+// stop_after_steps > 0 ends this run after that many optimizer steps with a checkpoint (as an interruption would),
+// so --resume can pick it up.
+TrainSummary train(TrainOptions opt, const std::string& resume_path = "", const ResumeOverrides& more = {},
                    int64_t stop_after_steps = 0);
 
 // Loads a caption set from a data dir or COCO JSON (+ image folder) and an optional split list.
