@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages sat builds with, if any are missing (uses sudo when not root).
 set -euo pipefail
-pkgs=(build-essential cmake pkg-config libdnnl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
+# ocl-icd-opencl-dev: libdnnl-dev only recommends it, but Debian's oneDNN is built with the OpenCL GPU runtime and
+# its CMake config (find_package(dnnl)) fails without the OpenCL headers and library.
+pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
       nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base python3)
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
