@@ -4,6 +4,27 @@
 
 namespace sat {
 
+RowGrids::RowGrids(std::vector<int> grid_of_row, int grids) : grid(std::move(grid_of_row)), rows(grids) {
+  for (int b = 0; b < (int)grid.size(); ++b) {
+    if (grid[b] < 0 || grid[b] >= grids)
+      throw Error("decoder: row " + std::to_string(b) + " reads grid " + std::to_string(grid[b]) + " of " +
+                  std::to_string(grids));
+    rows[grid[b]].push_back(b);
+  }
+}
+
+RowGrids RowGrids::identity(int n) {
+  std::vector<int> g(n);
+  for (int b = 0; b < n; ++b) g[b] = b;
+  return RowGrids(std::move(g), n);
+}
+
+RowGrids RowGrids::select(const std::vector<int>& rows_kept) const {
+  std::vector<int> g(rows_kept.size());
+  for (size_t r = 0; r < rows_kept.size(); ++r) g[r] = grid[rows_kept[r]];
+  return RowGrids(std::move(g), grid_count());
+}
+
 void softmax_rows(Mat& m) {
   for (int r = 0; r < m.rows(); ++r) {
     auto row = m.row(r);
@@ -38,26 +59,28 @@ class AdditiveScore final : public AttentionScore {
     init_uniform(params_[3], rng, A_);
     if (coverage_) init_uniform(params_[4], rng, 1.0);
   }
-  void precompute(const Mat& F, int B) override {
-    B_ = B;
+  // U a_i + b once per grid; each row reads its grid's block.
+  void precompute(const Mat& F, const RowGrids& rows) override {
+    rows_ = rows;
     F_ = &F;
     UA_.noalias() = F * value_of(params_[0]);
     UA_.rowwise() += value_of(params_[1]).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
-    if (coverage_) dUA_step_.resize(UA_.rows(), UA_.cols());
+    if (coverage_) dUA_step_.resize((int64_t)rows_.row_count() * L_, A_);
     tanh_cache_.clear();
     h_cache_.clear();
   }
   void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) override {
     if (coverage_ && !coverage) throw Error("attention: this score needs the coverage");
+    const int B = rows_.row_count();
     Mat q = h * value_of(params_[2]);  // B x A
-    Mat T(B_ * L_, A_);
-    e.resize(B_, L_);
+    Mat T((int64_t)B * L_, A_);
+    e.resize(B, L_);
     Eigen::Map<const Eigen::VectorXf> v(params_[3].value.data(), A_);
 #pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) {
-      auto Tb = T.middleRows(b * L_, L_);
-      Tb = UA_.middleRows(b * L_, L_).rowwise() + q.row(b);
+    for (int b = 0; b < B; ++b) {
+      auto Tb = T.middleRows((int64_t)b * L_, L_);
+      Tb = UA_.middleRows((int64_t)rows_.grid[b] * L_, L_).rowwise() + q.row(b);
       if (coverage_) Tb.noalias() += coverage->row(b).transpose() * value_of(params_[4]);
       Tb = Tb.array().tanh().matrix();
       e.row(b).noalias() = (Tb * v).transpose();
@@ -70,43 +93,44 @@ class AdditiveScore final : public AttentionScore {
     }
   }
   void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat* dcoverage) override {
+    const int B = rows_.row_count(), G = rows_.grid_count();
     const Mat& T = tanh_cache_[t];
-    Eigen::Map<const Eigen::RowVectorXf> v(params_[3].value.data(), A_);
-    Eigen::Map<const Eigen::VectorXf> de_flat(de.data(), B_ * L_);
+    Eigen::Map<const Eigen::VectorXf> de_flat(de.data(), (int64_t)B * L_);
     // dv += T^T de
     Eigen::Map<Eigen::VectorXf>(params_[3].grad.data(), A_).noalias() += T.transpose() * de_flat;
-    Mat dq(B_, A_);
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) {
-      // d(pre-tanh) = de_i * v * (1 - T^2); it feeds U a_i (summed over steps) and W h (summed over i).
-      // One pass over the rows: accumulate into dUA and dq as each row is made (memory bound otherwise).
-      float* dqb = dq.data() + (int64_t)b * A_;
-      std::fill(dqb, dqb + A_, 0.f);
-      const float* vv = params_[3].value.data();
-      for (int i = 0; i < L_; ++i) {
-        const int64_t r = (int64_t)b * L_ + i;
-        const float s = de(b, i);
-        const float* Tr = T.data() + r * A_;
-        float* dUr = dUA_.data() + r * A_;
-        float* step = coverage_ ? dUA_step_.data() + r * A_ : nullptr;
-        for (int a = 0; a < A_; ++a) {
-          const float d = s * vv[a] * (1.f - Tr[a] * Tr[a]);
-          dUr[a] += d;
-          dqb[a] += d;
+    Mat dq = Mat::Zero(B, A_);
+    // d(pre-tanh) = de_i * v * (1 - T^2); it feeds U a_i (summed over steps and over the rows reading the grid)
+    // and W h (summed over i). One pass over the rows: accumulate into dUA and dq as each row is made (memory
+    // bound otherwise). By grid, so that no two threads add into one grid's block.
+    const float* vv = params_[3].value.data();
+#pragma omp parallel for schedule(dynamic)
+    for (int g = 0; g < G; ++g)
+      for (int b : rows_.rows[g]) {
+        float* dqb = dq.data() + (int64_t)b * A_;
+        for (int i = 0; i < L_; ++i) {
+          const int64_t r = (int64_t)b * L_ + i;
+          const float s = de(b, i);
+          const float* Tr = T.data() + r * A_;
+          float* dUr = dUA_.data() + ((int64_t)g * L_ + i) * A_;
+          float* step = coverage_ ? dUA_step_.data() + r * A_ : nullptr;
+          for (int a = 0; a < A_; ++a) {
+            const float d = s * vv[a] * (1.f - Tr[a] * Tr[a]);
+            dUr[a] += d;
+            dqb[a] += d;
+          }
+          if (step)
+            for (int a = 0; a < A_; ++a) step[a] = s * vv[a] * (1.f - Tr[a] * Tr[a]);
         }
-        if (step)
-          for (int a = 0; a < A_; ++a) step[a] = s * vv[a] * (1.f - Tr[a] * Tr[a]);
       }
-    }
     grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();
     if (coverage_) {
       // pre-tanh += c_bi * w_c: d w_c = sum_bi c_bi dpre_bi, d c_bi = dpre_bi . w_c
-      Eigen::Map<const Eigen::RowVectorXf> cov(cov_cache_[t].data(), B_ * L_);
+      Eigen::Map<const Eigen::RowVectorXf> cov(cov_cache_[t].data(), (int64_t)B * L_);
       grad_of(params_[4]).noalias() += cov * dUA_step_;
       Eigen::Map<const Eigen::VectorXf> wc(params_[4].value.data(), A_);
       Eigen::VectorXf dc = dUA_step_ * wc;
-      if (dcoverage) *dcoverage = Eigen::Map<Mat>(dc.data(), B_, L_);
+      if (dcoverage) *dcoverage = Eigen::Map<Mat>(dc.data(), B, L_);
     }
   }
   void finish_backward(Mat* dF) override {
@@ -114,15 +138,9 @@ class AdditiveScore final : public AttentionScore {
     grad_of(params_[1]).row(0) += dUA_.colwise().sum();
     if (dF) dF->noalias() += dUA_ * value_of(params_[0]).transpose();
   }
-  void select_rows(const std::vector<int>& rows) override {
-    Mat out(rows.size() * L_, A_);
-    for (size_t r = 0; r < rows.size(); ++r) out.middleRows(r * L_, L_) = UA_.middleRows(rows[r] * L_, L_);
-    UA_ = std::move(out);
-    B_ = (int)rows.size();
-  }
 
  private:
-  int D_, n_, A_, L_, B_ = 0;
+  int D_, n_, A_, L_;
   bool coverage_ = false;
   const Mat* F_ = nullptr;
   Mat UA_, dUA_, dUA_step_;

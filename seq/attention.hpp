@@ -9,7 +9,24 @@
 
 namespace sat {
 
-// Scores e (B x L) from a query h (B x n) and features F (B*L x D, rows grouped by caption).
+// Which feature grid each decoder row reads. The captions of one image (and its glimpse samples, and its beams)
+// share the image's grid, so the work that depends only on the features (the encoder-side projection, its
+// gradient, the mean feature) runs once per image, and beam search reorders rows without copying grids.
+struct RowGrids {
+  std::vector<int> grid;               // grid of each row
+  std::vector<std::vector<int>> rows;  // rows reading each grid (gradients are summed per grid)
+  RowGrids() = default;
+  // grid_of_row[b] in [0, grids); throws on an index out of range
+  RowGrids(std::vector<int> grid_of_row, int grids);
+  static RowGrids identity(int n);  // row b reads grid b
+  int row_count() const { return (int)grid.size(); }
+  int grid_count() const { return (int)rows.size(); }
+  // Row r of the result is row rows_kept[r] of this one (beam search keeps and reorders hypotheses).
+  RowGrids select(const std::vector<int>& rows_kept) const;
+};
+
+// Scores e (B x L) from a query h (B x n) and features F (G*L x D: G grids, row b of the batch reads grid
+// rows.grid[b]).
 class AttentionScore {
  public:
   virtual ~AttentionScore() = default;
@@ -21,22 +38,25 @@ class AttentionScore {
     for (auto& p : params_) out.push_back(&p);
     return out;
   }
-  // Once per batch: work that depends only on the features.
-  virtual void precompute(const Mat& F, int B) = 0;
+  // Once per batch: work that depends only on the features (once per grid).
+  virtual void precompute(const Mat& F, const RowGrids& rows) = 0;
   // e = score(h, coverage); with keep, remembers step t for backward. coverage (B x L, the attention each
   // location received at earlier steps) is used only by scores built with coverage, and may be null otherwise.
   virtual void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) = 0;
-  // de (B x L) -> adds to dh (B x n), to dF (B*L x D), to parameter gradients, and writes dcoverage (B x L)
+  // de (B x L) -> adds to dh (B x n), to dF (G*L x D), to parameter gradients, and writes dcoverage (B x L)
   // when the score uses coverage.
   virtual void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat* dcoverage) = 0;
   virtual bool uses_coverage() const { return false; }
   // After all steps: gradients of the precomputed part.
   virtual void finish_backward(Mat* dF) = 0;  // dF null: the features are frozen, skip their gradient
-  // Keep only these rows (beam search reorders hypotheses; rows index B).
-  virtual void select_rows(const std::vector<int>& rows) = 0;
+  // Keep only these rows (beam search reorders hypotheses; rows index B). The grids stay.
+  virtual void select_rows(const std::vector<int>& rows) { rows_ = rows_.select(rows); }
+
+  const RowGrids& row_grids() const { return rows_; }
 
  protected:
   std::vector<Param> params_;
+  RowGrids rows_;  // set by precompute
 };
 
 // Additive (Bahdanau): e_i = v . tanh(U a_i + W h + b), plus w_c * c_i with coverage (Tu et al. 2016), where

@@ -208,11 +208,22 @@ static int sample_index(const float* p, int n, double u) {
   return n - 1;
 }
 
-void Decoder::context(const Mat& F, const Mat& alpha, Mat& z) const {
+void Decoder::context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const {
   const int B = (int)alpha.rows(), L = cfg_.locations();
   z.resize(B, cfg_.feature_dim);
 #pragma omp parallel for schedule(static)
-  for (int b = 0; b < B; ++b) z.row(b).noalias() = alpha.row(b) * F.middleRows(b * L, L);
+  for (int b = 0; b < B; ++b) z.row(b).noalias() = alpha.row(b) * F.middleRows((int64_t)rows.grid[b] * L, L);
+}
+
+// Mean feature of each row's grid (computed once per grid).
+static Mat mean_features(const Mat& F, const RowGrids& rows, int L) {
+  Mat mean(rows.row_count(), F.cols());
+  for (int g = 0; g < rows.grid_count(); ++g) {
+    if (rows.rows[g].empty()) continue;
+    Eigen::RowVectorXf m = F.middleRows((int64_t)g * L, L).colwise().mean();
+    for (int b : rows.rows[g]) mean.row(b) = m;
+  }
+  return mean;
 }
 
 static Mat sigmoid(const Mat& x) { return (1.f / (1.f + (-x.array()).exp())).matrix(); }
@@ -261,9 +272,9 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, bool training, Rng* rng
         entropy += h, ++hard_steps;
       }
     }
-    context(F, W, C.z[t]);
+    context(F, C.rows, W, C.z[t]);
   } else {
-    context(F, C.alpha[t], C.z[t]);
+    context(F, C.rows, C.alpha[t], C.z[t]);
   }
   if (cfg_.gate) {
     C.beta[t] = sigmoid((q * value_of(P(kGateW))).array() + P(kGateB).value[0]);
@@ -293,13 +304,18 @@ static void lstm_step(const Mat& emb, const Mat& x, const Mat& h, const Mat& c, 
 DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
                              DecoderCache& C) {
   const int B = batch.B, T = batch.T, L = cfg_.locations(), n = cfg_.hidden_dim;
-  if (F.rows() != (int64_t)B * L || F.cols() != cfg_.feature_dim)
+  const int64_t grids = batch.grid.empty() ? B : F.rows() / L;
+  if (F.rows() != grids * L || F.cols() != cfg_.feature_dim)
     throw Error("decoder: features are " + std::to_string(F.rows()) + "x" + std::to_string(F.cols()) + ", expected " +
-                std::to_string((int64_t)B * L) + "x" + std::to_string(cfg_.feature_dim));
+                std::to_string(grids * L) + "x" + std::to_string(cfg_.feature_dim));
+  if (!batch.grid.empty() && (int)batch.grid.size() != B)
+    throw Error("decoder: grid has " + std::to_string(batch.grid.size()) + " entries for " + std::to_string(B) +
+                " rows");
   if (!batch.row_weight.empty() && (int)batch.row_weight.size() != B)
     throw Error("decoder: row_weight has " + std::to_string(batch.row_weight.size()) + " entries for " +
                 std::to_string(B) + " rows");
   C.B = B, C.T = T, C.F = &F, C.batch = &batch, C.penalty_weight = penalty_weight;
+  C.rows = batch.grid.empty() ? RowGrids::identity(B) : RowGrids(batch.grid, (int)grids);
   for (auto* v : {&C.h, &C.c}) v->assign(T + 1, Mat());
   for (auto* v : {&C.alpha, &C.z, &C.beta, &C.zhat, &C.gates, &C.tanh_c, &C.hdrop_mask, &C.out_tanh, &C.odrop_mask,
                   &C.probs})
@@ -308,11 +324,10 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   C.htilde.assign(luong ? T : 0, Mat());
   if (luong) C.zero_feed.setZero(B, n);
 
-  C.mean_feat.resize(B, cfg_.feature_dim);
-  for (int b = 0; b < B; ++b) C.mean_feat.row(b) = F.middleRows(b * L, L).colwise().mean();
+  C.mean_feat = mean_features(F, C.rows, L);
   C.h[0] = ((C.mean_feat * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
   C.c[0] = ((C.mean_feat * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
-  if (score_) score_->precompute(F, B);
+  if (score_) score_->precompute(F, C.rows);
   C.alpha_sum.setZero(B, L);
   Mat cov = Mat::Zero(B, L);
   const bool hard = cfg_.hard();
@@ -432,13 +447,14 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
   // context z = W F (W = alpha, or the glimpse of hard attention), then the penalty, then softmax
   const Mat& W = hard ? C.glimpse[t] : C.alpha[t];
   Mat dalpha(B, L);
-#pragma omp parallel for schedule(static)
-  for (int b = 0; b < B; ++b) {
-    dalpha.row(b).noalias() = dz.row(b) * F.middleRows(b * L, L).transpose();
-    if (dF) dF->middleRows(b * L, L).noalias() += W.row(b).transpose() * dz.row(b);
-    if (hard && !C.soft_step[t][b]) dalpha.row(b).setZero();  // a sampled glimpse does not depend on alpha
-    dalpha.row(b) += batch.mask[(size_t)b * T + t] * dS.row(b);
-  }
+#pragma omp parallel for schedule(dynamic)
+  for (int g = 0; g < C.rows.grid_count(); ++g)  // by grid: no two threads add into one grid's dF
+    for (int b : C.rows.rows[g]) {
+      dalpha.row(b).noalias() = dz.row(b) * F.middleRows((int64_t)g * L, L).transpose();
+      if (dF) dF->middleRows((int64_t)g * L, L).noalias() += W.row(b).transpose() * dz.row(b);
+      if (hard && !C.soft_step[t][b]) dalpha.row(b).setZero();  // a sampled glimpse does not depend on alpha
+      dalpha.row(b) += batch.mask[(size_t)b * T + t] * dS.row(b);
+    }
   if (cfg_.coverage) dalpha += dcov_later;
   const Mat& a = C.alpha[t];
   Eigen::ArrayXf dot = (a.cwiseProduct(dalpha)).rowwise().sum().array();
@@ -468,7 +484,7 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   const int B = C.B, T = C.T, L = cfg_.locations(), n = cfg_.hidden_dim, D = cfg_.feature_dim;
   const CaptionBatch& batch = *C.batch;
   const bool luong = cfg_.luong();
-  if (dF) dF->setZero((int64_t)B * L, D);
+  if (dF) dF->setZero((int64_t)C.rows.grid_count() * L, D);
   int64_t tokens = 0;
   for (float m : batch.mask) tokens += m > 0;
   const float inv_tokens = tokens ? 1.f / tokens : 0.f;
@@ -561,23 +577,25 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   Mat dmean = dh0 * value_of(P(kInitHW)).transpose();
   dmean.noalias() += dc0 * value_of(P(kInitCW)).transpose();
   dmean /= (float)L;
-  for (int b = 0; b < B; ++b) dF->middleRows(b * L, L).rowwise() += dmean.row(b);
+  for (int b = 0; b < B; ++b) dF->middleRows((int64_t)C.rows.grid[b] * L, L).rowwise() += dmean.row(b);
 }
 
-void Decoder::begin(const Mat& F, int B, State& st) {
-  const int L = cfg_.locations();
-  if (F.rows() != (int64_t)B * L || F.cols() != cfg_.feature_dim)
+void Decoder::begin(const Mat& F, int N, State& st, int copies) {
+  const int L = cfg_.locations(), B = N * copies;
+  if (F.rows() != (int64_t)N * L || F.cols() != cfg_.feature_dim)
     throw Error("decoder: features have the wrong shape for this model");
   st.F = F;
-  Mat mean(B, cfg_.feature_dim);
-  for (int b = 0; b < B; ++b) mean.row(b) = F.middleRows(b * L, L).colwise().mean();
+  std::vector<int> grid(B);
+  for (int b = 0; b < B; ++b) grid[b] = b / copies;
+  st.rows = RowGrids(std::move(grid), N);
+  Mat mean = mean_features(st.F, st.rows, L);
   st.h = ((mean * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
   st.c = ((mean * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
   st.feed = Mat::Zero(B, cfg_.luong() ? cfg_.hidden_dim : 0);
   st.coverage = Mat::Zero(B, L);
   st.location.assign(B, -1);
   st.rng = Rng(12345);
-  if (score_) score_->precompute(st.F, B);
+  if (score_) score_->precompute(st.F, st.rows);
 }
 
 void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
@@ -600,9 +618,9 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
       st.location[b] = s;
       glimpse_weights(s, &W(b, 0));
     }
-    context(st.F, W, z);
+    context(st.F, st.rows, W, z);
   } else {
-    context(st.F, alpha, z);
+    context(st.F, st.rows, alpha, z);
   }
   if (cfg_.gate) {
     Mat beta = sigmoid((q * value_of(P(kGateW))).array() + P(kGateB).value[0]);
@@ -645,20 +663,19 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
 }
 
 void Decoder::select_rows(State& st, const std::vector<int>& rows) {
-  const int L = cfg_.locations();
-  Mat h(rows.size(), st.h.cols()), c(rows.size(), st.c.cols()), F(rows.size() * L, st.F.cols()),
-      cov(rows.size(), st.coverage.cols()), feed(rows.size(), st.feed.cols());
+  Mat h(rows.size(), st.h.cols()), c(rows.size(), st.c.cols()), cov(rows.size(), st.coverage.cols()),
+      feed(rows.size(), st.feed.cols());
   for (size_t r = 0; r < rows.size(); ++r) {
     h.row(r) = st.h.row(rows[r]);
     c.row(r) = st.c.row(rows[r]);
     cov.row(r) = st.coverage.row(rows[r]);
     feed.row(r) = st.feed.row(rows[r]);
-    F.middleRows(r * L, L) = st.F.middleRows(rows[r] * L, L);
   }
+  st.rows = st.rows.select(rows);
   std::vector<int> loc(rows.size(), -1);
   for (size_t r = 0; r < rows.size(); ++r)
     if (rows[r] < (int)st.location.size()) loc[r] = st.location[rows[r]];
-  st.h = std::move(h), st.c = std::move(c), st.F = std::move(F), st.coverage = std::move(cov);
+  st.h = std::move(h), st.c = std::move(c), st.coverage = std::move(cov);
   st.feed = std::move(feed);
   st.location = std::move(loc);
   if (score_) score_->select_rows(rows);

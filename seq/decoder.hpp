@@ -61,6 +61,9 @@ struct CaptionBatch {
   // Per row, a factor on that row's cross-entropy in the gradient (self-critical training: the caption's advantage,
   // which may be negative). Empty: 1 for every row. The reported loss stays the plain cross-entropy.
   std::vector<float> row_weight;
+  // Per row, the feature grid it reads (the captions of one image share its grid, which is then stored, projected
+  // and differentiated once). Empty: row b reads grid b.
+  std::vector<int> grid;
   static CaptionBatch from_ids(const std::vector<std::vector<int>>& captions, int max_len);
 };
 
@@ -81,6 +84,7 @@ struct DecoderLoss {
 struct DecoderCache {
   int B = 0, T = 0;
   const Mat* F = nullptr;
+  RowGrids rows;
   const CaptionBatch* batch = nullptr;
   float penalty_weight = 0;
   Mat mean_feat;
@@ -118,10 +122,12 @@ class Decoder {
   void init(Rng& rng);
   std::vector<Param*> params();
 
-  // F: B*L x D features, one block of L rows per caption. training turns dropout on (drawn from rng).
+  // F: G*L x D features, one block of L rows per grid; row b of the batch reads grid batch.grid[b] (or grid b).
+  // training turns dropout on (drawn from rng).
   DecoderLoss forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
                       DecoderCache& cache);
-  // Adds parameter gradients and writes dF (B*L x D) for the encoder; dF null when the encoder is frozen
+  // Adds parameter gradients and writes dF (G*L x D, summed over the rows reading each grid) for the encoder; dF
+  // null when the encoder is frozen
   // (features from a cache), which skips that work.
   void backward(DecoderCache& cache, Mat* dF);
 
@@ -129,19 +135,22 @@ class Decoder {
   struct State {
     Mat h, c;
     Mat coverage;  // B x L, attention received so far
-    Mat F;  // B*L x D, follows the rows when beams are reordered
+    Mat F;          // G*L x D: the grids, fixed for the whole search
+    RowGrids rows;  // the grid each row reads (beams reorder rows, not grids)
     Mat feed;  // luong: h~ of the last step (input feeding)
     std::vector<int> location;  // hard attention: the location each row looked at in the last step
     Rng rng{12345};             // hard attention sampled at test time
   };
-  void begin(const Mat& F, int B, State& st);
+  // F: N*L x D, one grid per image; row b starts on grid b / copies (each image's grid read by `copies`
+  // consecutive rows).
+  void begin(const Mat& F, int N, State& st, int copies = 1);
   // tokens: previous word per row. logprobs: B x V. alpha: B x L.
   void step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha);
   void select_rows(State& st, const std::vector<int>& rows);
 
  private:
   Param& P(int i) { return params_[i]; }
-  void context(const Mat& F, const Mat& alpha, Mat& z) const;
+  void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;
   // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
   void glimpse_weights(int s, float* w) const;
   // One step of attention with query q (h_{t-1} or h_t by ordering): alpha, glimpse, z, beta, zhat in the cache.

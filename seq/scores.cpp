@@ -31,8 +31,8 @@ class DotScore final : public AttentionScore {
   void init(Rng& rng) override {
     if (project_) init_uniform(params_[0], rng, D_);
   }
-  void precompute(const Mat& F, int B) override {
-    B_ = B;
+  void precompute(const Mat& F, const RowGrids& rows) override {
+    rows_ = rows;
     F_ = &F;
     if (project_) K_.noalias() = F * value_of(params_[0]);
     else K_ = F;
@@ -40,17 +40,19 @@ class DotScore final : public AttentionScore {
     h_.clear();
   }
   void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
-    e.resize(B_, L_);
+    const int B = rows_.row_count();
+    e.resize(B, L_);
 #pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) e.row(b).noalias() = scale_ * (K_.middleRows(b * L_, L_) * h.row(b).transpose()).transpose();
+    for (int b = 0; b < B; ++b) e.row(b).noalias() = scale_ * (keys(b) * h.row(b).transpose()).transpose();
     if (keep) keep_step(h_, t, h);
   }
   void backward(int t, const Mat& de, Mat& dh, Mat*, Mat*) override {
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) {
-      dh.row(b).noalias() += scale_ * de.row(b) * K_.middleRows(b * L_, L_);
-      dK_.middleRows(b * L_, L_).noalias() += scale_ * de.row(b).transpose() * h_[t].row(b);
-    }
+#pragma omp parallel for schedule(dynamic)
+    for (int g = 0; g < rows_.grid_count(); ++g)
+      for (int b : rows_.rows[g]) {
+        dh.row(b).noalias() += scale_ * de.row(b) * keys(b);
+        dK_.middleRows((int64_t)g * L_, L_).noalias() += scale_ * de.row(b).transpose() * h_[t].row(b);
+      }
   }
   void finish_backward(Mat* dF) override {
     if (project_) {
@@ -60,19 +62,14 @@ class DotScore final : public AttentionScore {
       *dF += dK_;
     }
   }
-  void select_rows(const std::vector<int>& rows) override {
-    Mat out(rows.size() * L_, K_.cols());
-    for (size_t r = 0; r < rows.size(); ++r) out.middleRows(r * L_, L_) = K_.middleRows(rows[r] * L_, L_);
-    K_ = std::move(out);
-    B_ = (int)rows.size();
-  }
 
  private:
-  int D_, n_, L_, B_ = 0;
+  ConstRows keys(int b) const { return K_.middleRows((int64_t)rows_.grid[b] * L_, L_); }  // row b's grid's keys
+  int D_, n_, L_;
   bool project_;
   float scale_;
   const Mat* F_ = nullptr;
-  Mat K_, dK_;
+  Mat K_, dK_;  // one block per grid
   std::vector<Mat> h_;
 };
 
@@ -85,37 +82,36 @@ class GeneralScore final : public AttentionScore {
   }
   std::string name() const override { return "general"; }
   void init(Rng& rng) override { init_uniform(params_[0], rng, n_); }
-  void precompute(const Mat& F, int B) override {
-    B_ = B;
+  // The decoder's features are read in place (they outlive the batch and the search).
+  void precompute(const Mat& F, const RowGrids& rows) override {
+    rows_ = rows;
     F_ = &F;
     h_.clear(), q_.clear();
   }
-  // The decoder's features: beam search reorders them itself (Decoder::select_rows), so no copy is kept here.
-  const Mat& feats() const { return *F_; }
   void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
+    const int B = rows_.row_count();
     Mat q = h * value_of(params_[0]);  // B x D
-    const Mat& F = feats();
-    e.resize(B_, L_);
+    e.resize(B, L_);
 #pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) e.row(b).noalias() = scale_ * (F.middleRows(b * L_, L_) * q.row(b).transpose()).transpose();
+    for (int b = 0; b < B; ++b) e.row(b).noalias() = scale_ * (feats(rows_.grid[b]) * q.row(b).transpose()).transpose();
     if (keep) keep_step(h_, t, h), keep_step(q_, t, q);
   }
   void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat*) override {
-    const Mat& F = feats();
-    Mat dq(B_, D_);
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) {
-      dq.row(b).noalias() = scale_ * de.row(b) * F.middleRows(b * L_, L_);
-      if (dF) dF->middleRows(b * L_, L_).noalias() += scale_ * de.row(b).transpose() * q_[t].row(b);
-    }
+    Mat dq(rows_.row_count(), D_);
+#pragma omp parallel for schedule(dynamic)
+    for (int g = 0; g < rows_.grid_count(); ++g)
+      for (int b : rows_.rows[g]) {
+        dq.row(b).noalias() = scale_ * de.row(b) * feats(g);
+        if (dF) dF->middleRows((int64_t)g * L_, L_).noalias() += scale_ * de.row(b).transpose() * q_[t].row(b);
+      }
     grad_of(params_[0]).noalias() += h_[t].transpose() * dq;
     dh.noalias() += dq * value_of(params_[0]).transpose();
   }
   void finish_backward(Mat*) override {}
-  void select_rows(const std::vector<int>& rows) override { B_ = (int)rows.size(); }
 
  private:
-  int D_, n_, L_, B_ = 0;
+  ConstRows feats(int g) const { return F_->middleRows((int64_t)g * L_, L_); }
+  int D_, n_, L_;
   float scale_;
   const Mat* F_ = nullptr;
   std::vector<Mat> h_, q_;
@@ -140,8 +136,8 @@ class CosineScore final : public AttentionScore {
     init_uniform(params_[3], rng, n_);
     params_[4].value[0] = 2.f;  // softplus(2) ~ 2.1: a moderately sharp start
   }
-  void precompute(const Mat& F, int B) override {
-    B_ = B;
+  void precompute(const Mat& F, const RowGrids& rows) override {
+    rows_ = rows;
     F_ = &F;
     K_.noalias() = F * value_of(params_[0]);
     K_.rowwise() += value_of(params_[1]).row(0);
@@ -157,34 +153,39 @@ class CosineScore final : public AttentionScore {
     Mat pre = (h * value_of(params_[3])).array() + params_[4].value[0];
     s.beta = pre.unaryExpr([](float x) { return x > 20 ? x : std::log1p(std::exp(x)); });
     s.dsoft = pre.unaryExpr([](float x) { return 1.f / (1.f + std::exp(-x)); });
-    s.cos.resize(B_, L_);
-    e.resize(B_, L_);
+    const int B = rows_.row_count();
+    s.cos.resize(B, L_);
+    e.resize(B, L_);
 #pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) {
-      Eigen::RowVectorXf dots = (K_.middleRows(b * L_, L_) * s.q.row(b).transpose()).transpose();
-      s.cos.row(b) = dots.array() / (knorm_.middleRows(b * L_, L_).transpose().array() * s.qnorm(b));
+    for (int b = 0; b < B; ++b) {
+      const int64_t g0 = (int64_t)rows_.grid[b] * L_;
+      Eigen::RowVectorXf dots = (K_.middleRows(g0, L_) * s.q.row(b).transpose()).transpose();
+      s.cos.row(b) = dots.array() / (knorm_.middleRows(g0, L_).transpose().array() * s.qnorm(b));
       e.row(b) = s.beta(b, 0) * s.cos.row(b);
     }
     if (keep) keep_step(steps_, t, s);
   }
   void backward(int t, const Mat& de, Mat& dh, Mat*, Mat*) override {
     const Step& s = steps_[t];
-    Mat dq(B_, A_), dpre(B_, 1);
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B_; ++b) {
-      const float beta = s.beta(b, 0), qn = s.qnorm(b);
-      dpre(b, 0) = de.row(b).dot(s.cos.row(b)) * s.dsoft(b, 0);
-      Eigen::RowVectorXf dc = beta * de.row(b);  // d loss / d cos_i
-      auto Kb = K_.middleRows(b * L_, L_);
-      auto kn = knorm_.middleRows(b * L_, L_).col(0).array();
-      // d cos_i / d q = k_i / (|q||k_i|) - cos_i q / |q|^2
-      Eigen::RowVectorXf w = (dc.transpose().array() / (kn * qn)).matrix().transpose();
-      dq.row(b) = w * Kb - (dc.dot(s.cos.row(b)) / (qn * qn)) * s.q.row(b);
-      // d cos_i / d k_i = q / (|q||k_i|) - cos_i k_i / |k_i|^2
-      dK_.middleRows(b * L_, L_) += w.transpose() * s.q.row(b);
-      Eigen::ArrayXf c = (dc.array() * s.cos.row(b).array()).transpose() / kn.square();
-      dK_.middleRows(b * L_, L_) -= (Kb.array().colwise() * c).matrix();
-    }
+    const int B = rows_.row_count();
+    Mat dq(B, A_), dpre(B, 1);
+#pragma omp parallel for schedule(dynamic)
+    for (int g = 0; g < rows_.grid_count(); ++g)
+      for (int b : rows_.rows[g]) {
+        const float beta = s.beta(b, 0), qn = s.qnorm(b);
+        dpre(b, 0) = de.row(b).dot(s.cos.row(b)) * s.dsoft(b, 0);
+        Eigen::RowVectorXf dc = beta * de.row(b);  // d loss / d cos_i
+        auto Kb = K_.middleRows((int64_t)g * L_, L_);
+        auto kn = knorm_.middleRows((int64_t)g * L_, L_).col(0).array();
+        // d cos_i / d q = k_i / (|q||k_i|) - cos_i q / |q|^2
+        Eigen::RowVectorXf w = (dc.transpose().array() / (kn * qn)).matrix().transpose();
+        dq.row(b) = w * Kb - (dc.dot(s.cos.row(b)) / (qn * qn)) * s.q.row(b);
+        // d cos_i / d k_i = q / (|q||k_i|) - cos_i k_i / |k_i|^2
+        auto dKg = dK_.middleRows((int64_t)g * L_, L_);
+        dKg += w.transpose() * s.q.row(b);
+        Eigen::ArrayXf c = (dc.array() * s.cos.row(b).array()).transpose() / kn.square();
+        dKg -= (Kb.array().colwise() * c).matrix();
+      }
     grad_of(params_[2]).noalias() += s.h.transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();
     grad_of(params_[3]).noalias() += s.h.transpose() * dpre;
@@ -196,22 +197,13 @@ class CosineScore final : public AttentionScore {
     grad_of(params_[1]).row(0) += dK_.colwise().sum();
     if (dF) dF->noalias() += dK_ * value_of(params_[0]).transpose();
   }
-  void select_rows(const std::vector<int>& rows) override {
-    Mat out(rows.size() * L_, A_), kn(rows.size() * L_, 1);
-    for (size_t r = 0; r < rows.size(); ++r) {
-      out.middleRows(r * L_, L_) = K_.middleRows(rows[r] * L_, L_);
-      kn.middleRows(r * L_, L_) = knorm_.middleRows(rows[r] * L_, L_);
-    }
-    K_ = std::move(out), knorm_ = std::move(kn);
-    B_ = (int)rows.size();
-  }
 
  private:
   static constexpr float kEps = 1e-6f;
   struct Step {
     Mat h, q, qnorm, beta, dsoft, cos;
   };
-  int D_, n_, A_, L_, B_ = 0;
+  int D_, n_, A_, L_;
   const Mat* F_ = nullptr;
   Mat K_, knorm_, dK_;
   std::vector<Step> steps_;
@@ -229,7 +221,7 @@ class LocationScore final : public AttentionScore {
     init_uniform(params_[0], rng, n_);
     std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
   }
-  void precompute(const Mat&, int B) override { B_ = B, h_.clear(); }
+  void precompute(const Mat&, const RowGrids& rows) override { rows_ = rows, h_.clear(); }
   void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
     e.noalias() = h * value_of(params_[0]);
     e.rowwise() += value_of(params_[1]).row(0);
@@ -241,10 +233,9 @@ class LocationScore final : public AttentionScore {
     dh.noalias() += de * value_of(params_[0]).transpose();
   }
   void finish_backward(Mat*) override {}
-  void select_rows(const std::vector<int>& rows) override { B_ = (int)rows.size(); }
 
  private:
-  int n_, L_, B_ = 0;
+  int n_, L_;
   std::vector<Mat> h_;
 };
 
@@ -272,9 +263,9 @@ class LocalScore final : public AttentionScore {
     init_uniform(params_[1], rng, A_);
     std::fill(params_[2].value.begin(), params_[2].value.end(), 0.f);  // start at the centre of the grid
   }
-  void precompute(const Mat& F, int B) override {
-    B_ = B;
-    inner_->precompute(F, B);
+  void precompute(const Mat& F, const RowGrids& rows) override {
+    rows_ = rows;
+    inner_->precompute(F, rows);
     steps_.clear();
   }
   void forward(int t, const Mat& h, const Mat* cov, Mat& e, bool keep) override {
@@ -285,11 +276,12 @@ class LocalScore final : public AttentionScore {
     Mat pre = s.u * value_of(params_[1]);
     pre.rowwise() += value_of(params_[2]).row(0);
     s.sig = (1.f / (1.f + (-pre.array()).exp())).matrix();
-    s.p.resize(B_, 2);
+    const int B = rows_.row_count();
+    s.p.resize(B, 2);
     s.p.col(0) = s.sig.col(0) * (float)(gh_ - 1);
     s.p.col(1) = s.sig.col(1) * (float)(gw_ - 1);
     const float k = 1.f / (2 * sigma_ * sigma_);
-    for (int b = 0; b < B_; ++b)
+    for (int b = 0; b < B; ++b)
       for (int i = 0; i < gh_ * gw_; ++i) {
         float dr = i / gw_ - s.p(b, 0), dc = i % gw_ - s.p(b, 1);
         e(b, i) -= k * (dr * dr + dc * dc);
@@ -300,8 +292,9 @@ class LocalScore final : public AttentionScore {
     inner_->backward(t, de, dh, dF, dcov);
     const Step& s = steps_[t];
     const float inv = 1.f / (sigma_ * sigma_);
-    Mat dsig(B_, 2);
-    for (int b = 0; b < B_; ++b) {
+    const int B = rows_.row_count();
+    Mat dsig(B, 2);
+    for (int b = 0; b < B; ++b) {
       double gr = 0, gc = 0;  // d e_i / d p = (pos_i - p) / sigma^2
       for (int i = 0; i < gh_ * gw_; ++i) {
         gr += de(b, i) * (i / gw_ - s.p(b, 0)) * inv;
@@ -321,14 +314,14 @@ class LocalScore final : public AttentionScore {
   }
   void select_rows(const std::vector<int>& rows) override {
     inner_->select_rows(rows);
-    B_ = (int)rows.size();
+    AttentionScore::select_rows(rows);
   }
  private:
   struct Step {
     Mat h, u, sig, p;
   };
   std::unique_ptr<AttentionScore> inner_;
-  int n_, A_, gh_, gw_, B_ = 0;
+  int n_, A_, gh_, gw_;
   float sigma_;
   std::vector<Step> steps_;
 };

@@ -27,9 +27,10 @@ Hypothesis finish(Hypothesis h, bool with_end, double length_norm = 1.0) {
 
 // One caption per image, word by word: pick(row of log-probabilities) chooses each next word.
 template <typename Pick>
-std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int max_len, Pick pick) {
+std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int max_len, Pick pick, int copies = 1) {
   Decoder::State st;
-  dec.begin(F, N, st);
+  dec.begin(F, N, st, copies);
+  N *= copies;
   std::vector<Hypothesis> out(N);
   std::vector<int> rows(N), tokens(N, kStart);
   for (int i = 0; i < N; ++i) rows[i] = i;
@@ -73,7 +74,7 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
   });
 }
 
-std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng) {
+std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng, int copies) {
   return one_path_search(dec, F, N, max_len, [&rng](const Mat& logp, int r) {
     // inverse CDF over the words left after the ban (their probabilities renormalized)
     double total = 0;
@@ -89,7 +90,7 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
       if (u < acc) return w;
     }
     return last;  // rounding left u above the sum
-  });
+  }, copies);
 }
 
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm) {

@@ -17,9 +17,9 @@ struct Hypothesis {
 
 // F: N*L x D features of N images. One hypothesis per image.
 std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len);
-// One caption per image with each word drawn from the model's distribution (never <unk>, <pad>, <start>; never
-// empty): the samples of self-critical training.
-std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng);
+// `copies` captions per image (N * copies hypotheses, each image's consecutive) with each word drawn from the
+// model's distribution (never <unk>, <pad>, <start>; never empty): the samples of self-critical training.
+std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng, int copies = 1);
 // Finished hypotheses compete by logprob / (emitted tokens)^length_norm: 1 is the mean log-probability per token,
 // 0 the plain log-probability (shorter captions win more often).
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0);

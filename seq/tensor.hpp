@@ -10,6 +10,8 @@ using Mat = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor
 using Vec = Eigen::Matrix<float, 1, Eigen::Dynamic, Eigen::RowMajor>;
 using MatMap = Eigen::Map<Mat>;
 using ConstMatMap = Eigen::Map<const Mat>;
+// A block of consecutive rows of a const Mat (one grid's L rows of features)
+using ConstRows = Eigen::Block<const Mat, Eigen::Dynamic, Eigen::Dynamic, true>;
 
 // A Param viewed as rows x cols (shape [rows, cols] or [n] as 1 x n).
 inline MatMap value_of(Param& p) {

@@ -120,6 +120,79 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
   }
 }
 
+TEST_CASE("decoder: rows sharing a grid give what the grid copied for each row gives (loss, gradients, dF summed)") {
+  struct Variant {
+    std::string score, attention, order = "bahdanau";
+    bool coverage = false;
+  };
+  const std::vector<Variant> kinds = {{"additive", "soft"},          {"additive", "soft", "bahdanau", true},
+                                      {"dot", "soft"},               {"general", "soft"},
+                                      {"cosine", "soft"},            {"location", "soft"},
+                                      {"additive", "local"},         {"additive", "hard"},
+                                      {"additive", "none"},          {"general", "soft", "luong"},
+                                      {"additive", "soft", "luong", true}};
+  for (const auto& kind : kinds) {
+    CAPTURE(kind.score);
+    CAPTURE(kind.attention);
+    CAPTURE(kind.order);
+    CAPTURE(kind.coverage);
+    Rng rng(21);
+    DecoderConfig cfg = small_config(0.3f, kind.coverage, kind.score, kind.attention);
+    cfg.order = kind.order;
+    Decoder dec(cfg);
+    dec.init(rng);
+    const int L = cfg.locations();
+    Mat grids = random_features(2, cfg, rng);
+    const std::vector<int> grid_of_row = {1, 0, 1};  // rows 0 and 2 read grid 1, out of order
+    Mat copied(3 * L, cfg.feature_dim);
+    for (int b = 0; b < 3; ++b) copied.middleRows(b * L, L) = grids.middleRows(grid_of_row[b] * L, L);
+
+    std::vector<FloatBuffer> start;  // hard attention's training forward moves its baseline (a buffer): reset it
+    for (auto* p : dec.params()) start.push_back(p->value);
+    auto run = [&](const Mat& F, const CaptionBatch& cb, Mat& dF) {
+      DecoderCache cache;
+      auto params = dec.params();
+      for (size_t k = 0; k < params.size(); ++k) params[k]->value = start[k], params[k]->zero_grad();
+      const double loss = loss_of(dec, F, cb, 2.f, cache);
+      dec.backward(cache, &dF);
+      std::vector<FloatBuffer> grads;
+      for (auto* p : dec.params()) grads.push_back(p->grad);
+      return std::make_pair(loss, grads);
+    };
+    CaptionBatch each = small_batch(), shared = small_batch();
+    shared.grid = grid_of_row;
+    Mat dF_each, dF_shared;
+    auto [loss_each, grads_each] = run(copied, each, dF_each);
+    auto [loss_shared, grads_shared] = run(grids, shared, dF_shared);
+    CHECK(loss_shared == doctest::Approx(loss_each).epsilon(1e-6));
+    auto params = dec.params();
+    for (size_t k = 0; k < params.size(); ++k) {
+      CAPTURE(params[k]->name);
+      float largest = 0, worst = 0;  // summation order differs: compare against the gradient's own scale
+      for (size_t i = 0; i < grads_each[k].size(); ++i) {
+        largest = std::max(largest, std::abs(grads_each[k][i]));
+        worst = std::max(worst, std::abs(grads_shared[k][i] - grads_each[k][i]));
+      }
+      CHECK(worst <= 1e-5f * std::max(largest, 1e-3f));
+    }
+    REQUIRE(dF_shared.rows() == 2 * L);
+    Mat summed = Mat::Zero(2 * L, cfg.feature_dim);
+    for (int b = 0; b < 3; ++b) summed.middleRows(grid_of_row[b] * L, L) += dF_each.middleRows(b * L, L);
+    CHECK((dF_shared - summed).cwiseAbs().maxCoeff() < 1e-5f * std::max(1.f, summed.cwiseAbs().maxCoeff()));
+  }
+  SUBCASE("a row reading a grid that is not there is refused") {
+    DecoderConfig cfg = small_config(0.f);
+    Decoder dec(cfg);
+    Rng rng(1);
+    dec.init(rng);
+    CaptionBatch cb = small_batch();
+    cb.grid = {0, 2, 1};
+    DecoderCache cache;
+    CHECK_THROWS_WITH_AS(dec.forward(random_features(2, cfg, rng), cb, 0.f, false, nullptr, cache),
+                         "decoder: row 1 reads grid 2 of 2", Error);
+  }
+}
+
 TEST_CASE("decoder: row weights (self-critical advantages, negative too) scale each caption's gradient exactly") {
   for (const char* attention : {"soft", "none", "local"}) {
     CAPTURE(attention);

@@ -35,6 +35,7 @@ void add_bench_commands(CLI::App& app) {
     std::string attention = "soft", score = "additive", order = "bahdanau";
     bool coverage = false;
     int hard_window = 1, hard_samples = 1;
+    int per_image = 1;
   };
   auto d = std::make_shared<DecArgs>();
   auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention kind");
@@ -55,6 +56,9 @@ void add_bench_commands(CLI::App& app) {
   dec->add_option("--hard-window", d->hard_window, "Hard attention: glimpse window side")->capture_default_str();
   dec->add_option("--hard-samples", d->hard_samples, "Hard attention: glimpse samples per caption (rows per caption)")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  dec->add_option("--per-image", d->per_image, "Captions per image: that many consecutive captions read one feature "
+                  "grid (sat train's 5 captions per photo); 1 = every caption its own grid, as in the PyTorch peer")
+      ->capture_default_str()->check(CLI::PositiveNumber);
   dec->callback([d] {
     DecoderConfig cfg;
     cfg.vocab_size = d->vocab;
@@ -74,16 +78,19 @@ void add_bench_commands(CLI::App& app) {
     Adam adam;
     adam.attach(params);
     const int L = cfg.locations(), K = cfg.hard() ? d->hard_samples : 1;  // hard: K rows per caption
-    Mat F((int64_t)d->batch * K * L, cfg.feature_dim);
+    const int images = (d->batch + d->per_image - 1) / d->per_image;
+    Mat F((int64_t)images * L, cfg.feature_dim);
     for (int64_t i = 0; i < F.size(); ++i) F.data()[i] = (float)rng.uniform();
     std::vector<std::vector<int>> caps;
+    std::vector<int> grid;
     for (int b = 0; b < d->batch; ++b) {
       std::vector<int> c;
       for (int t = 0; t < d->steps - 1; ++t) c.push_back(4 + (int)rng.integer(0, d->vocab - 5));
-      for (int k = 0; k < K; ++k) caps.push_back(c);
+      for (int k = 0; k < K; ++k) caps.push_back(c), grid.push_back(b / d->per_image);
     }
     CaptionBatch cb = CaptionBatch::from_ids(caps, d->steps);
     cb.samples = K;
+    cb.grid = grid;
     DecoderCache cache;
     double best = 1e30, total = 0;
     for (int it = 0; it < d->warmup + d->iters; ++it) {
@@ -97,9 +104,10 @@ void add_bench_commands(CLI::App& app) {
       if (it >= d->warmup) best = std::min(best, s), total += s;
     }
     double mean = total / d->iters;
-    std::printf("decoder train step (%s attention, %s score, %s order%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
+    std::printf("decoder train step (%s attention, %s score, %s order%s%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
                 "dropout=%.2f\n", cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(),
-                K > 1 ? (", " + std::to_string(K) + " glimpse samples per caption").c_str() : "", d->batch, L,
+                K > 1 ? (", " + std::to_string(K) + " glimpse samples per caption").c_str() : "",
+                d->per_image > 1 ? (", " + std::to_string(d->per_image) + " captions per image").c_str() : "", d->batch, L,
                 cfg.feature_dim, d->embed, d->hidden, d->attn, d->vocab, cb.T, d->dropout);
     std::printf("  mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f captions/s (best)\n", mean * 1e3,
                 best * 1e3, d->batch / mean, d->batch / best);

@@ -13,7 +13,6 @@ bool cell_overlaps_box(int cell, int gh, int gw, int W, int H, const ObjectBox& 
 
 GroundingResult eval_grounding(CaptionModel& model, const CaptionSet& set, int batch_images) {
   GroundingResult res;
-  const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
   const int gh = model.encoder_config.grid_h(), gw = model.encoder_config.grid_w();
   bool any = false;
   for (auto& c : set.captions) any |= !c.grounding.empty();
@@ -37,11 +36,10 @@ GroundingResult eval_grounding(CaptionModel& model, const CaptionSet& set, int b
       }
     if (caps.empty()) continue;
     const int B = (int)caps.size();
-    Mat F((int64_t)B * L, D);
-    for (int b = 0; b < B; ++b) F.middleRows((int64_t)b * L, L) = grid.middleRows((int64_t)(image_of[b] - s) * L, L);
     CaptionBatch cb = CaptionBatch::from_ids(caps, model.max_len);
+    for (int b = 0; b < B; ++b) cb.grid.push_back(image_of[b] - (int)s);  // the captions of an image share its grid
     DecoderCache cache;
-    model.decoder->forward(F, cb, 0.f, false, nullptr, cache);
+    model.decoder->forward(grid, cb, 0.f, false, nullptr, cache);
     for (int b = 0; b < B; ++b) {
       const ImageEntry& img = set.images[image_of[b]];
       int W = img.width > 0 ? img.width : model.encoder_config.input_size;

@@ -219,9 +219,8 @@ SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, con
                                     const CiderDScorer& cider, int samples, Rng& rng, DecoderCache& cache) {
   const int n = (int)images.size(), K = samples, B = n * K;
   const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
-  Mat F((int64_t)B * L, D);
-  for (int b = 0; b < B; ++b) F.middleRows((int64_t)b * L, L) = Eigen::Map<const Mat>(grids + (size_t)(b / K) * L * D, L, D);
-  std::vector<Hypothesis> drawn = sample_search(*model.decoder, F, B, model.max_len, rng);
+  const Mat F = Eigen::Map<const Mat>(grids, (int64_t)n * L, D);  // the K samples of an image read its grid
+  std::vector<Hypothesis> drawn = sample_search(*model.decoder, F, n, model.max_len, rng, K);
   std::vector<double> rewards(B);
 #pragma omp parallel for schedule(dynamic, 8)
   for (int b = 0; b < B; ++b) rewards[b] = cider.score(model.vocab.decode(drawn[b].tokens), images[b / K]);
@@ -232,6 +231,7 @@ SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, con
   for (int b = 0; b < B; ++b)  // a sample cut at max_len drew no <end>: its log-probability has no <end> term
     if (drawn[b].alphas.size() == drawn[b].tokens.size()) cb.mask[(size_t)b * cb.T + drawn[b].tokens.size()] = 0.f;
   cb.row_weight.assign(advantage.begin(), advantage.end());
+  for (int b = 0; b < B; ++b) cb.grid.push_back(b / K);
   // No dropout: the gradient is of the log-probability of the distribution the samples came from.
   model.decoder->forward(F, cb, 0.f, false, nullptr, cache);
   model.decoder->backward(cache, nullptr);
@@ -446,7 +446,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     summary.metric = opt.metric;
     return summary;
   }
-  std::vector<float> planes, grid, dgrid, tuned_grid;
+  std::vector<float> planes, grid, tuned_grid;
   Mat F, dF;
   auto read_grids = [&](const std::vector<int>& idx, std::vector<float>& out) {
     out.resize(idx.size() * cache_L * cache_D);
@@ -552,10 +552,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
         model->encoder->forward(planes.data(), n, true, grid);
       }
       const int B = (int)caps.size();
-      F.resize((int64_t)B * L, D);
-      for (int b = 0; b < B; ++b)
-        F.middleRows((int64_t)b * L, L) = Eigen::Map<Mat>(grid.data() + (size_t)cap_image[b] * L * D, L, D);
+      F = Eigen::Map<Mat>(grid.data(), (int64_t)n * L, D);
       CaptionBatch cb = CaptionBatch::from_ids(caps, opt.max_len);
+      cb.grid = cap_image;  // the captions of an image read its grid once
       if (model->decoder_config.hard()) {
         cb.samples = samples;
         const double progress = opt.hard_soft_warmup > 0 ? (st.epoch + (double)s / steps_per_epoch) / opt.hard_soft_warmup : 1.0;
@@ -566,11 +565,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       const bool encoder_learns = !from_features || tuned;
       model->decoder->backward(cache, encoder_learns ? &dF : nullptr);
       if (encoder_learns) {
-        dgrid.assign((size_t)n * L * D, 0.f);
-        for (int b = 0; b < B; ++b)
-          Eigen::Map<Mat>(dgrid.data() + (size_t)cap_image[b] * L * D, L, D) += dF.middleRows((int64_t)b * L, L);
-        if (tuned) tuned->backward(dgrid.data());
-        else model->encoder->backward(dgrid.data());
+        // dF: one block per image, summed over its captions by the decoder
+        if (tuned) tuned->backward(dF.data());
+        else model->encoder->backward(dF.data());
       }
       Adam::clip_grad_norm(params, opt.clip);
       adam.update(params, lr, &lr_scale);
