@@ -72,6 +72,11 @@ echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "default 
 "$SAT" model set "$WORK/compact.sat" --out "$WORK/compact.sat" --length-norm 0.5 >/dev/null \
   && "$SAT" model info "$WORK/compact.sat" | grep -q "log p / words^0.5" && "$SAT" model info "$WORK/compact.sat" | grep -q "^search_set: sat model set" \
   && pass "model set: the beam's length normalization, recorded" || fail "model set --length-norm"
+"$SAT" model average "$MODEL" "$MODEL" --out "$WORK/avg.sat" >/dev/null && "$SAT" model info "$WORK/avg.sat" | grep -q "^averaged: sat model average" \
+  && [ "$("$SAT" caption "$IMG" --model "$WORK/avg.sat")" = "$(cat "$WORK/cap.txt")" ] \
+  && pass "model average: a model averaged with itself captions as it does, recorded" || fail "model average"
+expect_error "average models that differ in more than their weights" "^sat: .*flickr8k.sat: the encoder differs from .*only models that differ in their weights average" \
+  "$SAT" model average "$MODEL" "$(dirname "$0")/../models/flickr8k.sat" --out "$WORK/avg2.sat"
 BH=$(bleu "$WORK/compact.sat")
 python3 -c "import sys; sys.exit(0 if abs($BH - $B1) < 0.01 else 1)" && pass "compact model scores as the original (BLEU-4 $BH vs $B1)" || fail "compact BLEU-4 $BH vs $B1"
 # --- self-critical fine-tuning: sampled captions rewarded by CIDEr-D raise the model's CIDEr-D --------------------

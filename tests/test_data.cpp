@@ -228,6 +228,49 @@ TEST_CASE("model files: float16 decoder storage (sat model compact)") {
   CHECK(error_of([&] { m.save(dir.file("big.sat")); }).find("outside the float16 range") != std::string::npos);
 }
 
+TEST_CASE("model files: averaging weights (sat model average); models that differ otherwise are refused") {
+  TempDir dir;
+  CaptionModel a, b;
+  build_tiny_model(a);
+  build_tiny_model(b);
+  Rng rng_a(5), rng_b(6);
+  a.init(rng_a);
+  b.init(rng_b);
+  a.save(dir.file("a.sat"));
+  b.save(dir.file("b.sat"));
+  auto avg = average_models({dir.file("a.sat"), dir.file("b.sat"), dir.file("b.sat")});
+  auto pa = a.params(), pb = b.params(), pm = avg->params();
+  REQUIRE(pm.size() == pa.size());
+  int64_t checked = 0;
+  for (size_t k = 0; k < pm.size(); ++k)
+    for (int64_t i = 0; i < pm[k]->size(); ++i, ++checked)
+      if (std::abs(pm[k]->value[i] - (pa[k]->value[i] + 2 * pb[k]->value[i]) / 3) > 1e-6f)
+        FAIL_CHECK(pm[k]->name << "[" << i << "]");
+  CHECK(checked > 1000);
+  // the same model averaged with itself captions as it does
+  Mat F = Mat::Random(a.encoder_config.locations(), a.encoder_config.feature_dim());
+  auto same = average_models({dir.file("a.sat"), dir.file("a.sat")});
+  CHECK(same->search(F, 1, 2)[0].tokens == a.search(F, 1, 2)[0].tokens);
+
+  CaptionModel other;
+  build_tiny_model(other);
+  other.vocab = Vocab::build({{"a", "green", "star"}, {"a", "blue", "square"}}, 1);
+  other.build();
+  Rng rng_o(7);
+  other.init(rng_o);
+  other.save(dir.file("other.sat"));
+  CHECK(error_of([&] { average_models({dir.file("a.sat"), dir.file("other.sat")}); }) ==
+        dir.file("other.sat") + ": the vocabulary differs from " + dir.file("a.sat") +
+            "'s: only models that differ in their weights average");
+  other.decoder_config.hidden_dim = 10;
+  other.vocab = a.vocab;
+  other.build();
+  other.init(rng_o);
+  other.save(dir.file("wider.sat"));
+  CHECK(error_of([&] { average_models({dir.file("a.sat"), dir.file("wider.sat")}); }).find("the decoder differs") !=
+        std::string::npos);
+}
+
 TEST_CASE("atomic writes replace whole files and leave no temp files") {
   TempDir dir;
   std::string p = dir.file("f.txt");

@@ -45,6 +45,7 @@ void add_model_commands(CLI::App& app) {
   model->require_subcommand(1);
   struct Args {
     std::string in, out, recipe;
+    std::vector<std::string> inputs;
     double length_norm = 1.0;
     bool json = false;
   };
@@ -80,8 +81,8 @@ void add_model_commands(CLI::App& app) {
     std::printf("vocabulary: %d words; captions up to %d words; beam search ranks by log p / words^%g\n",
                 s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["length_norm"].get<double>());
     const auto& i = s["info"];
-    for (const char* key :
-         {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "compacted", "search_set"}) {
+    for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
+                            "compacted", "search_set"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }
@@ -110,6 +111,18 @@ void add_model_commands(CLI::App& app) {
     m->save(a->out);
     std::printf("%s (%.1f MB) -> %s (%.1f MB): decoder weights as float16\n", a->in.c_str(), file_bytes(a->in) / 1e6,
                 a->out.c_str(), file_bytes(a->out) / 1e6);
+  });
+
+  auto* average = model->add_subcommand(
+      "average", "Write a model whose weights are the mean of several models' weights (checkpoint averaging: "
+                 "e.g. the last epochs of one run, kept with sat train --keep-epochs); the result records the command");
+  average->add_option("models", a->inputs, "Model files that differ only in their weights")->required()->expected(2, -1);
+  average->add_option("--out", a->out, "Model file to write")->required();
+  average->callback([a] {
+    auto m = average_models(a->inputs);
+    m->info["averaged"] = command_line();
+    m->save(a->out);
+    std::printf("%zu models -> %s: weights averaged\n", a->inputs.size(), a->out.c_str());
   });
 
   auto* set = model->add_subcommand("set", "Write a copy with a different beam-search setting (the weights are unchanged); "

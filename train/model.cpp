@@ -189,6 +189,34 @@ std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path) {
   return from_tensor_file(load_safetensors(path), path);
 }
 
+std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths) {
+  if (paths.empty()) throw Error("model average: no model files");
+  auto out = CaptionModel::load(paths[0]);
+  std::vector<Param*> sum = out->params();
+  for (size_t k = 1; k < paths.size(); ++k) {
+    auto m = CaptionModel::load(paths[k]);
+    auto differs = [&](const std::string& what) {
+      fail(paths[k], what + " differs from " + paths[0] + "'s: only models that differ in their weights average");
+    };
+    if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder");
+    // a pretrained encoder's frozen part is not averaged: it must be the same network (a CNN trains whole)
+    if (out->encoder_config.pretrained() && m->encoder_id() != out->encoder_id()) differs("the frozen encoder");
+    if (m->decoder_config.to_json() != out->decoder_config.to_json()) differs("the decoder");
+    if (m->vocab.words != out->vocab.words) differs("the vocabulary");
+    std::vector<Param*> add = m->params();
+    if (add.size() != sum.size()) differs("the parameter list");
+    for (size_t i = 0; i < sum.size(); ++i) {
+      if (add[i]->name != sum[i]->name || add[i]->shape != sum[i]->shape) differs("parameter " + add[i]->name);
+      for (size_t j = 0; j < sum[i]->value.size(); ++j) sum[i]->value[j] += add[i]->value[j];
+    }
+  }
+  const float inv = 1.f / (float)paths.size();
+  for (auto* p : sum)
+    for (auto& v : p->value) v *= inv;
+  if (out->tuned) out->sync_tuned();  // the whole network runs the averaged blocks
+  return out;
+}
+
 std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& paths) const {
   const int S = encoder_config.input_size;
   std::vector<float> planes(paths.size() * 3 * S * S);

@@ -58,6 +58,11 @@ struct CaptionModel {
   std::vector<Hypothesis> search(const Mat& F, int n, int beam);
 };
 
+// Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs
+// of one run, say). They must differ in their weights only: encoder, decoder, vocabulary and the frozen encoder
+// must be the same, else the error names the file that differs. The result keeps the first model's settings.
+std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths);
+
 // A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`
 // (0: the file's default). What sat extract runs and sat train --encoder starts from.
 std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size);
