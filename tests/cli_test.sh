@@ -72,6 +72,11 @@ echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "default 
 "$SAT" model set "$WORK/compact.sat" --out "$WORK/compact.sat" --length-norm 0.5 >/dev/null \
   && "$SAT" model info "$WORK/compact.sat" | grep -q "log p / words^0.5" && "$SAT" model info "$WORK/compact.sat" | grep -q "^search_set: sat model set" \
   && pass "model set: the beam's length normalization, recorded" || fail "model set --length-norm"
+"$SAT" model set "$WORK/compact.sat" --out "$WORK/beam1.sat" --beam 1 >/dev/null \
+  && "$SAT" model info "$WORK/beam1.sat" | grep -q "beam search of width 1 ranks by log p / words^0.5" \
+  && [ "$("$SAT" model info "$WORK/beam1.sat" | grep -c -- "--length-norm 0.5.*; .*--beam 1")" = 1 ] \
+  && [ "$("$SAT" caption "$IMG" --model "$WORK/beam1.sat")" = "$("$SAT" caption "$IMG" --model "$WORK/compact.sat" --beam 1)" ] \
+  && pass "model set --beam: the model's default width (greedy here), both settings on record" || fail "model set --beam"
 "$SAT" model average "$MODEL" "$MODEL" --out "$WORK/avg.sat" >/dev/null && "$SAT" model info "$WORK/avg.sat" | grep -q "^averaged: sat model average" \
   && [ "$("$SAT" caption "$IMG" --model "$WORK/avg.sat")" = "$(cat "$WORK/cap.txt")" ] \
   && pass "model average: a model averaged with itself captions as it does, recorded" || fail "model average"

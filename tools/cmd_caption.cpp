@@ -53,7 +53,7 @@ void add_caption_commands(CLI::App& app) {
   struct CaptionArgs {
     std::vector<std::string> images;
     std::string model = default_model_path();
-    int beam = 3, batch = 16;
+    int beam = 0, batch = 16;
     double length_norm = -1;  // < 0: the model's
     bool json = false, timing = false;
   };
@@ -61,7 +61,8 @@ void add_caption_commands(CLI::App& app) {
   auto* cap = app.add_subcommand("caption", "Caption images (files or directories of images)");
   cap->add_option("images", a->images, "Image files or directories")->required();
   cap->add_option("--model", a->model, "Model file")->capture_default_str();
-  cap->add_option("--beam", a->beam, "Beam size (1 = greedy)")->capture_default_str();
+  cap->add_option("--beam", a->beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
+      ->check(CLI::Range(1, kMaxBeam));
   cap->add_option("--length-norm", a->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
                                                "see sat model info)");
   cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
@@ -73,6 +74,7 @@ void add_caption_commands(CLI::App& app) {
     const auto start = clock::now();
     auto model = CaptionModel::load(a->model);
     if (a->length_norm >= 0) model->length_norm = a->length_norm;
+    if (a->beam > 0) model->beam = a->beam;
     const double t_load = seconds(start);
     double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
@@ -86,7 +88,7 @@ void add_caption_commands(CLI::App& app) {
       Mat F = model->encode(planes, (int)chunk.size());
       t_encode += seconds(t0);
       t0 = clock::now();
-      auto hyps = model->search(F, (int)chunk.size(), a->beam);
+      auto hyps = model->search(F, (int)chunk.size(), model->beam);
       t_search += seconds(t0);
       for (size_t i = 0; i < chunk.size(); ++i) {
         std::string caption = join_words(model->vocab.decode(hyps[i].tokens));
@@ -102,14 +104,14 @@ void add_caption_commands(CLI::App& app) {
       std::fprintf(stderr,
                    "%zu image(s) in %.3f s: model load %.3f s, image decode %.3f s, encode %.3f s, beam %d search %.3f s; "
                    "%.1f ms per image, %.2f images/s after loading\n",
-                   files.size(), total, t_load, t_images, t_encode, a->beam, t_search, 1000 * total / n,
+                   files.size(), total, t_load, t_images, t_encode, model->beam, t_search, 1000 * total / n,
                    n / std::max(1e-9, total - t_load));
     }
   });
 
   struct AttendArgs {
     std::string image, out, model = default_model_path();
-    int beam = 3, panel = 224, columns = 5;
+    int beam = 0, panel = 224, columns = 5;
     double length_norm = -1;
   };
   auto b = std::make_shared<AttendArgs>();
@@ -117,7 +119,8 @@ void add_caption_commands(CLI::App& app) {
   att->add_option("image", b->image, "Image file")->required();
   att->add_option("--out", b->out, "Output image (.png or .jpg): one panel per word")->required();
   att->add_option("--model", b->model, "Model file")->capture_default_str();
-  att->add_option("--beam", b->beam, "Beam size (1 = greedy)")->capture_default_str();
+  att->add_option("--beam", b->beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
+      ->check(CLI::Range(1, kMaxBeam));
   att->add_option("--length-norm", b->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
                                                "see sat model info)");
   att->add_option("--panel", b->panel, "Panel side in pixels")->capture_default_str();
@@ -125,10 +128,11 @@ void add_caption_commands(CLI::App& app) {
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
     if (b->length_norm >= 0) model->length_norm = b->length_norm;
+    if (b->beam > 0) model->beam = b->beam;
     cv::Mat img = load_image_bgr(b->image);
     auto planes = model->load_planes({b->image});
     Mat F = model->encode(planes, 1);
-    Hypothesis h = model->search(F, 1, b->beam)[0];
+    Hypothesis h = model->search(F, 1, model->beam)[0];
     auto words = model->vocab.decode(h.tokens);
     OverlayOptions o;
     o.panel = std::max(32, b->panel);

@@ -38,7 +38,7 @@ void add_eval_commands(CLI::App& app) {
 
   struct EvalArgs {
     std::string model = default_model_path(), data, images, split, results_out, results, refs, features;
-    int beam = 3;
+    int beam = 0;  // 0: the model's
     double length_norm = -1;  // < 0: the model's
     bool json = false;
   };
@@ -54,7 +54,8 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--images", e->images, "Image folder when --data is a JSON/CSV file");
   ev->add_option("--split", e->split, "Only these image file names (one per line)");
   ev->add_option("--features", e->features, "Read the images' features from this cache (sat extract) instead of encoding them");
-  ev->add_option("--beam", e->beam, "Beam size (1 = greedy)")->capture_default_str();
+  ev->add_option("--beam", e->beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
+      ->check(CLI::Range(1, kMaxBeam));
   ev->add_option("--length-norm", e->length_norm, "Beam search: captions compete by log p / words^A (default: the model's)");
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
@@ -68,6 +69,7 @@ void add_eval_commands(CLI::App& app) {
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
       auto model = CaptionModel::load(e->model);
       if (e->length_norm >= 0) model->length_norm = e->length_norm;
+      if (e->beam > 0) model->beam = e->beam;
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
       nlohmann::json results;
       if (!e->features.empty()) {
@@ -75,9 +77,9 @@ void add_eval_commands(CLI::App& app) {
         std::vector<std::string> names;
         for (auto& img : set.images) names.push_back(img.file_name);
         cache.require(model->encoder_id(), names);
-        scores = validate_features(*model, set, cache, e->beam, &results);
+        scores = validate_features(*model, set, cache, model->beam, &results);
       } else {
-        scores = caption_and_score(*model, set, e->beam, &results);
+        scores = caption_and_score(*model, set, model->beam, &results);
       }
       if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
     }

@@ -37,6 +37,7 @@ static nlohmann::json model_summary(const std::string& path) {
           {"vocabulary", m->vocab.size()},
           {"max_len", m->max_len},
           {"length_norm", m->length_norm},
+          {"beam", m->beam},
           {"info", m->info}};
 }
 
@@ -46,7 +47,8 @@ void add_model_commands(CLI::App& app) {
   struct Args {
     std::string in, out, recipe;
     std::vector<std::string> inputs;
-    double length_norm = 1.0;
+    double length_norm = -1;  // < 0: unchanged
+    int beam = 0;             // 0: unchanged
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -78,8 +80,9 @@ void add_model_commands(CLI::App& app) {
                 d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
                 d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
                 s["decoder_storage"].get<std::string>().c_str());
-    std::printf("vocabulary: %d words; captions up to %d words; beam search ranks by log p / words^%g\n",
-                s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["length_norm"].get<double>());
+    std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g\n",
+                s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
+                s["length_norm"].get<double>());
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
                             "compacted", "search_set"}) {
@@ -125,20 +128,27 @@ void add_model_commands(CLI::App& app) {
     std::printf("%zu models -> %s: weights averaged\n", a->inputs.size(), a->out.c_str());
   });
 
-  auto* set = model->add_subcommand("set", "Write a copy with a different beam-search setting (the weights are unchanged); "
-                                           "the copy records the command that set it");
+  auto* set = model->add_subcommand("set", "Write a copy with different search settings (the weights are unchanged); "
+                                           "the copy records the command that set them");
   set->add_option("model", a->in, "Model file")->required();
   set->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
   set->add_option("--length-norm", a->length_norm, "Beam search ranks finished captions by log p / words^A "
                                                    "(1: per-word mean, 0: plain log-probability); choose it on dev data")
-      ->required()
       ->check(CLI::Range(0.0, 2.0));
+  set->add_option("--beam", a->beam, "The beam width captioning uses when none is asked for (1: greedy); choose it "
+                                     "on dev data")
+      ->check(CLI::Range(1, kMaxBeam));
   set->callback([a] {
+    if (a->length_norm < 0 && a->beam == 0) throw CLI::RequiredError("--length-norm or --beam");
     auto m = CaptionModel::load(a->in);
-    m->length_norm = a->length_norm;
-    m->info["search_set"] = command_line();
+    if (a->length_norm >= 0) m->length_norm = a->length_norm;
+    if (a->beam > 0) m->beam = a->beam;
+    // each setting's command stays on record
+    std::string before = m->info.value("search_set", "");
+    m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
     m->save(a->out);
-    std::printf("%s -> %s: beam search ranks by log p / words^%g\n", a->in.c_str(), a->out.c_str(), m->length_norm);
+    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g\n", a->in.c_str(), a->out.c_str(), m->beam,
+                m->length_norm);
   });
 }
 

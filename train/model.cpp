@@ -118,6 +118,7 @@ TensorFile CaptionModel::to_tensor_file() const {
   tf.metadata["vocab"] = nlohmann::json(vocab.words).dump();
   tf.metadata["max_len"] = std::to_string(max_len);
   tf.metadata["length_norm"] = nlohmann::json(length_norm).dump();
+  tf.metadata["beam"] = std::to_string(beam);
   tf.metadata["info"] = info.dump();
   auto* self = const_cast<CaptionModel*>(this);
   for (auto* p : self->params()) {
@@ -156,6 +157,10 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (tf.metadata.count("length_norm")) {  // files written before it existed use 1
       m->length_norm = nlohmann::json::parse(tf.metadata.at("length_norm")).get<double>();
       if (!(m->length_norm >= 0 && m->length_norm <= 2)) fail(path, "length_norm must be in [0, 2]");
+    }
+    if (tf.metadata.count("beam")) {  // files written before it existed use 3
+      m->beam = nlohmann::json::parse(tf.metadata.at("beam")).get<int>();
+      if (m->beam < 1 || m->beam > kMaxBeam) fail(path, "beam must be in [1, " + std::to_string(kMaxBeam) + "]");
     }
     m->info = nlohmann::json::parse(tf.meta("info", path));
   } catch (const Error& e) {

@@ -16,12 +16,15 @@
 
 namespace sat {
 
+constexpr int kMaxBeam = 100;
+
 struct CaptionModel {
   EncoderConfig encoder_config;
   DecoderConfig decoder_config;
   Vocab vocab;
   int max_len = 20;          // longest caption (words) the model emits
   double length_norm = 1.0;  // beam search: captions compete by log p / words^length_norm (chosen on dev data)
+  int beam = 3;              // the search's width when the user does not choose one (1: greedy; chosen on dev data)
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
