@@ -67,6 +67,10 @@ echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "default 
 # --- model info and the float16 copy ---------------------------------------------------------------
 "$SAT" model info "$MODEL" | grep -q "^command: sat train " && "$SAT" model info "$MODEL" | grep -q "stored as float32" \
   && pass "model info shows the training command" || fail "model info"
+ROOT="$(cd "$(dirname "$0")/.." && pwd)"
+COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
+"$SAT" model info "$MODEL" | grep -Eq "^git_commit: $COMMIT(\+changes)?$" \
+  && pass "the model records the commit the binary was built from ($COMMIT)" || fail "git_commit: $("$SAT" model info "$MODEL" | grep git_commit)"
 "$SAT" model compact "$MODEL" --out "$WORK/compact.sat" >/dev/null && "$SAT" model info "$WORK/compact.sat" | grep -q "stored as float16" \
   && [ "$(stat -c %s "$WORK/compact.sat")" -lt "$(stat -c %s "$MODEL")" ] && pass "model compact: smaller, float16 decoder" || fail "model compact"
 "$SAT" model set "$WORK/compact.sat" --out "$WORK/compact.sat" --length-norm 0.5 >/dev/null \

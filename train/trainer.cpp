@@ -6,7 +6,6 @@
 #include <omp.h>
 #include <set>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include "seq/search.hpp"
 #include "train/extract.hpp"
@@ -75,22 +74,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
   return o;
 }
 
-std::string git_commit() {
-  // The checkout the running binary was built in (build/sat lives inside it), not the working directory.
-  char exe[4096] = {0};
-  ssize_t len = readlink("/proc/self/exe", exe, sizeof exe - 1);
-  std::string dir = len > 0 ? std::string(exe, len) : std::string(".");
-  dir = dir.substr(0, dir.rfind('/') == std::string::npos ? 0 : dir.rfind('/'));
-  if (dir.empty()) dir = ".";
-  std::string cmd = "git -C '" + dir + "' rev-parse --short=12 HEAD 2>/dev/null";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return "unknown";
-  char buf[64] = {0};
-  std::string s = fgets(buf, sizeof buf, p) ? buf : "";
-  pclose(p);
-  while (!s.empty() && (s.back() == '\n' || s.back() == ' ')) s.pop_back();
-  return s.empty() ? "unknown" : s;
-}
+std::string git_commit() { return build_commit(); }
 
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
   CaptionSet set;

@@ -109,6 +109,10 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path = "", const 
 // Loads a caption set from a data dir or COCO JSON (+ image folder) and an optional split list.
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split);
 
+// The git commit this binary's sources were at when it was built ("+changes" when tracked files differed from it;
+// "unknown" outside a git checkout): written by tools/build-commit.cmake on every build.
+const char* build_commit();
+// What models record as their git commit: build_commit().
 std::string git_commit();
 
 }  // namespace sat
