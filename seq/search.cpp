@@ -19,6 +19,16 @@ void ban_words(Mat& logp, int t) {
   if (t == 0) logp.col(kEnd).setConstant(kBanned);
 }
 
+// Bans, in logp's row r, every word that would complete an n-word phrase `tokens` already holds (n = 1: any word
+// already said). A no-op for n <= 0.
+void ban_repeats(Mat& logp, int r, const std::vector<int>& tokens, int n) {
+  if (n <= 0) return;
+  const size_t k = (size_t)n - 1, len = tokens.size();
+  if (len < k) return;
+  for (size_t i = 0; i + k < len; ++i)
+    if (std::equal(tokens.begin() + i, tokens.begin() + i + k, tokens.end() - k)) logp(r, tokens[i + k]) = kBanned;
+}
+
 Hypothesis finish(Hypothesis h, bool with_end, double length_norm = 1.0) {
   int emitted = (int)h.tokens.size() + (with_end ? 1 : 0);
   h.score = h.logprob / std::pow((double)std::max(1, emitted), length_norm);
@@ -27,7 +37,8 @@ Hypothesis finish(Hypothesis h, bool with_end, double length_norm = 1.0) {
 
 // One caption per image, word by word: pick(row of log-probabilities) chooses each next word.
 template <typename Pick>
-std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int max_len, Pick pick, int copies = 1) {
+std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int max_len, Pick pick, int copies = 1,
+                                        int no_repeat_ngram = 0) {
   Decoder::State st;
   dec.begin(F, N, st, copies);
   N *= copies;
@@ -41,6 +52,7 @@ std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int m
     std::vector<int> keep, next;
     for (int r = 0; r < (int)rows.size(); ++r) {
       Hypothesis& h = out[rows[r]];
+      ban_repeats(logp, r, h.tokens, no_repeat_ngram);
       const int best = pick(logp, r);
       h.logprob += logp(r, best);
       h.alphas.emplace_back(alpha.row(r).data(), alpha.row(r).data() + alpha.cols());
@@ -66,12 +78,16 @@ std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int m
 }
 }  // namespace
 
-std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len) {
-  return one_path_search(dec, F, N, max_len, [](const Mat& logp, int r) {
-    int best;
-    logp.row(r).maxCoeff(&best);
-    return best;
-  });
+std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len, int no_repeat_ngram) {
+  if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
+  return one_path_search(
+      dec, F, N, max_len,
+      [](const Mat& logp, int r) {
+        int best;
+        logp.row(r).maxCoeff(&best);
+        return best;
+      },
+      1, no_repeat_ngram);
 }
 
 std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng, int copies) {
@@ -93,8 +109,10 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
   }, copies);
 }
 
-std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm) {
+std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
+                                    int no_repeat_ngram) {
   if (beam < 1) throw Error("beam size must be at least 1");
+  if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
   if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
   Decoder::State st;
   dec.begin(F, N, st);
@@ -112,6 +130,7 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
   for (int t = 0; t < max_len && !live.empty(); ++t) {
     dec.step(tokens, st, logp, alpha);
     ban_words(logp, t);
+    for (size_t r = 0; r < live.size(); ++r) ban_repeats(logp, (int)r, live[r].h.tokens, no_repeat_ngram);
     std::vector<Live> next;
     std::vector<int> rows;
     std::vector<int> next_tokens;

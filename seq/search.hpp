@@ -15,13 +15,19 @@ struct Hypothesis {
   double score = 0;                        // logprob / (number of emitted tokens)^length_norm
 };
 
+// no_repeat_ngram n > 0 (both searches): a caption never repeats an n-word phrase (n = 3: a word that would end a
+// trigram the caption already holds is not taken), which stops the loops a weak model falls into ("a man in a
+// black and white shirt and a black and white shirt ..."); 0 lets the model repeat.
+constexpr int kMaxNoRepeat = 9;
+
 // F: N*L x D features of N images. One hypothesis per image.
-std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len);
+std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len, int no_repeat_ngram = 0);
 // `copies` captions per image (N * copies hypotheses, each image's consecutive) with each word drawn from the
 // model's distribution (never <unk>, <pad>, <start>; never empty): the samples of self-critical training.
 std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng, int copies = 1);
 // Finished hypotheses compete by logprob / (emitted tokens)^length_norm: 1 is the mean log-probability per token,
 // 0 the plain log-probability (shorter captions win more often).
-std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0);
+std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0,
+                                    int no_repeat_ngram = 0);
 
 }  // namespace sat

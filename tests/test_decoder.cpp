@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <set>
 
 #include "seq/decoder.hpp"
 #include "seq/search.hpp"
@@ -419,6 +420,39 @@ TEST_CASE("search: length normalization picks among the same finished captions")
   }
   CHECK(differ > 0);  // the setting matters for some of these images
   CHECK_THROWS(beam_search(dec, F, n, 4, 10, -0.5));
+}
+
+TEST_CASE("search: no_repeat_ngram keeps every n-word phrase unique in greedy and beam captions") {
+  // An untrained decoder loops ("w w w ..."), so without blocking repeats occur; with it none may.
+  auto repeats = [](const std::vector<int>& t, int n) {
+    std::set<std::vector<int>> seen;
+    for (size_t i = 0; i + n <= t.size(); ++i)
+      if (!seen.insert(std::vector<int>(t.begin() + i, t.begin() + i + n)).second) return true;
+    return false;
+  };
+  Rng rng(21);
+  DecoderConfig cfg = small_config(0, false);
+  Decoder dec(cfg);
+  dec.init(rng);
+  const int n = 12, max_len = 12;
+  Mat F = random_features(n, cfg, rng);
+  for (int ngram : {1, 2, 3}) {
+    int repeated_without = 0;
+    for (int beam : {1, 3}) {
+      auto free = beam == 1 ? greedy_search(dec, F, n, max_len) : beam_search(dec, F, n, beam, max_len);
+      auto blocked = beam == 1 ? greedy_search(dec, F, n, max_len, ngram) : beam_search(dec, F, n, beam, max_len, 1.0, ngram);
+      for (int i = 0; i < n; ++i) {
+        repeated_without += repeats(free[i].tokens, ngram);
+        CHECK_FALSE(repeats(blocked[i].tokens, ngram));
+        CHECK(!blocked[i].tokens.empty());
+        // captions that had no repeat are found unchanged
+        if (!repeats(free[i].tokens, ngram) && beam == 1) CHECK(blocked[i].tokens == free[i].tokens);
+      }
+    }
+    CHECK(repeated_without > 0);  // the check above could fail
+  }
+  CHECK_THROWS(greedy_search(dec, F, n, max_len, -1));
+  CHECK_THROWS(beam_search(dec, F, n, 3, max_len, 1.0, kMaxNoRepeat + 1));
 }
 
 TEST_CASE("search: sampled first words follow the model's distribution") {

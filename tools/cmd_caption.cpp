@@ -55,6 +55,7 @@ void add_caption_commands(CLI::App& app) {
     std::string model = default_model_path();
     int beam = 0, batch = 16;
     double length_norm = -1;  // < 0: the model's
+    int no_repeat = -1;       // < 0: the model's
     bool json = false, timing = false;
   };
   auto a = std::make_shared<CaptionArgs>();
@@ -65,6 +66,8 @@ void add_caption_commands(CLI::App& app) {
       ->check(CLI::Range(1, kMaxBeam));
   cap->add_option("--length-norm", a->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
                                                "see sat model info)");
+  cap->add_option("--no-repeat", a->no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
+      ->check(CLI::Range(0, kMaxNoRepeat));
   cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
   cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}]");
   cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
@@ -75,6 +78,7 @@ void add_caption_commands(CLI::App& app) {
     auto model = CaptionModel::load(a->model);
     if (a->length_norm >= 0) model->length_norm = a->length_norm;
     if (a->beam > 0) model->beam = a->beam;
+    if (a->no_repeat >= 0) model->no_repeat_ngram = a->no_repeat;
     const double t_load = seconds(start);
     double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
@@ -113,6 +117,7 @@ void add_caption_commands(CLI::App& app) {
     std::string image, out, model = default_model_path();
     int beam = 0, panel = 224, columns = 5;
     double length_norm = -1;
+    int no_repeat = -1;
   };
   auto b = std::make_shared<AttendArgs>();
   auto* att = app.add_subcommand("attend", "Caption one image and draw where the model looked, word by word");
@@ -123,12 +128,15 @@ void add_caption_commands(CLI::App& app) {
       ->check(CLI::Range(1, kMaxBeam));
   att->add_option("--length-norm", b->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
                                                "see sat model info)");
+  att->add_option("--no-repeat", b->no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
+      ->check(CLI::Range(0, kMaxNoRepeat));
   att->add_option("--panel", b->panel, "Panel side in pixels")->capture_default_str();
   att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
     if (b->length_norm >= 0) model->length_norm = b->length_norm;
     if (b->beam > 0) model->beam = b->beam;
+    if (b->no_repeat >= 0) model->no_repeat_ngram = b->no_repeat;
     cv::Mat img = load_image_bgr(b->image);
     auto planes = model->load_planes({b->image});
     Mat F = model->encode(planes, 1);

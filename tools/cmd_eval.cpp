@@ -40,7 +40,8 @@ void add_eval_commands(CLI::App& app) {
     std::string model = default_model_path(), data, images, split, results_out, results, refs, features;
     int beam = 0;  // 0: the model's
     double length_norm = -1;  // < 0: the model's
-    bool json = false;
+    int no_repeat = -1;       // < 0: the model's
+    bool json = false, record = false;
   };
   auto e = std::make_shared<EvalArgs>();
   auto* ev = app.add_subcommand(
@@ -57,11 +58,16 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--beam", e->beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
       ->check(CLI::Range(1, kMaxBeam));
   ev->add_option("--length-norm", e->length_norm, "Beam search: captions compete by log p / words^A (default: the model's)");
+  ev->add_option("--no-repeat", e->no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
+      ->check(CLI::Range(0, kMaxNoRepeat));
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
+  ev->add_flag("--record", e->record, "Also store the scores and this command in the model file (sat model info "
+                                     "prints them; the file is replaced atomically)");
   ev->callback([e] {
     CaptionScores scores;
     if (!e->results.empty()) {
+      if (e->record) throw CLI::ValidationError("--record", "stores a model's scores: use it with --model and --data");
       if (e->refs.empty()) throw CLI::RequiredError("--refs (with --results)");
       CaptionSet refs = load_caption_set(e->refs, e->images, e->split);
       scores = score_results(load_results(e->results), refs, e->results);
@@ -70,6 +76,7 @@ void add_eval_commands(CLI::App& app) {
       auto model = CaptionModel::load(e->model);
       if (e->length_norm >= 0) model->length_norm = e->length_norm;
       if (e->beam > 0) model->beam = e->beam;
+      if (e->no_repeat >= 0) model->no_repeat_ngram = e->no_repeat;
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
       nlohmann::json results;
       if (!e->features.empty()) {
@@ -82,6 +89,12 @@ void add_eval_commands(CLI::App& app) {
         scores = caption_and_score(*model, set, model->beam, &results);
       }
       if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
+      if (e->record) {  // a fresh copy: the flags above only set this run's search
+        auto stored = CaptionModel::load(e->model);
+        stored->info["scores"] = scores.to_json();
+        stored->info["scores_command"] = command_line();
+        stored->save(e->model);
+      }
     }
     if (e->json) std::printf("%s\n", scores.to_json().dump(2).c_str());
     else std::printf("%s", scores.table().c_str());

@@ -13,6 +13,11 @@ static long long file_bytes(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
 }
 
+// "; no N-word phrase repeated" when the search blocks repeats, else nothing
+static std::string no_repeat_text(int n) {
+  return n > 0 ? "; no " + std::to_string(n) + "-word phrase repeated" : "";
+}
+
 static nlohmann::json model_summary(const std::string& path) {
   auto m = CaptionModel::load(path);
   const EncoderConfig& e = m->encoder_config;
@@ -38,6 +43,7 @@ static nlohmann::json model_summary(const std::string& path) {
           {"max_len", m->max_len},
           {"length_norm", m->length_norm},
           {"beam", m->beam},
+          {"no_repeat_ngram", m->no_repeat_ngram},
           {"info", m->info}};
 }
 
@@ -49,6 +55,7 @@ void add_model_commands(CLI::App& app) {
     std::vector<std::string> inputs;
     double length_norm = -1;  // < 0: unchanged
     int beam = 0;             // 0: unchanged
+    int no_repeat = -1;       // < 0: unchanged
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -80,14 +87,24 @@ void add_model_commands(CLI::App& app) {
                 d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
                 d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
                 s["decoder_storage"].get<std::string>().c_str());
-    std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g\n",
+    std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s\n",
                 s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
-                s["length_norm"].get<double>());
+                s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
                             "compacted", "search_set"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
+    }
+    if (i.contains("scores") && i["scores"].is_object()) {
+      std::printf("scores:");
+      for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_2", "BLEU-2"}, {"Bleu_3", "BLEU-3"},
+                                {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"}, {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
+        if (i["scores"].contains(key) && i["scores"][key].is_number())
+          std::printf(" %s %.4f", label, i["scores"][key].get<double>());
+      if (i["scores"].contains("images")) std::printf(" (%s images)", i["scores"]["images"].dump().c_str());
+      std::printf("\n");
+      if (i.contains("scores_command")) std::printf("scores_command: %s\n", i["scores_command"].get<std::string>().c_str());
     }
     if (i.contains("val_scores") && i["val_scores"].is_object()) {
       std::printf("validation scores (greedy):");
@@ -124,6 +141,9 @@ void add_model_commands(CLI::App& app) {
   average->callback([a] {
     auto m = average_models(a->inputs);
     m->info["averaged"] = command_line();
+    // the first model's epoch and greedy validation scores do not describe the average
+    m->info.erase("epoch");
+    m->info.erase("val_scores");
     m->save(a->out);
     std::printf("%zu models -> %s: weights averaged\n", a->inputs.size(), a->out.c_str());
   });
@@ -138,17 +158,21 @@ void add_model_commands(CLI::App& app) {
   set->add_option("--beam", a->beam, "The beam width captioning uses when none is asked for (1: greedy); choose it "
                                      "on dev data")
       ->check(CLI::Range(1, kMaxBeam));
+  set->add_option("--no-repeat", a->no_repeat, "Captions never repeat an N-word phrase (0: off); choose it on dev data")
+      ->check(CLI::Range(0, kMaxNoRepeat));
   set->callback([a] {
-    if (a->length_norm < 0 && a->beam == 0) throw CLI::RequiredError("--length-norm or --beam");
+    if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0)
+      throw CLI::RequiredError("--length-norm, --beam or --no-repeat");
     auto m = CaptionModel::load(a->in);
     if (a->length_norm >= 0) m->length_norm = a->length_norm;
     if (a->beam > 0) m->beam = a->beam;
+    if (a->no_repeat >= 0) m->no_repeat_ngram = a->no_repeat;
     // each setting's command stays on record
     std::string before = m->info.value("search_set", "");
     m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
     m->save(a->out);
-    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g\n", a->in.c_str(), a->out.c_str(), m->beam,
-                m->length_norm);
+    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s\n", a->in.c_str(), a->out.c_str(), m->beam,
+                m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str());
   });
 }
 

@@ -8,8 +8,9 @@
 #  3. the model chosen by BLEU-4 with beam 3 on all 1000 dev photos among every epoch and the weight averages of the
 #     last 2, 3 and 4 epochs (sat model average; greedy BLEU-4 on 200 dev photos, the run's own pick, is too noisy),
 #  4. the shipped copy with its decoder and tuned layers stored as float16 (sat model compact),
-#  5. beam search's length normalization (0, 0.5, 1) and width (3, 5) chosen on the 1000 dev photos by BLEU-4 and
-#     stored in the file (sat model set), then the shipped file's dev scores.
+#  5. the search's settings chosen on the 1000 dev photos by BLEU-4 and stored in the file (sat model set): length
+#     normalization (0, 0.5, 1), beam width (3, 5) and repeat blocking (none, or no 3-word phrase twice), then the
+#     shipped file's dev scores.
 # Resumable: rerun the script after an interruption and it continues the feature cache and the training run where
 # they stopped. TUNE_FROM=mixed4 also fine-tunes mixed5 (tried: no better on dev, see the README).
 # Usage: tools/train-flickr8k-model.sh [FLICKR8K_DIR] [WORKDIR]
@@ -63,15 +64,17 @@ done
 out=$top/models/flickr8k.sat
 "$sat" model compact "$best_model" --out "$out.new" \
   --recipe "tools/train-flickr8k-model.sh (InceptionV3 $tune_from features at 299, then the command above; $(basename "$best_model") chosen by dev BLEU-4 with beam 3)"
-best_a=1 best_k=3 best_b4=-1
-for k in 3 5; do
-  for a in 0 0.5 1; do
-    b4=$(dev_bleu4 "$out.new" --beam $k --length-norm $a)
-    echo "beam $k, length normalization $a: dev BLEU-4 $b4"
-    if better "$b4" "$best_b4"; then best_a=$a best_k=$k best_b4=$b4; fi
+best_a=1 best_k=3 best_r=0 best_b4=-1
+for r in 0 3; do
+  for k in 3 5; do
+    for a in 0 0.5 1; do
+      b4=$(dev_bleu4 "$out.new" --beam $k --length-norm $a --no-repeat $r)
+      echo "beam $k, length normalization $a, no repeated $r-word phrase: dev BLEU-4 $b4"
+      if better "$b4" "$best_b4"; then best_a=$a best_k=$k best_r=$r best_b4=$b4; fi
+    done
   done
 done
-"$sat" model set "$out.new" --out "$out.new" --length-norm "$best_a" --beam "$best_k"
-"$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --features "$features"
+"$sat" model set "$out.new" --out "$out.new" --length-norm "$best_a" --beam "$best_k" --no-repeat "$best_r"
+"$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --features "$features" --record
 mv "$out.new" "$out"
 echo "wrote $out"

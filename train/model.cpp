@@ -119,6 +119,7 @@ TensorFile CaptionModel::to_tensor_file() const {
   tf.metadata["max_len"] = std::to_string(max_len);
   tf.metadata["length_norm"] = nlohmann::json(length_norm).dump();
   tf.metadata["beam"] = std::to_string(beam);
+  tf.metadata["no_repeat_ngram"] = std::to_string(no_repeat_ngram);
   tf.metadata["info"] = info.dump();
   auto* self = const_cast<CaptionModel*>(this);
   for (auto* p : self->params()) {
@@ -161,6 +162,11 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (tf.metadata.count("beam")) {  // files written before it existed use 3
       m->beam = nlohmann::json::parse(tf.metadata.at("beam")).get<int>();
       if (m->beam < 1 || m->beam > kMaxBeam) fail(path, "beam must be in [1, " + std::to_string(kMaxBeam) + "]");
+    }
+    if (tf.metadata.count("no_repeat_ngram")) {  // files written before it existed use 0 (off)
+      m->no_repeat_ngram = nlohmann::json::parse(tf.metadata.at("no_repeat_ngram")).get<int>();
+      if (m->no_repeat_ngram < 0 || m->no_repeat_ngram > kMaxNoRepeat)
+        fail(path, "no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
     }
     m->info = nlohmann::json::parse(tf.meta("info", path));
   } catch (const Error& e) {
@@ -239,7 +245,8 @@ Mat CaptionModel::encode(const std::vector<float>& planes, int n) {
 }
 
 std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam) {
-  return beam <= 1 ? greedy_search(*decoder, F, n, max_len) : beam_search(*decoder, F, n, beam, max_len, length_norm);
+  return beam <= 1 ? greedy_search(*decoder, F, n, max_len, no_repeat_ngram)
+                   : beam_search(*decoder, F, n, beam, max_len, length_norm, no_repeat_ngram);
 }
 
 }  // namespace sat

@@ -25,6 +25,7 @@ struct CaptionModel {
   int max_len = 20;          // longest caption (words) the model emits
   double length_norm = 1.0;  // beam search: captions compete by log p / words^length_norm (chosen on dev data)
   int beam = 3;              // the search's width when the user does not choose one (1: greedy; chosen on dev data)
+  int no_repeat_ngram = 0;   // both searches: no caption repeats an n-word phrase (0: off; see seq/search.hpp)
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
