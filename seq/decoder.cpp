@@ -584,18 +584,18 @@ void Decoder::begin(const Mat& F, int N, State& st, int copies) {
   const int L = cfg_.locations(), B = N * copies;
   if (F.rows() != (int64_t)N * L || F.cols() != cfg_.feature_dim)
     throw Error("decoder: features have the wrong shape for this model");
-  st.F = F;
+  st.F = &F;
   std::vector<int> grid(B);
   for (int b = 0; b < B; ++b) grid[b] = b / copies;
   st.rows = RowGrids(std::move(grid), N);
-  Mat mean = mean_features(st.F, st.rows, L);
+  Mat mean = mean_features(F, st.rows, L);
   st.h = ((mean * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
   st.c = ((mean * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
   st.feed = Mat::Zero(B, cfg_.luong() ? cfg_.hidden_dim : 0);
   st.coverage = Mat::Zero(B, L);
   st.location.assign(B, -1);
   st.rng = Rng(12345);
-  if (score_) score_->precompute(st.F, st.rows);
+  if (score_) score_->precompute(F, st.rows);
 }
 
 void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
@@ -618,9 +618,9 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
       st.location[b] = s;
       glimpse_weights(s, &W(b, 0));
     }
-    context(st.F, st.rows, W, z);
+    context(*st.F, st.rows, W, z);
   } else {
-    context(st.F, st.rows, alpha, z);
+    context(*st.F, st.rows, alpha, z);
   }
   if (cfg_.gate) {
     Mat beta = sigmoid((q * value_of(P(kGateW))).array() + P(kGateB).value[0]);

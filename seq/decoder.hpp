@@ -135,14 +135,14 @@ class Decoder {
   struct State {
     Mat h, c;
     Mat coverage;  // B x L, attention received so far
-    Mat F;          // G*L x D: the grids, fixed for the whole search
+    const Mat* F = nullptr;  // G*L x D: the caller's grids, read in place for the whole search (must outlive it)
     RowGrids rows;  // the grid each row reads (beams reorder rows, not grids)
     Mat feed;  // luong: h~ of the last step (input feeding)
     std::vector<int> location;  // hard attention: the location each row looked at in the last step
     Rng rng{12345};             // hard attention sampled at test time
   };
-  // F: N*L x D, one grid per image; row b starts on grid b / copies (each image's grid read by `copies`
-  // consecutive rows).
+  // F: N*L x D, one grid per image, read in place until the search ends; row b starts on grid b / copies (each
+  // image's grid read by `copies` consecutive rows).
   void begin(const Mat& F, int N, State& st, int copies = 1);
   // tokens: previous word per row. logprobs: B x V. alpha: B x L.
   void step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha);

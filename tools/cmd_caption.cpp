@@ -49,25 +49,34 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 
 }  // namespace
 
+void SearchFlags::add_to(CLI::App* command) {
+  command->add_option("--beam", beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
+      ->check(CLI::Range(1, kMaxBeam));
+  command->add_option("--length-norm", length_norm, "Beam search: captions compete by log p / words^A (default: the "
+                                                    "model's, see sat model info)");
+  command->add_option("--no-repeat", no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
+      ->check(CLI::Range(0, kMaxNoRepeat));
+}
+
+void SearchFlags::apply(CaptionModel& model) const {
+  if (beam > 0) model.beam = beam;
+  if (length_norm >= 0) model.length_norm = length_norm;
+  if (no_repeat >= 0) model.no_repeat_ngram = no_repeat;
+}
+
 void add_caption_commands(CLI::App& app) {
   struct CaptionArgs {
     std::vector<std::string> images;
     std::string model = default_model_path();
-    int beam = 0, batch = 16;
-    double length_norm = -1;  // < 0: the model's
-    int no_repeat = -1;       // < 0: the model's
+    SearchFlags search;
+    int batch = 16;
     bool json = false, timing = false;
   };
   auto a = std::make_shared<CaptionArgs>();
   auto* cap = app.add_subcommand("caption", "Caption images (files or directories of images)");
   cap->add_option("images", a->images, "Image files or directories")->required();
   cap->add_option("--model", a->model, "Model file")->capture_default_str();
-  cap->add_option("--beam", a->beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
-      ->check(CLI::Range(1, kMaxBeam));
-  cap->add_option("--length-norm", a->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
-                                               "see sat model info)");
-  cap->add_option("--no-repeat", a->no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
-      ->check(CLI::Range(0, kMaxNoRepeat));
+  a->search.add_to(cap);
   cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
   cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}]");
   cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
@@ -76,9 +85,7 @@ void add_caption_commands(CLI::App& app) {
     auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
     const auto start = clock::now();
     auto model = CaptionModel::load(a->model);
-    if (a->length_norm >= 0) model->length_norm = a->length_norm;
-    if (a->beam > 0) model->beam = a->beam;
-    if (a->no_repeat >= 0) model->no_repeat_ngram = a->no_repeat;
+    a->search.apply(*model);
     const double t_load = seconds(start);
     double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
@@ -115,28 +122,20 @@ void add_caption_commands(CLI::App& app) {
 
   struct AttendArgs {
     std::string image, out, model = default_model_path();
-    int beam = 0, panel = 224, columns = 5;
-    double length_norm = -1;
-    int no_repeat = -1;
+    SearchFlags search;
+    int panel = 224, columns = 5;
   };
   auto b = std::make_shared<AttendArgs>();
   auto* att = app.add_subcommand("attend", "Caption one image and draw where the model looked, word by word");
   att->add_option("image", b->image, "Image file")->required();
   att->add_option("--out", b->out, "Output image (.png or .jpg): one panel per word")->required();
   att->add_option("--model", b->model, "Model file")->capture_default_str();
-  att->add_option("--beam", b->beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
-      ->check(CLI::Range(1, kMaxBeam));
-  att->add_option("--length-norm", b->length_norm, "Beam search: captions compete by log p / words^A (default: the model's, "
-                                               "see sat model info)");
-  att->add_option("--no-repeat", b->no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
-      ->check(CLI::Range(0, kMaxNoRepeat));
+  b->search.add_to(att);
   att->add_option("--panel", b->panel, "Panel side in pixels")->capture_default_str();
   att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
-    if (b->length_norm >= 0) model->length_norm = b->length_norm;
-    if (b->beam > 0) model->beam = b->beam;
-    if (b->no_repeat >= 0) model->no_repeat_ngram = b->no_repeat;
+    b->search.apply(*model);
     cv::Mat img = load_image_bgr(b->image);
     auto planes = model->load_planes({b->image});
     Mat F = model->encode(planes, 1);

@@ -38,9 +38,7 @@ void add_eval_commands(CLI::App& app) {
 
   struct EvalArgs {
     std::string model = default_model_path(), data, images, split, results_out, results, refs, features;
-    int beam = 0;  // 0: the model's
-    double length_norm = -1;  // < 0: the model's
-    int no_repeat = -1;       // < 0: the model's
+    SearchFlags search;
     bool json = false, record = false;
   };
   auto e = std::make_shared<EvalArgs>();
@@ -55,11 +53,7 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--images", e->images, "Image folder when --data is a JSON/CSV file");
   ev->add_option("--split", e->split, "Only these image file names (one per line)");
   ev->add_option("--features", e->features, "Read the images' features from this cache (sat extract) instead of encoding them");
-  ev->add_option("--beam", e->beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
-      ->check(CLI::Range(1, kMaxBeam));
-  ev->add_option("--length-norm", e->length_norm, "Beam search: captions compete by log p / words^A (default: the model's)");
-  ev->add_option("--no-repeat", e->no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
-      ->check(CLI::Range(0, kMaxNoRepeat));
+  e->search.add_to(ev);
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
   ev->add_flag("--record", e->record, "Also store the scores and this command in the model file (sat model info "
@@ -74,9 +68,7 @@ void add_eval_commands(CLI::App& app) {
     } else {
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
       auto model = CaptionModel::load(e->model);
-      if (e->length_norm >= 0) model->length_norm = e->length_norm;
-      if (e->beam > 0) model->beam = e->beam;
-      if (e->no_repeat >= 0) model->no_repeat_ngram = e->no_repeat;
+      e->search.apply(*model);
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
       nlohmann::json results;
       if (!e->features.empty()) {

@@ -5,6 +5,17 @@
 
 namespace sat {
 
+struct CaptionModel;
+
+// The search flags of caption, attend and eval: each overrides the model's stored setting for one run.
+struct SearchFlags {
+  int beam = 0;             // 0: the model's
+  double length_norm = -1;  // < 0: the model's
+  int no_repeat = -1;       // < 0: the model's
+  void add_to(CLI::App* command);
+  void apply(CaptionModel& model) const;
+};
+
 void add_synth_command(CLI::App& app);
 void add_train_command(CLI::App& app);
 void add_caption_commands(CLI::App& app);  // caption, attend

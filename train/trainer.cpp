@@ -74,8 +74,6 @@ TrainOptions TrainOptions::from_json(const json& j) {
   return o;
 }
 
-std::string git_commit() { return build_commit(); }
-
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
   CaptionSet set;
   struct stat st;
@@ -421,7 +419,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
 
   if (opt.epochs == 0 && resume_path.empty()) {  // the untrained baseline: initialized weights, scored once
     CaptionScores sc = run_validation();
-    model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", git_commit()}, {"epoch", 0},
+    model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", build_commit()}, {"epoch", 0},
                    {"val_scores", sc.to_json()}, {"options", opt.to_json()}};
     model->save(best_path);
     std::fprintf(stderr, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
@@ -440,7 +438,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   auto epoch_info = [&](int epoch, const json& val_scores) {
     return json{{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
                 {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
-                {"val_split", opt.val_split}, {"git_commit", git_commit()}, {"epoch", epoch},
+                {"val_split", opt.val_split}, {"git_commit", build_commit()}, {"epoch", epoch},
                 {"val_scores", val_scores},   {"options", opt.to_json()}};
   };
   // --keep-epochs: each epoch's model as model-epochN.sat, beside the best one.

@@ -110,9 +110,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path = "", const 
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split);
 
 // The git commit this binary's sources were at when it was built ("+changes" when tracked files differed from it;
-// "unknown" outside a git checkout): written by tools/build-commit.cmake on every build.
+// "unknown" outside a git checkout): written by tools/build-commit.cmake on every build. Models record it.
 const char* build_commit();
-// What models record as their git commit: build_commit().
-std::string git_commit();
 
 }  // namespace sat
