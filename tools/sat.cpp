@@ -7,6 +7,7 @@
 
 #include "datasets/io.hpp"
 #include "tools/commands.hpp"
+#include "vision/pretrained.hpp"
 
 namespace sat {
 std::string default_model_path() {
@@ -31,6 +32,11 @@ int main(int argc, char** argv) {
   CLI::App app{"sat: Show, Attend and Tell image captioning with attention maps (oneDNN encoder, LSTM decoder)"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
+  app.fallthrough();  // --weights-dir may come after the command
+  app.add_option("--weights-dir", "Folder holding encoder weights that models name but do not contain (ResNet v2: "
+                                  "resnet_v2_101.safetensors, or a resnet_v2_101/ folder with it); then $SAT_WEIGHTS, "
+                                  "then ../shared/models beside the source checkout")
+      ->each([](const std::string& dir) { sat::set_weights_dir(dir); });
   sat::add_synth_command(app);
   sat::add_train_command(app);
   sat::add_caption_commands(app);

@@ -28,6 +28,8 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
   } catch (const Error& e) {
     fail(encoder_file, e.what());
   }
+  m->encoder_config.weights_file = net.external_file;
+  m->encoder_config.weights_sha256 = net.external_sha256;
   m->encoder_weights = select_tensors(m->encoder_config.graph, net.weights, encoder_file);
   m->build_encoder();
   return m;
@@ -73,7 +75,9 @@ std::string CaptionModel::encoder_id() const {
   std::string cfg = cfg_used.to_json().dump();
   uint64_t h = fnv1a64(cfg.data(), cfg.size());
   auto* self = const_cast<CaptionModel*>(this);
-  if (encoder_config.pretrained()) {
+  if (encoder_config.pretrained() && !encoder_config.weights_file.empty()) {
+    // the config names the weights file by its sha256: hashing the config covers the weights
+  } else if (encoder_config.pretrained()) {
     const TensorFile used = encoder_config.tuned() ? select_tensors(cfg_used.graph, encoder_weights, "encoder weights")
                                                    : TensorFile();
     const TensorFile& w = encoder_config.tuned() ? used : encoder_weights;
@@ -132,6 +136,7 @@ TensorFile CaptionModel::to_tensor_file() const {
     if (tuned)
       for (auto& p : tuned->params()) tf.half.insert(p.name);
   }
+  if (!encoder_config.weights_file.empty()) return tf;  // named by file and sha256, found at load
   for (auto& [name, p] : encoder_weights.tensors) {
     Param copy(name, p.shape, false);
     copy.value = p.value;
@@ -179,7 +184,16 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   if (m->vocab.size() != m->decoder_config.vocab_size)
     fail(path, "vocabulary has " + std::to_string(m->vocab.size()) + " words but the decoder expects " +
                    std::to_string(m->decoder_config.vocab_size));
-  if (m->encoder_config.pretrained()) m->encoder_weights = select_tensors(m->encoder_config.graph, tf, path);
+  if (m->encoder_config.pretrained()) {
+    const EncoderConfig& ec = m->encoder_config;
+    if (ec.weights_file.empty()) {
+      m->encoder_weights = select_tensors(ec.graph, tf, path);
+    } else {
+      std::string found;
+      TensorFile ext = load_external_weights(ec.weights_file, ec.weights_sha256, path, &found);
+      m->encoder_weights = select_tensors(ec.graph, ext, found);
+    }
+  }
   try {
     m->build();
   } catch (const Error& e) {

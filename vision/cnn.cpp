@@ -17,12 +17,12 @@ enum { kConvW, kScale, kShift, kMean, kVar, kPerBlock };
 
 
 EncoderConfig EncoderConfig::make_pretrained(const NetGraph& full, const std::string& cut, int input_size,
-                                             const float mean[3], const float stdev[3]) {
+                                             const float mean[3], const float stdev[3], bool raw) {
   EncoderConfig c;
   c.kind = "pretrained";
   c.blocks.clear();
   c.coord_channels = false;
-  c.graph = full.cut(cut);
+  c.graph = full.cut(raw ? cut : full.grid_node(cut));
   c.cut = cut;
   c.input_size = input_size;
   for (int i = 0; i < 3; ++i) c.mean[i] = mean[i], c.stdev[i] = stdev[i];
@@ -43,7 +43,10 @@ int EncoderConfig::grid_h() const {
 
 EncoderConfig EncoderConfig::cache_config() const {
   if (!tuned()) return *this;
-  return make_pretrained(graph, tune_from, input_size, mean, stdev);
+  // the frozen part's raw output: the tuned layers may read it unnormalized (a ResNet unit's identity shortcut)
+  EncoderConfig c = make_pretrained(graph, tune_from, input_size, mean, stdev, true);
+  c.weights_file = weights_file, c.weights_sha256 = weights_sha256;
+  return c;
 }
 
 nlohmann::json EncoderConfig::to_json() const {
@@ -55,6 +58,7 @@ nlohmann::json EncoderConfig::to_json() const {
                         {"std", {stdev[0], stdev[1], stdev[2]}},
                         {"graph", graph.to_json()}};
     if (!tune_from.empty()) j["tune_from"] = tune_from;  // absent when frozen: older files and caches keep their ids
+    if (!weights_file.empty()) j["weights"] = {{"file", weights_file}, {"sha256", weights_sha256}};
     return j;
   }
   nlohmann::json bl = nlohmann::json::array();
@@ -79,6 +83,12 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
       EncoderConfig p = make_pretrained(NetGraph::from_json(j.at("graph")), j.at("cut").get<std::string>(), size,
                                         m.data(), s.data());
       p.tune_from = j.value("tune_from", std::string());
+      if (j.contains("weights")) {
+        p.weights_file = j.at("weights").at("file").get<std::string>();
+        p.weights_sha256 = j.at("weights").at("sha256").get<std::string>();
+        if (p.weights_file.empty() || p.weights_file.find('/') != std::string::npos || p.weights_sha256.size() != 64)
+          throw Error("encoder weights need a plain file name and a 64-digit sha256");
+      }
       if (!p.tune_from.empty() && p.graph.index_of(p.tune_from) < 0)
         throw Error("encoder tune_from '" + p.tune_from + "' is not a layer of the encoder");
       return p;

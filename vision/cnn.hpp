@@ -39,15 +39,19 @@ struct EncoderConfig {
   // Fine-tuned: the layers after this one (e.g. mixed5) are trained with the decoder; feature caches hold this
   // layer's output (empty: the whole network is frozen and caches hold the grid itself).
   std::string tune_from;
+  // Weights kept outside the model file (ResNet v2 from ../shared/models, too large and not ours to copy): the
+  // file's name and sha256. Empty: the encoder's weights are stored in the model file.
+  std::string weights_file, weights_sha256;
 
   bool pretrained() const { return kind == "pretrained"; }
   bool tuned() const { return pretrained() && !tune_from.empty(); }
   // What a feature cache for this encoder holds: the config itself, or for a tuned encoder the frozen part
   // (the graph cut at tune_from).
   EncoderConfig cache_config() const;
-  // A pretrained config: the graph cut at `cut`, shapes inferred at input_size (throws Error if too small).
+  // A pretrained config: the graph cut at `cut`, shapes inferred at input_size (throws Error if too small). The
+  // grid is the cut layer's attention grid (ResNet v2: normalized by the next unit's pre-activation) unless raw.
   static EncoderConfig make_pretrained(const NetGraph& full, const std::string& cut, int input_size,
-                                       const float mean[3], const float stdev[3]);
+                                       const float mean[3], const float stdev[3], bool raw = false);
   int grid_h() const;
   int grid_w() const;
   int locations() const { return grid_h() * grid_w(); }

@@ -12,24 +12,37 @@ using nlohmann::json;
 int NetGraph::index_of(const std::string& name) const {
   for (size_t i = 0; i < nodes.size(); ++i)
     if (nodes[i].name == name) return (int)i;
+  for (size_t i = 0; i < nodes.size(); ++i)
+    for (auto& a : nodes[i].aliases)
+      if (a == name) return (int)i;
   return -1;
+}
+
+static std::string no_layer(const NetGraph& g, const std::string& name) {
+  std::string names;
+  for (auto& c : g.cut_points()) names += (names.empty() ? "" : ", ") + c;
+  return "the network has no layer '" + name + "' (cut points: " + names + ")";
 }
 
 NetGraph NetGraph::cut(const std::string& output) const {
   int out = index_of(output);
-  if (out < 0) {
-    std::string names;
-    for (auto& c : cut_points()) names += (names.empty() ? "" : ", ") + c;
-    throw Error("the network has no layer '" + output + "' (cut points: " + names + ")");
-  }
-  std::set<std::string> needed{output};
+  if (out < 0) throw Error(no_layer(*this, output));
+  std::set<std::string> needed{nodes[out].name};
   for (int i = out; i >= 0; --i)
     if (needed.count(nodes[i].name))
       for (auto& in : nodes[i].inputs) needed.insert(in);
   NetGraph g;
   for (int i = 0; i <= out; ++i)
     if (needed.count(nodes[i].name)) g.nodes.push_back(nodes[i]);
+  for (auto& n : g.nodes)  // a grid node cut away: this node's own output is what remains
+    if (!n.grid.empty() && !needed.count(n.grid)) n.grid.clear();
   return g;
+}
+
+std::string NetGraph::grid_node(const std::string& cut_name) const {
+  int i = index_of(cut_name);
+  if (i < 0) throw Error(no_layer(*this, cut_name));
+  return nodes[i].grid.empty() ? nodes[i].name : nodes[i].grid;
 }
 
 // TensorFlow's rule: 'same' gives ceil(in / s) outputs and puts the odd padding pixel at the end;
@@ -62,10 +75,28 @@ std::vector<NodeShape> NetGraph::shapes(int h, int w) const {
         if (x.h != s.h || x.w != s.w) throw Error("layer '" + n.name + "' concatenates inputs of different sizes");
         s.c += x.c;
       }
+    } else if (n.op == "add") {
+      s = out[at.at(n.inputs[0])];
+      s.pad_t = s.pad_l = s.pad_b = s.pad_r = 0;
+      for (auto& in : n.inputs) {
+        const NodeShape& x = out[at.at(in)];
+        if (x.h != s.h || x.w != s.w || x.c != s.c)
+          throw Error("layer '" + n.name + "' adds inputs of different shapes");
+      }
+    } else if (n.op == "affine") {
+      const NodeShape& x = out[at.at(n.inputs[0])];
+      s.c = x.c, s.h = x.h, s.w = x.w;
     } else {
       const NodeShape& x = out[at.at(n.inputs[0])];
-      spatial(x.h, n.kh, n.sh, n.same, s.h, s.pad_t, s.pad_b);
-      spatial(x.w, n.kw, n.sw, n.same, s.w, s.pad_l, s.pad_r);
+      if (n.explicit_pad) {  // pad, then 'valid'
+        s.pad_t = n.pads[0], s.pad_l = n.pads[1], s.pad_b = n.pads[2], s.pad_r = n.pads[3];
+        const int ph = x.h + s.pad_t + s.pad_b, pw = x.w + s.pad_l + s.pad_r;
+        s.h = ph >= n.kh ? (ph - n.kh) / n.sh + 1 : 0;
+        s.w = pw >= n.kw ? (pw - n.kw) / n.sw + 1 : 0;
+      } else {
+        spatial(x.h, n.kh, n.sh, n.same, s.h, s.pad_t, s.pad_b);
+        spatial(x.w, n.kw, n.sw, n.same, s.w, s.pad_l, s.pad_r);
+      }
       s.c = n.op == "conv" ? n.filters : x.c;
       if (s.h < 1 || s.w < 1)
         throw Error("input " + std::to_string(h) + "x" + std::to_string(w) + " is too small: layer '" + n.name +
@@ -91,6 +122,11 @@ double NetGraph::conv_macs(int h, int w) const {
 
 std::vector<std::string> NetGraph::cut_points() const {
   std::vector<std::string> out;
+  for (auto& n : nodes)  // named by their aliases first (ResNet: "block3", then its units)
+    for (auto& a : n.aliases) out.push_back(a);
+  for (auto& n : nodes)
+    if (!n.grid.empty()) out.push_back(n.name);
+  if (!out.empty()) return out;
   for (auto& n : nodes)
     if (n.op == "concat" && n.name.rfind("mixed", 0) == 0 && n.name.find('_') == std::string::npos)
       out.push_back(n.name);
@@ -108,11 +144,13 @@ json NetGraph::to_json() const {
     if (n.op == "conv" || n.op == "maxpool" || n.op == "avgpool") {
       j["kernel_size"] = {n.kh, n.kw};
       j["strides"] = {n.sh, n.sw};
-      j["padding"] = n.same ? "same" : "valid";
+      j["padding"] = n.explicit_pad ? "explicit" : n.same ? "same" : "valid";
+      if (n.explicit_pad) j["pads"] = {n.pads[0], n.pads[1], n.pads[2], n.pads[3]};
     }
     if (n.op == "conv") {
       j["filters"] = n.filters;
       j["kernel"] = n.kernel;
+      if (n.kernel_ohwi) j["kernel_layout"] = "OHWI";
       if (!n.bias.empty()) j["bias"] = n.bias;
       if (!n.bn.empty()) {
         j["batch_norm"] = n.bn;
@@ -121,6 +159,13 @@ json NetGraph::to_json() const {
       }
       j["relu"] = n.relu;
     }
+    if (n.op == "affine") {
+      j["scale"] = n.scale;
+      j["offset"] = n.offset;
+      j["relu"] = n.relu;
+    }
+    if (!n.aliases.empty()) j["aliases"] = n.aliases;
+    if (!n.grid.empty()) j["grid"] = n.grid;
     arr.push_back(j);
   }
   return arr;
@@ -136,10 +181,12 @@ NetGraph NetGraph::from_json(const json& arr) {
       n.name = j.at("name").get<std::string>();
       n.op = j.at("op").get<std::string>();
       n.inputs = j.at("inputs").get<std::vector<std::string>>();
-      if (n.op != "input" && n.op != "conv" && n.op != "maxpool" && n.op != "avgpool" && n.op != "concat")
+      if (n.op != "input" && n.op != "conv" && n.op != "maxpool" && n.op != "avgpool" && n.op != "concat" &&
+          n.op != "affine" && n.op != "add")
         throw Error("network layer '" + n.name + "' has unknown op '" + n.op + "'");
       if ((n.op == "input") != g.nodes.empty()) throw Error("network graph must start with its one input");
-      if (n.op == "input" ? !n.inputs.empty() : n.op == "concat" ? n.inputs.empty() : n.inputs.size() != 1)
+      const size_t arity = n.inputs.size();
+      if (n.op == "input" ? arity != 0 : n.op == "concat" ? arity == 0 : n.op == "add" ? arity != 2 : arity != 1)
         throw Error("network layer '" + n.name + "' has the wrong number of inputs");
       for (auto& in : n.inputs)
         if (!defined.count(in)) throw Error("network layer '" + n.name + "' reads '" + in + "' before it is defined");
@@ -149,8 +196,19 @@ NetGraph NetGraph::from_json(const json& arr) {
           throw Error("network layer '" + n.name + "' has a bad kernel size or stride");
         n.kh = k[0], n.kw = k[1], n.sh = s[0], n.sw = s[1];
         std::string pad = j.at("padding").get<std::string>();
-        if (pad != "same" && pad != "valid") throw Error("network layer '" + n.name + "' has padding '" + pad + "'");
+        if (pad != "same" && pad != "valid" && pad != "explicit")
+          throw Error("network layer '" + n.name + "' has padding '" + pad + "'");
         n.same = pad == "same";
+        n.explicit_pad = pad == "explicit";
+        if (n.explicit_pad) {
+          auto p = j.at("pads").get<std::vector<int>>();
+          if (p.size() != 4) throw Error("network layer '" + n.name + "' needs 4 pads (top, left, bottom, right)");
+          for (int k = 0; k < 4; ++k) {
+            if (p[k] < 0 || p[k] >= (k % 2 ? n.kw : n.kh))
+              throw Error("network layer '" + n.name + "' has a pad outside [0, kernel size)");
+            n.pads[k] = p[k];
+          }
+        }
       }
       if (n.op == "conv") {
         n.filters = j.at("filters").get<int>();
@@ -161,10 +219,24 @@ NetGraph NetGraph::from_json(const json& arr) {
         n.bn_scale = j.value("bn_scale", false);
         n.bn_epsilon = j.value("bn_epsilon", 1e-3f);
         n.relu = j.at("relu").get<bool>();
+        std::string layout = j.value("kernel_layout", std::string("HWIO"));
+        if (layout != "HWIO" && layout != "OHWI")
+          throw Error("network layer '" + n.name + "' has kernel layout '" + layout + "' (HWIO or OHWI)");
+        n.kernel_ohwi = layout == "OHWI";
       }
+      if (n.op == "affine") {
+        n.scale = j.at("scale").get<std::string>();
+        n.offset = j.at("offset").get<std::string>();
+        n.relu = j.at("relu").get<bool>();
+      }
+      n.aliases = j.value("aliases", std::vector<std::string>());
+      n.grid = j.value("grid", std::string());
       if (!defined.insert(n.name).second) throw Error("network layer '" + n.name + "' is defined twice");
       g.nodes.push_back(std::move(n));
     }
+    for (auto& n : g.nodes)  // the grid node comes later in the graph (it reads this one)
+      if (!n.grid.empty() && !defined.count(n.grid))
+        throw Error("network layer '" + n.name + "' names a grid node '" + n.grid + "' that is not in the graph");
   } catch (const Error&) {
     throw;
   } catch (const std::exception& e) {

@@ -1,10 +1,13 @@
 #include "vision/pretrained.hpp"
 
 #include <cmath>
+#include <climits>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "datasets/sha256.hpp"
 #include "vision/onednn.hpp"
+#include "vision/resnet.hpp"
 
 namespace sat {
 
@@ -25,13 +28,18 @@ std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGr
       channels[n.name] = c;
     } else if (n.op == "conv") {
       int cin = channels.at(n.inputs[0]), f = n.filters;
-      out[n.kernel] = {n.kh, n.kw, cin, f};
+      out[n.kernel] = n.kernel_ohwi ? std::vector<int64_t>{f, n.kh, n.kw, cin} : std::vector<int64_t>{n.kh, n.kw, cin, f};
       if (!n.bias.empty()) out[n.bias] = {f};
       if (!n.bn.empty()) {
         for (const char* s : {"/beta", "/moving_mean", "/moving_variance"}) out[n.bn + s] = {f};
         if (n.bn_scale) out[n.bn + "/gamma"] = {f};
       }
       channels[n.name] = f;
+    } else if (n.op == "affine") {
+      const int c = channels.at(n.inputs[0]);
+      out[n.scale] = {c};
+      out[n.offset] = {c};
+      channels[n.name] = c;
     } else {
       channels[n.name] = channels.at(n.inputs[0]);
     }
@@ -39,7 +47,7 @@ std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGr
   return out;
 }
 
-static FloatBuffer tensor_values(const TensorFile& tf, const std::string& name, const std::vector<int64_t>& shape,
+FloatBuffer pretrained_tensor(const TensorFile& tf, const std::string& name, const std::vector<int64_t>& shape,
                                  const std::string& where) {
   auto q = tf.quantized.find(name);
   if (q != tf.quantized.end()) {
@@ -57,18 +65,19 @@ FoldedConv fold_conv(const NetNode& n, const TensorFile& weights,
   // Fold batch norm (inference statistics) into the convolution:
   //   y = gamma * (conv(x) + b - mean) / sqrt(var + eps) + beta  =  conv'(x) + b'
   auto kshape = expected.at(n.kernel);
-  const int KH = (int)kshape[0], KW = (int)kshape[1], CI = (int)kshape[2], CO = (int)kshape[3];
-  FloatBuffer k = tensor_values(weights, n.kernel, kshape, where);
+  const int KH = (int)kshape[n.kernel_ohwi ? 1 : 0], KW = (int)kshape[n.kernel_ohwi ? 2 : 1],
+            CI = (int)kshape[n.kernel_ohwi ? 3 : 2], CO = (int)kshape[n.kernel_ohwi ? 0 : 3];
+  FloatBuffer k = pretrained_tensor(weights, n.kernel, kshape, where);
   std::vector<double> factor(CO, 1.0), bias(CO, 0.0);
   if (!n.bias.empty()) {
-    FloatBuffer b = tensor_values(weights, n.bias, {CO}, where);
+    FloatBuffer b = pretrained_tensor(weights, n.bias, {CO}, where);
     for (int o = 0; o < CO; ++o) bias[o] = b[o];
   }
   if (!n.bn.empty()) {
-    FloatBuffer beta = tensor_values(weights, n.bn + "/beta", {CO}, where);
-    FloatBuffer mean = tensor_values(weights, n.bn + "/moving_mean", {CO}, where);
-    FloatBuffer var = tensor_values(weights, n.bn + "/moving_variance", {CO}, where);
-    FloatBuffer gamma = n.bn_scale ? tensor_values(weights, n.bn + "/gamma", {CO}, where) : FloatBuffer(CO, 1.f);
+    FloatBuffer beta = pretrained_tensor(weights, n.bn + "/beta", {CO}, where);
+    FloatBuffer mean = pretrained_tensor(weights, n.bn + "/moving_mean", {CO}, where);
+    FloatBuffer var = pretrained_tensor(weights, n.bn + "/moving_variance", {CO}, where);
+    FloatBuffer gamma = n.bn_scale ? pretrained_tensor(weights, n.bn + "/gamma", {CO}, where) : FloatBuffer(CO, 1.f);
     for (int o = 0; o < CO; ++o) {
       factor[o] = gamma[o] / std::sqrt((double)var[o] + n.bn_epsilon);
       bias[o] = (bias[o] - mean[o]) * factor[o] + beta[o];
@@ -82,8 +91,11 @@ FoldedConv fold_conv(const NetNode& n, const TensorFile& weights,
     f.bias[o] = (float)bias[o];
     for (int c = 0; c < CI; ++c)
       for (int y = 0; y < KH; ++y)
-        for (int x = 0; x < KW; ++x)  // HWIO -> OIHW
-          f.weight[(((size_t)o * CI + c) * KH + y) * KW + x] = (float)(k[(((size_t)y * KW + x) * CI + c) * CO + o] * factor[o]);
+        for (int x = 0; x < KW; ++x) {  // HWIO or OHWI -> OIHW
+          const size_t from = n.kernel_ohwi ? (((size_t)o * KH + y) * KW + x) * CI + c
+                                            : (((size_t)y * KW + x) * CI + c) * CO + o;
+          f.weight[(((size_t)o * CI + c) * KH + y) * KW + x] = (float)(k[from] * factor[o]);
+        }
   }
   return f;
 }
@@ -122,8 +134,30 @@ TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const st
   return out;
 }
 
+static std::string base_name(const std::string& path) {
+  const size_t slash = path.find_last_of('/');
+  return slash == std::string::npos ? path : path.substr(slash + 1);
+}
+
+static PretrainedNet resnet_v2_net(TensorFile&& tf, const std::string& path, const std::string& sha256) {
+  PretrainedNet net;
+  net.graph = resnet_v2_graph(tf, path);
+  net.weights = select_tensors(net.graph, tf, path);
+  net.input_size = 299;  // what TF-slim's ResNet v2 was trained at
+  for (int i = 0; i < 3; ++i) net.mean[i] = 0.5f, net.stdev[i] = 0.5f;  // x / 127.5 - 1
+  net.info = nlohmann::json::object();
+  for (auto& [k, v] : tf.metadata) net.info[k] = v;
+  net.info["weights_file"] = base_name(path);
+  net.info["sha256"] = sha256;
+  net.external_file = base_name(path);
+  net.external_sha256 = sha256;
+  return net;
+}
+
 PretrainedNet load_pretrained_net(const std::string& path) {
-  TensorFile tf = load_safetensors(path);
+  const std::string bytes = read_file(path);
+  TensorFile tf = decode_safetensors(bytes, path);
+  if (is_resnet_v2(tf)) return resnet_v2_net(std::move(tf), path, sha256_hex(bytes));
   auto it = tf.metadata.find("format");
   if (it == tf.metadata.end() || it->second != kEncoderFormat)
     fail(path, "not a sat encoder file (no \"format\": \"" + std::string(kEncoderFormat) +
@@ -149,6 +183,61 @@ PretrainedNet load_pretrained_net(const std::string& path) {
   return net;
 }
 
+static std::string& weights_dir_flag() {
+  static std::string dir;
+  return dir;
+}
+static std::string& default_weights_dir() {
+#ifdef SAT_DEFAULT_WEIGHTS_DIR
+  static std::string dir = SAT_DEFAULT_WEIGHTS_DIR;
+#else
+  static std::string dir;
+#endif
+  return dir;
+}
+void set_weights_dir(const std::string& dir) { weights_dir_flag() = dir; }
+void set_default_weights_dir(const std::string& dir) { default_weights_dir() = dir; }
+
+std::vector<std::string> weights_search_dirs() {
+  std::vector<std::string> dirs;
+  if (!weights_dir_flag().empty()) dirs.push_back(weights_dir_flag());
+  if (const char* env = std::getenv("SAT_WEIGHTS"); env && *env) dirs.push_back(env);
+  if (!default_weights_dir().empty()) dirs.push_back(default_weights_dir());
+  return dirs;
+}
+
+TensorFile load_external_weights(const std::string& file, const std::string& sha256, const std::string& model_path,
+                                 std::string* found) {
+  const std::string stem = file.substr(0, file.find('.'));
+  std::string looked;
+  for (const std::string& dir : weights_search_dirs())
+    for (const std::string& candidate : {join_path(dir, file), join_path(join_path(dir, stem), file)}) {
+      if (!file_exists(candidate)) continue;
+      std::string bytes;
+      try {
+        bytes = read_file(candidate);
+      } catch (const Error& e) {
+        looked += (looked.empty() ? "" : "; ") + candidate + " (unreadable)";
+        continue;
+      }
+      const std::string got = sha256_hex(bytes);
+      if (got != sha256) {
+        looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(bytes.size()) +
+                  " bytes, sha256 " + got + ": truncated or a different file)";
+        continue;
+      }
+      if (found) *found = candidate;
+      return decode_safetensors(bytes, candidate);
+    }
+  std::string where;
+  if (weights_dir_flag().empty()) where += "--weights-dir not given; ";
+  if (!std::getenv("SAT_WEIGHTS") || !*std::getenv("SAT_WEIGHTS")) where += "$SAT_WEIGHTS not set; ";
+  for (const std::string& dir : weights_search_dirs()) where += "looked in " + dir + "; ";
+  fail(model_path, "needs the encoder weights " + file + " (sha256 " + sha256 + "): " + where +
+                       (looked.empty() ? "no such file found" : "found only " + looked) +
+                       " (pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds it)");
+}
+
 PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, const TensorFile& weights, int input_size,
                                      const std::string& where)
     : graph_(graph), input_size_(input_size) {
@@ -161,10 +250,16 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, const TensorFile& we
   macs_ = graph_.conv_macs(input_size, input_size);
   auto expected = pretrained_tensor_shapes(graph_);
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
-    if (graph_.nodes[i].op != "conv") continue;
-    FoldedConv f = fold_conv(graph_.nodes[i], weights, expected, where);
-    conv_w_[(int)i] = std::move(f.weight);
-    conv_b_[(int)i] = std::move(f.bias);
+    const NetNode& node = graph_.nodes[i];
+    if (node.op == "conv") {
+      FoldedConv f = fold_conv(node, weights, expected, where);
+      conv_w_[(int)i] = std::move(f.weight);
+      conv_b_[(int)i] = std::move(f.bias);
+    } else if (node.op == "affine") {
+      scale_[(int)i] = pretrained_tensor(weights, node.scale, expected.at(node.scale), where);
+      shift_[(int)i] = pretrained_tensor(weights, node.offset, expected.at(node.offset), where);
+      if ((int)zeros_.size() < shapes_[i].c) zeros_.assign(shapes_[i].c, 0.f), ones_.assign(shapes_[i].c, 1.f);
+    }
   }
 }
 
@@ -172,10 +267,82 @@ PretrainedEncoder::~PretrainedEncoder() = default;
 
 struct PretrainedEncoder::Plan {
   memory image, grid;
-  std::vector<memory> out;  // per node: its output (a view into a concatenation's buffer when placed in place)
-  std::vector<memory> conv_w, conv_b;
+  std::vector<memory> out;  // per node: its output (a view into a pooled buffer, or into another node's buffer)
+  std::vector<memory> conv_w, conv_b, scale, shift, mean, variance;
+  std::vector<memory> image_copies;  // the image in the layout a first convolution prefers
+  std::vector<FloatBuffer> pool;  // activation buffers, each reused by layers whose lifetimes do not overlap
   std::vector<std::pair<primitive, std::unordered_map<int, memory>>> steps;
 };
+
+// Which buffer each node writes, and when each buffer is live, so that buffers are shared by layers whose
+// lifetimes do not overlap (ResNet-101 has over 300 nodes; one buffer each would take gigabytes at batch 8).
+//  - owner[i]: the node whose buffer holds node i's output (itself, a concatenation it is a slice of, or the
+//    shortcut a residual sum accumulates into); offset[i]: its first channel there.
+//  - fused[i]: for a residual sum i, the convolution that adds its result into the shortcut's buffer (oneDNN's sum
+//    post-op) at i's place in the order, -1 when a binary primitive adds them; deferred[r]: r runs there.
+struct BufferPlan {
+  std::vector<int> owner, offset, fused;
+  std::vector<bool> deferred;
+};
+
+static BufferPlan plan_buffers(const NetGraph& g, const std::vector<NodeShape>& shapes, int n, int block) {
+  const auto& nodes = g.nodes;
+  const int count = (int)nodes.size();
+  std::map<std::string, int> at;
+  std::vector<std::vector<int>> readers(count);
+  for (int i = 0; i < count; ++i) {
+    at[nodes[i].name] = i;
+    for (auto& in : nodes[i].inputs) readers[at.at(in)].push_back(i);
+  }
+  BufferPlan b;
+  b.owner.resize(count);
+  b.offset.assign(count, 0);
+  b.fused.assign(count, -1);
+  b.deferred.assign(count, false);
+  for (int i = 0; i < count; ++i) b.owner[i] = i;
+  // In-place concatenation: in the blocked layout at batch 1, channels [off, off + C) of a tensor are one
+  // contiguous run laid out exactly like a dense C-channel tensor, so an input that only feeds the concatenation
+  // (at an offset that is a multiple of the block) can be produced directly at that address.
+  for (int i = count - 1; i >= 0; --i) {
+    if (nodes[i].op != "concat" || n != 1 || block <= 1) continue;
+    bool eligible = b.offset[i] % block == 0;
+    for (auto& in : nodes[i].inputs) {
+      int k = at.at(in);
+      eligible = eligible && readers[k].size() == 1 && nodes[k].op != "input" && nodes[k].op != "add" &&
+                 shapes[k].c % block == 0;
+    }
+    if (!eligible) continue;  // then a concat primitive copies every input
+    int off = 0;
+    for (auto& in : nodes[i].inputs) {
+      int k = at.at(in);
+      b.owner[k] = b.owner[i];
+      b.offset[k] = b.offset[i] + off;
+      off += shapes[k].c;
+    }
+  }
+  // Residual sums: out = a + r with r a convolution read by nothing else. r runs late, at the sum's place, with
+  // a's buffer as its destination and the sum post-op, when nothing reads a after the sum (ResNet v2: the shortcut
+  // x is read by the next unit's pre-activation first) and a has a buffer of its own.
+  for (int i = 0; i < count; ++i) {
+    if (nodes[i].op != "add") continue;
+    for (int k : {1, 0}) {
+      const int r = at.at(nodes[i].inputs[k]), a = at.at(nodes[i].inputs[1 - k]);
+      if (nodes[r].op != "conv" || nodes[r].relu || readers[r].size() != 1 || b.deferred[r]) continue;
+      // a must own a whole buffer: not a slice of a concatenation (a residual sum shares its shortcut's whole one)
+      const bool whole = b.owner[a] == a || nodes[a].op == "add";
+      if (nodes[a].op == "input" || !whole || b.owner[i] != i || a == r) continue;
+      bool last_reader = true;
+      for (int j : readers[a]) last_reader = last_reader && (j == i || (j < i && !b.deferred[j]));
+      if (!last_reader) continue;
+      b.fused[i] = r;
+      b.deferred[r] = true;
+      b.owner[i] = a;
+      b.owner[r] = a;  // r's output exists only as its part of the sum
+      break;
+    }
+  }
+  return b;
+}
 
 PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   auto it = plans_.find(n);
@@ -186,37 +353,62 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   const auto& nodes = graph_.nodes;
   const int count = (int)nodes.size();
   std::map<std::string, int> at;
-  std::vector<int> consumers(count, 0);
-  for (int i = 0; i < count; ++i) {
-    at[nodes[i].name] = i;
-    for (auto& in : nodes[i].inputs) consumers[at.at(in)]++;
-  }
-  auto blocked = [&](int i) {
-    return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, tag::nChw8c);
+  for (int i = 0; i < count; ++i) at[nodes[i].name] = i;
+  const tag act = activation_tag();
+  auto blocked = [&](int i) { return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, act); };
+  const BufferPlan B = plan_buffers(graph_, shapes_, n, activation_block());
+  auto root = [&](int i) {  // the node that owns the buffer i writes into, following chains of owners
+    while (B.owner[i] != i) i = B.owner[i];
+    return i;
   };
 
-  // In-place concatenation: in the 8-channel blocked layout at batch 1, channels [off, off + C) of a tensor are
-  // one contiguous run, laid out exactly like a dense C-channel tensor. So an input that only feeds the
-  // concatenation (and whose offset is a multiple of 8) can be produced directly at that address.
-  // owner[i] = node whose buffer holds node i's output; offset[i] = its first channel there.
-  std::vector<int> owner(count), offset(count, 0);
-  for (int i = 0; i < count; ++i) owner[i] = i;
-  for (int i = count - 1; i >= 0; --i) {
-    if (nodes[i].op != "concat" || n != 1) continue;
-    bool eligible = offset[i] % 8 == 0;
+  // Execution order: node order, with each deferred convolution moved to its residual sum.
+  std::vector<int> order;
+  for (int i = 0; i < count; ++i) {
+    if (B.deferred[i]) continue;
+    if (B.fused[i] >= 0) order.push_back(B.fused[i]);
+    order.push_back(i);
+  }
+  std::vector<int> when(count);
+  for (size_t p = 0; p < order.size(); ++p) when[order[p]] = (int)p;
+  // Each owned buffer lives from its first write to its last read (the last node is read by the final reorder).
+  std::vector<int> first(count, INT32_MAX), last(count, -1);
+  for (int i = 1; i < count; ++i) {
+    const int o = root(i);
+    first[o] = std::min(first[o], when[i]);
+    last[o] = std::max(last[o], when[i]);
     for (auto& in : nodes[i].inputs) {
-      int k = at.at(in);
-      eligible = eligible && consumers[k] == 1 && nodes[k].op != "input" && shapes_[k].c % 8 == 0;
-    }
-    if (!eligible) continue;  // then a concat primitive copies every input
-    int off = 0;
-    for (auto& in : nodes[i].inputs) {
-      int k = at.at(in);
-      owner[k] = owner[i];
-      offset[k] = offset[i] + off;
-      off += shapes_[k].c;
+      const int j = at.at(in), oj = root(j);
+      if (j != 0) last[oj] = std::max(last[oj], when[i]);
     }
   }
+  last[root(count - 1)] = (int)order.size();
+  // Greedy assignment to pooled buffers: at each step, the buffers first written then take a free slot (the
+  // smallest that fits, else a new one); slots whose buffer was read for the last time come free after it.
+  std::vector<int> slot_of(count, -1);
+  std::vector<size_t> slot_bytes;
+  std::vector<bool> slot_free;
+  for (size_t p = 0; p <= order.size(); ++p) {
+    for (int o = 1; o < count; ++o) {
+      if (root(o) != o || first[o] != (int)p) continue;
+      const size_t bytes = blocked(o).get_size();
+      int best = -1;
+      for (size_t s = 0; s < slot_bytes.size(); ++s)
+        if (slot_free[s] && slot_bytes[s] >= bytes && (best < 0 || slot_bytes[s] < slot_bytes[best])) best = (int)s;
+      if (best < 0) {  // none fits: grow the largest free slot, or open a new one
+        for (size_t s = 0; s < slot_bytes.size(); ++s)
+          if (slot_free[s] && (best < 0 || slot_bytes[s] > slot_bytes[best])) best = (int)s;
+        if (best < 0) best = (int)slot_bytes.size(), slot_bytes.push_back(0), slot_free.push_back(true);
+        slot_bytes[best] = bytes;
+      }
+      slot_free[best] = false;
+      slot_of[o] = best;
+    }
+    for (int o = 1; o < count; ++o)
+      if (root(o) == o && last[o] == (int)p && slot_of[o] >= 0) slot_free[slot_of[o]] = true;
+  }
+  P.pool.resize(slot_bytes.size());
+  for (size_t s = 0; s < slot_bytes.size(); ++s) P.pool[s].resize(slot_bytes[s] / sizeof(float));
 
   const int S = input_size_;
   P.image = memory({{n, 3, S, S}, dt::f32, tag::nchw}, eng, nullptr);
@@ -224,69 +416,109 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   for (int i = 0; i < count; ++i) {
     if (nodes[i].op == "input") {
       P.out[i] = P.image;
-    } else if (owner[i] == i) {
-      P.out[i] = memory(blocked(i), eng);
+      continue;
     }
-  }
-  for (int i = 0; i < count; ++i) {
-    if (owner[i] == i || nodes[i].op == "input") continue;
+    const int o = root(i);
+    // offset: channels into a concatenation's buffer (0 for a residual sum, which shares its shortcut's buffer)
+    int off = 0;
+    for (int k = i; k != o; k = B.owner[k]) off += B.offset[k];
     const size_t hw = (size_t)shapes_[i].h * shapes_[i].w;
-    float* base = static_cast<float*>(P.out[owner[i]].get_data_handle());
-    P.out[i] = memory(blocked(i), eng, base + (size_t)offset[i] * hw);
+    P.out[i] = memory(blocked(i), eng, P.pool[slot_of[o]].data() + (size_t)off * hw);
   }
 
   P.conv_w.resize(count);
   P.conv_b.resize(count);
-  for (int i = 0; i < count; ++i) {
+  P.scale.resize(count), P.shift.resize(count), P.mean.resize(count), P.variance.resize(count);
+  for (int i : order) {
     const NetNode& node = nodes[i];
     const NodeShape& s = shapes_[i];
-    if (node.op == "input") continue;
     const int src = node.inputs.empty() ? -1 : at.at(node.inputs[0]);
-    memory::desc dst_md = P.out[i].get_desc();
     if (node.op == "conv") {
+      // A convolution deferred to a residual sum writes the sum's output, adding to the shortcut already there.
+      int dst_node = i;
+      for (int k = 0; k < count; ++k)
+        if (B.fused[k] == i) dst_node = k;
+      const memory& dst = P.out[dst_node];
       const int CI = shapes_[src].c;
       memory::desc w_md({s.c, CI, node.kh, node.kw}, dt::f32, tag::any), b_md({s.c}, dt::f32, tag::x);
       primitive_attr attr;
-      if (node.relu) {
-        post_ops po;
-        po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
-        attr.set_post_ops(po);
-      }
-      convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct, P.out[src].get_desc(),
-                                  w_md, b_md, dst_md, {node.sh, node.sw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r});
+      post_ops po;
+      if (dst_node != i) po.append_sum(1.f);
+      if (node.relu) po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(po);
+      // The image comes in planar; a convolution reading it gets it in the layout it prefers (one reorder at the
+      // edge: oneDNN's fast first-layer kernels do not all read planar input).
+      const bool reads_image = nodes[src].op == "input";
+      const memory::desc src_md = reads_image ? memory::desc(P.image.get_desc().dims(), dt::f32, tag::any)
+                                              : P.out[src].get_desc();
+      convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct, src_md, w_md, b_md,
+                                  dst.get_desc(), {node.sh, node.sw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r});
       convolution_forward::primitive_desc pd(d, attr, eng);
+      memory conv_src = P.out[src];
+      if (reads_image && pd.src_desc() != P.image.get_desc()) {
+        P.image_copies.emplace_back(pd.src_desc(), eng);
+        conv_src = P.image_copies.back();
+        P.steps.push_back({reorder(P.image, conv_src), {{DNNL_ARG_FROM, P.image}, {DNNL_ARG_TO, conv_src}}});
+      }
       memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, tag::oihw}, eng, conv_w_.at(i).data());
       P.conv_w[i] = memory(pd.weights_desc(), eng);
       reorder(user_w, P.conv_w[i]).execute(cpu_stream(), user_w, P.conv_w[i]);
       P.conv_b[i] = memory(b_md, eng, conv_b_.at(i).data());
-      P.steps.push_back({convolution_forward(pd), {{DNNL_ARG_SRC, P.out[src]},
+      P.steps.push_back({convolution_forward(pd), {{DNNL_ARG_SRC, conv_src},
                                                    {DNNL_ARG_WEIGHTS, P.conv_w[i]},
                                                    {DNNL_ARG_BIAS, P.conv_b[i]},
-                                                   {DNNL_ARG_DST, P.out[i]}}});
+                                                   {DNNL_ARG_DST, dst}}});
     } else if (node.op == "maxpool" || node.op == "avgpool") {
       // Keras averages over the valid (unpadded) inputs only; max pooling never picks padding.
       auto alg = node.op == "maxpool" ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
-      pooling_forward::desc d(prop_kind::forward_inference, alg, P.out[src].get_desc(), dst_md, {node.sh, node.sw},
-                              {node.kh, node.kw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r});
+      pooling_forward::desc d(prop_kind::forward_inference, alg, P.out[src].get_desc(), P.out[i].get_desc(),
+                              {node.sh, node.sw}, {node.kh, node.kw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r});
       pooling_forward::primitive_desc pd(d, eng);
       P.steps.push_back({pooling_forward(pd), {{DNNL_ARG_SRC, P.out[src]}, {DNNL_ARG_DST, P.out[i]}}});
+    } else if (node.op == "affine") {
+      // Batch normalization with fixed statistics (mean 0, variance 1, epsilon 0) is exactly x * scale + offset,
+      // with the ReLU fused.
+      memory::desc c_md({s.c}, dt::f32, tag::x);
+      auto flags = normalization_flags::use_global_stats | normalization_flags::use_scale | normalization_flags::use_shift;
+      if (node.relu) flags |= normalization_flags::fuse_norm_relu;
+      batch_normalization_forward::primitive_desc pd(
+          batch_normalization_forward::desc(prop_kind::forward_inference, P.out[src].get_desc(), 0.f, flags), eng);
+      P.scale[i] = memory(c_md, eng, scale_.at(i).data());
+      P.shift[i] = memory(c_md, eng, shift_.at(i).data());
+      P.mean[i] = memory(c_md, eng, zeros_.data());
+      P.variance[i] = memory(c_md, eng, ones_.data());
+      P.steps.push_back({batch_normalization_forward(pd), {{DNNL_ARG_SRC, P.out[src]},
+                                                           {DNNL_ARG_MEAN, P.mean[i]},
+                                                           {DNNL_ARG_VARIANCE, P.variance[i]},
+                                                           {DNNL_ARG_SCALE, P.scale[i]},
+                                                           {DNNL_ARG_SHIFT, P.shift[i]},
+                                                           {DNNL_ARG_DST, P.out[i]}}});
+    } else if (node.op == "add") {
+      if (B.fused[i] >= 0) continue;  // the deferred convolution added itself into the shortcut's buffer
+      const int other = at.at(node.inputs[1]);
+      binary::primitive_desc pd(binary::desc(algorithm::binary_add, P.out[src].get_desc(), P.out[other].get_desc(),
+                                             P.out[i].get_desc()),
+                                eng);
+      P.steps.push_back(
+          {binary(pd), {{DNNL_ARG_SRC_0, P.out[src]}, {DNNL_ARG_SRC_1, P.out[other]}, {DNNL_ARG_DST, P.out[i]}}});
     } else if (node.op == "concat") {
+      if (root(at.at(node.inputs[0])) == root(i)) continue;  // its inputs already wrote their slices
       std::vector<memory::desc> srcs;
       std::unordered_map<int, memory> args;
-      if (owner[at.at(node.inputs[0])] == owner[i]) continue;  // its inputs already wrote their slices
       for (size_t k = 0; k < node.inputs.size(); ++k) {
         int j = at.at(node.inputs[k]);
         srcs.push_back(P.out[j].get_desc());
         args[DNNL_ARG_MULTIPLE_SRC + (int)k] = P.out[j];
       }
-      concat::primitive_desc pd(dst_md, 1, srcs, eng);
+      concat::primitive_desc pd(P.out[i].get_desc(), 1, srcs, eng);
       args[DNNL_ARG_DST] = P.out[i];
       P.steps.push_back({concat(pd), args});
     }
   }
-  const int last = count - 1;
+  const int last_node = count - 1;
   P.grid = memory({{n, channels_, grid_h_, grid_w_}, dt::f32, tag::nhwc}, eng, nullptr);
-  P.steps.push_back({reorder(P.out[last], P.grid), {{DNNL_ARG_FROM, P.out[last]}, {DNNL_ARG_TO, P.grid}}});
+  P.steps.push_back(
+      {reorder(P.out[last_node], P.grid), {{DNNL_ARG_FROM, P.out[last_node]}, {DNNL_ARG_TO, P.grid}}});
   return *(plans_[n] = std::move(plan));
 }
 

@@ -1,7 +1,9 @@
-// An imported pretrained CNN (InceptionV3 from tfjs) run for inference on oneDNN: batch norm folded into the
-// convolution weights and bias, ReLU as a post-op, every activation in the 8-channel blocked layout chosen
-// for AVX2 (no reorders inside the network: the image goes in planar, the grid comes out N x L x D), and at
-// batch 1 each concatenation's inputs are written straight into their slice of its output (no copies).
+// An imported pretrained CNN (InceptionV3 from tfjs, ResNet v2 from TF-slim) run for inference on oneDNN: batch norm
+// folded into the convolution weights and bias, ReLU as a post-op, every activation in the channel-blocked layout
+// oneDNN's convolutions choose on this CPU (no reorders inside the network: the image goes in planar, the grid
+// comes out N x L x D). At batch 1 each concatenation's inputs are written straight into their slice of its
+// output; a residual unit's last convolution adds itself into the shortcut's buffer (sum post-op); activation
+// buffers are reused once nothing reads them any more.
 #pragma once
 #include <map>
 #include <memory>
@@ -42,6 +44,8 @@ class PretrainedEncoder {
   int input_size_, grid_h_, grid_w_, channels_;
   double macs_;
   std::map<int, FloatBuffer> conv_w_, conv_b_;  // node index -> folded OIHW weights and bias
+  std::map<int, FloatBuffer> scale_, shift_;    // affine node index -> per-channel scale and offset
+  FloatBuffer zeros_, ones_;                    // the fixed statistics an affine runs batch norm with
   std::map<int, std::unique_ptr<Plan>> plans_;
 };
 
@@ -52,12 +56,31 @@ struct PretrainedNet {
   int input_size = 299;
   float mean[3] = {0.f, 0.f, 0.f}, stdev[3] = {1.f, 1.f, 1.f};  // planes = (RGB / 255 - mean) / std
   nlohmann::json info = nlohmann::json::object();                 // provenance: source, licence, command
+  // Set when the weights are a file of someone else's (a TF-slim ResNet v2 safetensors): models built on it name
+  // the file and its sha256 instead of holding a copy of the weights.
+  std::string external_file, external_sha256;
 };
 void save_pretrained_net(const std::string& path, const PretrainedNet& net);
-// Validates the header, the graph and every tensor the graph names (shape included); errors name the file.
+// A sat encoder file (sat import-tfjs), or a TF-slim ResNet v2 trunk in safetensors (../shared/models/resnet_v2_101):
+// validates the header, the graph and every tensor the graph names (shape included); errors name the file.
 PretrainedNet load_pretrained_net(const std::string& path);
+
+// External encoder weights: where a model's named weights file is looked for, in order: the directory given here
+// (the CLI's --weights-dir), $SAT_WEIGHTS, then the default (../shared/models beside the source checkout). In each,
+// DIR/FILE and DIR/STEM/FILE (resnet_v2_101/resnet_v2_101.safetensors) are tried.
+void set_weights_dir(const std::string& dir);
+void set_default_weights_dir(const std::string& dir);
+std::vector<std::string> weights_search_dirs();
+// Finds and loads the file with that name and sha256. None found, truncated or a different file: one Error naming
+// `model_path`, the file it needs with its sha256, and where it looked. `found` receives the path used.
+TensorFile load_external_weights(const std::string& file, const std::string& sha256, const std::string& model_path,
+                                 std::string* found = nullptr);
 // Only the tensors a (cut) graph uses, in their stored form.
 TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where);
+
+// A tensor's values as float32 (uint8 dequantized), checked against `shape`; errors name `where`.
+FloatBuffer pretrained_tensor(const TensorFile& tf, const std::string& name, const std::vector<int64_t>& shape,
+                              const std::string& where);
 
 // A conv node's weights with its batch norm (inference statistics) folded in: OIHW weight and bias.
 struct FoldedConv {

@@ -25,7 +25,7 @@ TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, c
     fail(where, e.what());
   }
   NetNode input;
-  input.name = from;
+  input.name = graph.nodes[start].name;  // `from` may be an alias ("block3" for "block3/unit_23")
   input.op = "input";
   graph_.nodes.push_back(input);
   shapes_.push_back(all[start]);
@@ -42,14 +42,28 @@ TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, c
   for (size_t i = 1; i < graph_.nodes.size(); ++i)
     for (auto& in : graph_.nodes[i].inputs) inputs_[i].push_back(graph_.index_of(in));
   h_ = shapes_.back().h, w_ = shapes_.back().w, c_out_ = shapes_.back().c, c_in_ = shapes_[0].c;
-  for (auto& s : shapes_)
-    if (s.c % 8 != 0)
-      fail(where, "layer with " + std::to_string(s.c) + " channels: the blocks need channel counts divisible by 8");
+  const int block = activation_block();
+  for (size_t i = 0; i < graph_.nodes.size(); ++i)
+    if (graph_.nodes[i].op == "concat")
+      for (int j : inputs_[i])
+        if (shapes_[j].c % block != 0)
+          fail(where, "layer '" + graph_.nodes[j].name + "' has " + std::to_string(shapes_[j].c) + " channels: a " +
+                          "concatenation's inputs need channel counts divisible by " + std::to_string(block));
 
   auto expected = pretrained_tensor_shapes(graph);
   param_of_.assign(graph_.nodes.size(), -1);
   for (size_t i = 1; i < graph_.nodes.size(); ++i) {
     const NetNode& n = graph_.nodes[i];
+    if (n.op == "affine") {
+      param_of_[i] = (int)params_.size();
+      Param scale("encoder." + n.name + ".scale", {shapes_[i].c}), offset("encoder." + n.name + ".offset", {shapes_[i].c});
+      scale.value = pretrained_tensor(weights, n.scale, expected.at(n.scale), where);
+      offset.value = pretrained_tensor(weights, n.offset, expected.at(n.offset), where);
+      params_.push_back(std::move(scale));
+      params_.push_back(std::move(offset));
+      if ((int)zeros_.size() < shapes_[i].c) zeros_.assign(shapes_[i].c, 0.f), ones_.assign(shapes_[i].c, 1.f);
+      continue;
+    }
     if (n.op != "conv") continue;
     FoldedConv f = fold_conv(n, weights, expected, where);
     param_of_[i] = (int)params_.size();
@@ -83,6 +97,11 @@ struct TunableBlocks::Plan {
     // concat: per input, its channel slice of this layer's gradient and the reorder that copies it out
     std::vector<memory> diff_slices;
     std::vector<reorder> slice_reorders;
+    // affine (batch norm with fixed statistics): scale, shift, the statistics, their gradients, the ReLU mask
+    memory scale, shift, mean, variance, diff_scale, diff_shift, diff_src_scratch;
+    batch_normalization_backward affine_bwd;
+    // add: the gradient passes to both inputs unchanged
+    reorder copy_diff;
   };
   int n = 0;
   bool training = false;
@@ -107,9 +126,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
   P.nodes.resize(count);
   P.consumers.assign(count, 0);
   P.received.assign(count, 0);
-  auto blocked = [&](int i) {
-    return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, tag::nChw8c);
-  };
+  const tag act = activation_tag();
+  auto blocked = [&](int i) { return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, act); };
   auto plain_nhwc = [&](int i) {
     return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, tag::nhwc);
   };
@@ -223,6 +241,37 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
       }
       N.fwd = concat(concat::primitive_desc(dst_md, 1, srcs, eng));
       N.fwd_args[DNNL_ARG_DST] = N.out;
+    } else if (node.op == "affine") {
+      // x * scale + offset (then ReLU) as batch norm with fixed statistics: mean 0, variance 1, epsilon 0
+      Param& scale = params_[param_of_[i]];
+      Param& offset = params_[param_of_[i] + 1];
+      memory::desc c_md({s.c}, dt::f32, tag::x);
+      auto flags = normalization_flags::use_global_stats | normalization_flags::use_scale | normalization_flags::use_shift;
+      if (node.relu) flags |= normalization_flags::fuse_norm_relu;
+      batch_normalization_forward::primitive_desc pd(batch_normalization_forward::desc(prop, src_md, 0.f, flags), eng);
+      N.scale = memory(c_md, eng, scale.value.data());
+      N.shift = memory(c_md, eng, offset.value.data());
+      N.mean = memory(c_md, eng, zeros_.data());
+      N.variance = memory(c_md, eng, ones_.data());
+      N.fwd = batch_normalization_forward(pd);
+      N.fwd_args = {{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_MEAN, N.mean},   {DNNL_ARG_VARIANCE, N.variance},
+                    {DNNL_ARG_SCALE, N.scale},        {DNNL_ARG_SHIFT, N.shift}, {DNNL_ARG_DST, N.out}};
+      if (!training) continue;
+      if (node.relu) {
+        N.workspace = memory(pd.workspace_desc(), eng);
+        N.fwd_args[DNNL_ARG_WORKSPACE] = N.workspace;
+      }
+      batch_normalization_backward::primitive_desc bpd(
+          batch_normalization_backward::desc(prop_kind::backward, dst_md, src_md, 0.f, flags), eng, pd);
+      N.affine_bwd = batch_normalization_backward(bpd);
+      N.diff_scale = memory(c_md, eng);
+      N.diff_shift = memory(c_md, eng);
+      if (src == 0) N.diff_src_scratch = memory(src_md, eng);  // no gradient for the cached input
+    } else if (node.op == "add") {
+      const int other = inputs_[i][1];
+      N.fwd = binary(binary::primitive_desc(binary::desc(algorithm::binary_add, src_md, blocked(other), dst_md), eng));
+      N.fwd_args = {{DNNL_ARG_SRC_0, P.nodes[src].out}, {DNNL_ARG_SRC_1, P.nodes[other].out}, {DNNL_ARG_DST, N.out}};
+      if (training) N.copy_diff = reorder(N.diff, N.diff);
     } else {
       throw Error("layer '" + node.name + "': operation '" + node.op + "' cannot be tuned");
     }
@@ -237,7 +286,7 @@ void TunableBlocks::forward(const float* grid_in, int n, bool training, std::vec
   P.in_reorder.execute(s, P.in_user, P.in);
   for (size_t i = 1; i < P.nodes.size(); ++i) {
     auto& N = P.nodes[i];
-    if (param_of_[i] >= 0) N.w_reorder.execute(s, N.w_user, N.w);
+    if (param_of_[i] >= 0 && nodes_are_conv(i)) N.w_reorder.execute(s, N.w_user, N.w);
     N.fwd.execute(s, N.fwd_args);
   }
   grid_out.resize((size_t)n * h_ * w_ * c_out_);
@@ -302,6 +351,32 @@ void TunableBlocks::backward(const float* dgrid_out) {
       if (node.op == "maxpool") args[DNNL_ARG_WORKSPACE] = N.workspace;
       N.pool_bwd.execute(s, args);
       if (add) accumulate(src);
+    } else if (node.op == "affine") {
+      Param& scale = params_[param_of_[i]];
+      Param& offset = params_[param_of_[i] + 1];
+      bool add = false;
+      memory& dst = src != 0 ? target(src, add) : N.diff_src_scratch;
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_MEAN, N.mean},
+                                           {DNNL_ARG_VARIANCE, N.variance},  {DNNL_ARG_SCALE, N.scale},
+                                           {DNNL_ARG_SHIFT, N.shift},        {DNNL_ARG_DIFF_DST, N.diff},
+                                           {DNNL_ARG_DIFF_SRC, dst},         {DNNL_ARG_DIFF_SCALE, N.diff_scale},
+                                           {DNNL_ARG_DIFF_SHIFT, N.diff_shift}};
+      if (node.relu) args[DNNL_ARG_WORKSPACE] = N.workspace;
+      N.affine_bwd.execute(s, args);
+      if (add) accumulate(src);
+      s.wait();
+      const float* ds = static_cast<const float*>(N.diff_scale.get_data_handle());
+      const float* dh = static_cast<const float*>(N.diff_shift.get_data_handle());
+      for (size_t k = 0; k < scale.grad.size(); ++k) scale.grad[k] += ds[k];
+      for (size_t k = 0; k < offset.grad.size(); ++k) offset.grad[k] += dh[k];
+    } else if (node.op == "add") {
+      for (int j : inputs_[i]) {
+        if (j == 0) continue;
+        bool add;
+        memory& dst = target(j, add);
+        N.copy_diff.execute(s, N.diff, dst);
+        if (add) accumulate(j);
+      }
     } else {  // concat: each input's gradient is its channel slice of the output's
       for (size_t k = 0; k < inputs_[i].size(); ++k) {
         const int j = inputs_[i][k];
@@ -322,6 +397,23 @@ void TunableBlocks::write_back(NetGraph& graph, TensorFile& weights) const {
     const int g = graph.index_of(graph_.nodes[i].name);
     if (g < 0) throw Error("write_back: the graph has no layer '" + graph_.nodes[i].name + "'");
     NetNode& node = graph.nodes[g];
+    if (node.op == "affine") {
+      for (const std::string& name : {node.scale, node.offset}) {
+        weights.tensors.erase(name);
+        weights.quantized.erase(name);
+        weights.half.erase(name);
+      }
+      node.scale = node.name + "/tuned_scale";
+      node.offset = node.name + "/tuned_offset";
+      for (int k : {0, 1}) {
+        const Param& p = params_[param_of_[i] + k];
+        Param copy(k == 0 ? node.scale : node.offset, p.shape, false);
+        copy.value = p.value;
+        weights.tensors.erase(copy.name);
+        weights.tensors.emplace(copy.name, std::move(copy));
+      }
+      continue;
+    }
     const Param& W = params_[param_of_[i]];
     const Param& B = params_[param_of_[i] + 1];
     const int CO = (int)W.shape[0], CI = (int)W.shape[1], KH = (int)W.shape[2], KW = (int)W.shape[3];
@@ -332,9 +424,9 @@ void TunableBlocks::write_back(NetGraph& graph, TensorFile& weights) const {
       weights.quantized.erase(name);
       weights.half.erase(name);
     }
-    const std::string layer = node.kernel.substr(0, node.kernel.rfind("/kernel"));
-    node.kernel = layer + "/tuned_kernel";
-    node.bias = layer + "/tuned_bias";
+    node.kernel = node.name + "/tuned_kernel";
+    node.bias = node.name + "/tuned_bias";
+    node.kernel_ohwi = false;
     node.bn.clear();
     node.bn_scale = false;
     Param k(node.kernel, {KH, KW, CI, CO}, false);

@@ -35,7 +35,8 @@ class TunableBlocks {
   int channels_in() const { return c_in_; }
   int channels_out() const { return c_out_; }
   const std::string& from() const { return from_; }
-  // Per conv node: "encoder.<layer>.weight" (OIHW, batch norm folded) and "encoder.<layer>.bias".
+  // Per conv node: "encoder.<layer>.weight" (OIHW, batch norm folded) and "encoder.<layer>.bias"; per affine node
+  // (ResNet v2's pre-activation batch norm): "encoder.<layer>.scale" and "encoder.<layer>.offset".
   std::vector<Param>& params() { return params_; }
   // Multiply-accumulates of the blocks' convolutions for one image (forward).
   double macs_per_image() const { return macs_; }
@@ -56,7 +57,9 @@ class TunableBlocks {
   Plan& plan_for(int n, bool training);
   NetGraph graph_;               // `from` as an input node, then the blocks
   std::vector<NodeShape> shapes_;  // per node of graph_
-  std::vector<int> param_of_;      // node -> index of its weight in params_ (-1 when not a conv)
+  std::vector<int> param_of_;      // node -> index of its weight (conv) or scale (affine) in params_, else -1
+  bool nodes_are_conv(size_t i) const { return graph_.nodes[i].op == "conv"; }
+  FloatBuffer zeros_, ones_;       // the fixed statistics an affine runs batch norm with
   std::vector<std::vector<int>> inputs_;  // node -> the graph_ indices of the layers it reads
   std::string from_;
   int h_ = 0, w_ = 0, c_in_ = 0, c_out_ = 0;
