@@ -14,6 +14,7 @@
 #include "train/optimizer.hpp"
 #include "vision/cnn.hpp"
 #include "vision/pretrained.hpp"
+#include "vision/onednn.hpp"
 #include "vision/tunable.hpp"
 
 namespace sat {
@@ -156,25 +157,36 @@ void add_bench_commands(CLI::App& app) {
     std::string encoder, cut = "mixed5", batches = "1,8";
     int size = 299;
     double seconds = 20;
-    bool json = false;
+    bool json = false, peak = false;
   };
   auto pa = std::make_shared<PreArgs>();
-  auto* pre = bench->add_subcommand("encoder", "Time the pretrained encoder (InceptionV3 on oneDNN) at batch 1 and 8");
-  pre->add_option("--encoder", pa->encoder, "Encoder file (default: the bundled InceptionV3)");
+  auto* pre = bench->add_subcommand("encoder", "Time a pretrained encoder (InceptionV3, ResNet v2) on oneDNN at batch 1 and 8");
+  pre->add_option("--encoder", pa->encoder, "Encoder file: a sat encoder or a ResNet v2 safetensors (default: the bundled InceptionV3)");
   pre->add_option("--cut", pa->cut, "Layer that gives the grid")->capture_default_str();
   pre->add_option("--size", pa->size, "Input side")->capture_default_str();
   pre->add_option("--batches", pa->batches, "Comma-separated batch sizes")->capture_default_str();
   pre->add_option("--seconds", pa->seconds, "Time spent per batch size (after one warm-up batch)")->capture_default_str();
   pre->add_flag("--json", pa->json, "One JSON line per batch size");
+  pre->add_flag("--peak", pa->peak, "Also measure the machine's FP32 peak (oneDNN sgemm) and print the share of it");
   pre->callback([pa] {
     std::string path = pa->encoder.empty() ? default_encoder_path() : pa->encoder;
     PretrainedNet net = load_pretrained_net(path);
-    PretrainedEncoder enc(net.graph.cut(pa->cut), net.weights, pa->size, path);
+    std::string grid_node;
+    try {
+      grid_node = net.graph.grid_node(pa->cut);
+    } catch (const Error& e) {
+      fail(path, e.what());
+    }
+    PretrainedEncoder enc(net.graph.cut(grid_node), net.weights, pa->size, path);
     const double gmac = enc.macs_per_image() / 1e9;
+    const double peak = pa->peak ? measure_peak_gflops() : 0;
+    const std::string name = net.info.value("architecture", std::string(net.external_file.empty() ? "InceptionV3" : "ResNet v2"));
     if (!pa->json)
-      std::printf("InceptionV3 -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s)\n", pa->cut.c_str(),
-                  pa->size, pa->size, enc.grid_h(), enc.grid_w(), enc.channels(), gmac,
-                  dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads");
+      std::printf("%s -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s, %s activations)\n",
+                  name.substr(0, name.find(' ', 14)).c_str(), pa->cut.c_str(), pa->size, pa->size, enc.grid_h(),
+                  enc.grid_w(), enc.channels(), gmac,
+                  dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads", activation_layout_name());
+    if (peak > 0 && !pa->json) std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
     for (const auto& cfg : EncoderConfig::parse_blocks(pa->batches)) {
       const int n = cfg.out_channels;
       Rng rng(3);
@@ -193,7 +205,11 @@ void add_bench_commands(CLI::App& app) {
       double mean = seconds_since(t0) / batches, ips = n / mean;
       if (pa->json)
         std::printf("{\"peer\": \"sat\", \"batch\": %d, \"images_per_s\": %.3f, \"best_images_per_s\": %.3f, "
-                    "\"gflops\": %.2f}\n", n, ips, n / best, 2 * gmac * ips);
+                    "\"gflops\": %.2f, \"gmac_per_image\": %.4f, \"peak_gflops\": %.2f}\n",
+                    n, ips, n / best, 2 * gmac * ips, gmac, peak);
+      else if (peak > 0)
+        std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS, %.0f%% of the peak\n", n,
+                    mean * 1e3, ips, n / best, 2 * gmac * ips, 100 * 2 * gmac * ips / peak);
       else
         std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS\n", n, mean * 1e3, ips,
                     n / best, 2 * gmac * ips);

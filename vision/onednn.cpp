@@ -1,5 +1,9 @@
 #include "vision/onednn.hpp"
 
+#include <algorithm>
+#include <chrono>
+#include <vector>
+
 namespace sat {
 
 using namespace dnnl;
@@ -37,6 +41,26 @@ memory::format_tag activation_tag() {
 int activation_block() {
   const tag t = activation_tag();
   return t == tag::nChw16c ? 16 : t == tag::nChw8c ? 8 : 1;
+}
+
+const char* activation_layout_name() {
+  const tag t = activation_tag();
+  return t == tag::nChw16c ? "nChw16c" : t == tag::nChw8c ? "nChw8c" : "nhwc";
+}
+
+const char* const kPeakMethod = "best of 8 oneDNN sgemm calls, 3072 x 3072 x 3072";
+
+double measure_peak_gflops() {
+  const dnnl_dim_t n = 3072;
+  std::vector<float> a((size_t)n * n, 0.5f), b((size_t)n * n, 0.25f), c((size_t)n * n);
+  double best = 1e30;
+  for (int rep = 0; rep < 9; ++rep) {  // the first call warms up (page faults, thread pool)
+    auto t0 = std::chrono::steady_clock::now();
+    dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::min(best, s);
+  }
+  return 2.0 * n * n * n / best / 1e9;
 }
 
 }  // namespace sat

@@ -10,3 +10,11 @@ dnnl::stream& cpu_stream();
 dnnl::memory::format_tag activation_tag();
 int activation_block();  // its channel block: 16 or 8 (1 for a plain layout)
 }  // namespace sat
+
+namespace sat {
+const char* activation_layout_name();  // "nhwc", "nChw16c", "nChw8c"
+// The machine's practical FP32 peak: the best of several oneDNN sgemm calls (3072 x 3072 x 3072, every thread oneDNN
+// uses), in GFLOP/s. Takes a few seconds.
+double measure_peak_gflops();
+extern const char* const kPeakMethod;
+}  // namespace sat

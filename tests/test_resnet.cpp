@@ -1,0 +1,267 @@
+// ResNet v2 (vision/resnet.cpp) on oneDNN: the real network against PyTorch's computation of the same file
+// (tools/resnet-reference.py), a small random ResNet through both executors (the inference one fuses residual sums
+// and reuses buffers; the trainable one does neither) with finite-difference gradients, and external weights found
+// by name and sha256.
+#include <doctest/doctest.h>
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+
+#include "datasets/sha256.hpp"
+#include "tests/gradcheck.hpp"
+#include "train/model.hpp"
+#include "vision/image.hpp"
+#include "vision/pretrained.hpp"
+#include "vision/resnet.hpp"
+#include "vision/tunable.hpp"
+
+using namespace sat;
+
+namespace {
+
+const std::string kWeightsDir = std::string(SAT_SHARED_DATA) + "/../models/resnet_v2_101";
+const std::string kWeights = kWeightsDir + "/resnet_v2_101.safetensors";
+const std::string kSha256 = "27d907a7fc3af0eb5c8c68a66cc619f8179025938b7aeb72a67fa7f75b8b553c";
+
+// A ResNet v2 in miniature, named as TF-slim names it: conv1 (3 -> 8), block1 with two units (the first projects
+// 8 -> 16, the second strides by 2 and subsamples its identity shortcut), block2 with one projecting, striding unit
+// (-> 24), and block3/unit_1's pre-activation normalizing block2's output. Random weights.
+TensorFile tiny_resnet(uint64_t seed) {
+  TensorFile tf;
+  Rng rng(seed);
+  auto add = [&](const std::string& name, std::vector<int64_t> shape, double lo, double hi) {
+    Param p(name, shape, false);
+    for (auto& v : p.value) v = (float)rng.uniform(lo, hi);
+    tf.tensors.emplace(name, std::move(p));
+  };
+  auto conv = [&](const std::string& scope, int out, int k, int in) {
+    const double r = 1.0 / std::sqrt((double)k * k * in);
+    add(scope + "/weights", {out, k, k, in}, -r, r);
+    add(scope + "/biases", {out}, 0.0, 0.2);  // positive: most ReLUs on, away from the kinks differences probe
+  };
+  auto unit = [&](const std::string& scope, int in, int depth, int out, bool projection) {
+    add(scope + "/preact/scale", {in}, 0.5, 1.5);
+    add(scope + "/preact/offset", {in}, 0.1, 0.5);
+    if (projection) conv(scope + "/shortcut", out, 1, in);
+    conv(scope + "/conv1", depth, 1, in);
+    conv(scope + "/conv2", depth, 3, depth);
+    conv(scope + "/conv3", out, 1, depth);
+  };
+  conv("conv1", 8, 7, 3);
+  unit("block1/unit_1/bottleneck_v2", 8, 8, 16, true);
+  unit("block1/unit_2/bottleneck_v2", 16, 8, 16, false);
+  unit("block2/unit_1/bottleneck_v2", 16, 8, 24, true);
+  add("block3/unit_1/bottleneck_v2/preact/scale", {24}, 0.5, 1.5);
+  add("block3/unit_1/bottleneck_v2/preact/offset", {24}, 0.1, 0.5);
+  return tf;
+}
+
+std::vector<float> randoms(size_t n, Rng& rng) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = (float)rng.normal();
+  return v;
+}
+
+double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (double)std::fabs(a[i] - b[i]));
+  return d;
+}
+
+}  // namespace
+
+TEST_CASE("ResNet v2 graph: units, cut points, grids normalized by the next unit's pre-activation") {
+  TensorFile tf = tiny_resnet(1);
+  REQUIRE(is_resnet_v2(tf));
+  NetGraph g = resnet_v2_graph(tf, "tiny.safetensors");
+  // input, conv1, pool1; per unit preact, conv1-3, sum and a shortcut conv or subsampling; block3/unit_1's preact
+  CHECK(g.nodes.size() == 3 + 6 + 6 + 6 + 1);
+  CHECK(g.grid_node("block1/unit_1") == "block1/unit_2/bottleneck_v2/preact");
+  CHECK(g.grid_node("block1") == "block2/unit_1/bottleneck_v2/preact");
+  CHECK(g.grid_node("block2") == "block3/unit_1/bottleneck_v2/preact");
+  auto cuts = g.cut_points();
+  CHECK(std::find(cuts.begin(), cuts.end(), "block2") != cuts.end());
+  CHECK(std::find(cuts.begin(), cuts.end(), "block1/unit_2") != cuts.end());
+  CHECK_THROWS_WITH_AS(g.grid_node("block9"), doctest::Contains("no layer 'block9' (cut points: block1, block2"), Error);
+  // 32 -> conv1 16 -> pool1 8 -> block1 (strides in its last unit) 4 -> block2 2
+  auto shapes = g.cut(g.grid_node("block2")).shapes(32, 32);
+  CHECK(shapes.back().h == 2);
+  CHECK(shapes.back().c == 24);
+  CHECK(g.cut(g.grid_node("block1/unit_1")).shapes(32, 32).back().h == 8);
+  // The graph survives its JSON form (model files hold it), a cut keeping the grid link only with its grid node.
+  NetGraph back = NetGraph::from_json(g.to_json());
+  CHECK(back.to_json() == g.to_json());
+  CHECK(g.cut("block1/unit_1").nodes.back().grid.empty());
+  // A unit without its convolutions is an error naming the file (only the last block may be a bare pre-activation).
+  TensorFile broken = tf;
+  broken.tensors.erase("block1/unit_2/bottleneck_v2/conv1/weights");
+  CHECK_THROWS_WITH_AS(resnet_v2_graph(broken, "tiny.safetensors"),
+                       doctest::Contains("tiny.safetensors: missing tensor 'block1/unit_2/bottleneck_v2/conv1/weights'"),
+                       Error);
+}
+
+TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, whose gradients match differences") {
+  TensorFile tf = tiny_resnet(2);
+  NetGraph g = resnet_v2_graph(tf, "tiny");
+  const int S = 32;
+  Rng rng(3);
+  const NetGraph whole = g.cut(g.grid_node("block2"));
+  for (int n : {1, 2}) {
+    CAPTURE(n);
+    std::vector<float> images = randoms((size_t)n * 3 * S * S, rng), pooled, fused, unfused;
+    PretrainedEncoder(g.cut("pool1"), tf, S, "t").forward(images.data(), n, pooled);
+    PretrainedEncoder(whole, tf, S, "t").forward(images.data(), n, fused);
+    TunableBlocks blocks(whole, tf, "pool1", S, "t");
+    for (bool training : {false, true}) {
+      blocks.forward(pooled.data(), n, training, unfused);
+      CHECK(max_abs_diff(fused, unfused) < 1e-4);
+    }
+  }
+
+  // Gradients of every convolution and pre-activation from pool1 up, loss = sum(grid * R).
+  const int n = 2;
+  std::vector<float> images = randoms((size_t)n * 3 * S * S, rng), pooled, out;
+  PretrainedEncoder(g.cut("pool1"), tf, S, "t").forward(images.data(), n, pooled);
+  TunableBlocks blocks(whole, tf, "pool1", S, "t");
+  CHECK(blocks.params().size() == 2 * (3 * 3 + 2 + 4));  // convs: 9 + 2 shortcuts; affines: 4
+  const std::vector<float> R = randoms((size_t)n * 2 * 2 * 24, rng);
+  auto loss = [&] {
+    blocks.forward(pooled.data(), n, true, out);
+    double s = 0;
+    for (size_t i = 0; i < out.size(); ++i) s += (double)out[i] * R[i];
+    return s;
+  };
+  loss();
+  for (auto& p : blocks.params()) p.zero_grad();
+  blocks.backward(R.data());
+  for (auto& p : blocks.params()) {
+    CAPTURE(p.name);
+    FloatBuffer analytic = p.grad;
+    double gmax = 0;
+    for (float v : analytic) gmax = std::max(gmax, (double)std::fabs(v));
+    CHECK(gmax > 0);
+    auto r = test::check_gradient(p.value, analytic, loss, 24, 1e-3, 0.02 * gmax + 1e-4, 0.05);
+    CHECK(r.fraction_within(3e-2) >= 0.9);
+    CHECK(r.worst < 0.2);
+  }
+
+  // Trained weights written back: the whole network (fused) computes what the blocks do.
+  for (auto& p : blocks.params())
+    for (auto& v : p.value) v += 0.05f * (float)rng.normal();
+  blocks.forward(pooled.data(), n, false, out);
+  NetGraph graph = whole;
+  TensorFile weights = tf;
+  blocks.write_back(graph, weights);
+  std::vector<float> rewritten;
+  PretrainedEncoder(graph, weights, S, "t").forward(images.data(), n, rewritten);
+  CHECK(max_abs_diff(out, rewritten) < 1e-4);
+}
+
+TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at block3 and block3/unit_22") {
+  // tests/fixtures/resnet_v2_101_reference.safetensors: tools/resnet-reference.py fixture on examples/dog_and_man.jpg
+  // at 224 (float32 PyTorch 1.13 on the same file's weights). Tolerance: 1e-5 of the largest activation. Both
+  // compute in float32 from the same float16 kernels and the same OpenCV-decoded pixels; what differs is the order
+  // of summation over 104 convolutions (oneDNN's kernels against PyTorch's), which here leaves ~1e-6 of the largest
+  // activation (measured: 5.5e-6 of 6.0 at block3); the margin covers other CPUs' kernels.
+  REQUIRE_MESSAGE(file_exists(kWeights), kWeights << " is missing (the shared ResNet-101 v2 weights)");
+  PretrainedNet net = load_pretrained_net(kWeights);
+  CHECK(net.external_file == "resnet_v2_101.safetensors");
+  CHECK(net.external_sha256 == kSha256);
+  CHECK(net.graph.conv_macs(224, 224) / 1e9 == doctest::Approx(6.46).epsilon(0.002));
+  CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(299, 299) / 1e9 == doctest::Approx(11.88).epsilon(0.002));
+  CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(448, 448) / 1e9 == doctest::Approx(25.84).epsilon(0.002));
+
+  TensorFile fixture = load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/resnet_v2_101_reference.safetensors");
+  std::vector<float> planes(3 * 224 * 224);
+  image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
+                  planes.data());
+  for (const std::string cut : {"block3", "block3/unit_22"}) {
+    PretrainedEncoder enc(net.graph.cut(net.graph.grid_node(cut)), net.weights, 224, kWeights);
+    const int side = cut == "block3" ? 7 : 14, step = side / 7, D = 1024;
+    CHECK(enc.grid_h() == side);
+    CHECK(enc.channels() == D);
+    const Param& pooled = fixture.get(cut + "/pooled", "fixture");
+    const Param& sampled = fixture.get(cut + "/sampled", "fixture");
+    for (int n : {1, 2}) {  // batch 2: the same photo twice
+      std::vector<float> images, grid;
+      for (int k = 0; k < n; ++k) images.insert(images.end(), planes.begin(), planes.end());
+      enc.forward(images.data(), n, grid);
+      double largest = 0, worst = 0, worst_pooled = 0;
+      for (float v : sampled.value) largest = std::max(largest, (double)std::fabs(v));
+      for (int k = 0; k < n; ++k) {
+        const float* g = grid.data() + (size_t)k * side * side * D;
+        for (int y = 0; y < 7; ++y)
+          for (int x = 0; x < 7; ++x)
+            for (int c = 0; c < D / 4; ++c)
+              worst = std::max(worst, (double)std::fabs(g[((size_t)(y * step) * side + x * step) * D + 4 * c] -
+                                                        sampled.value[((size_t)y * 7 + x) * (D / 4) + c]));
+        for (int c = 0; c < D; ++c) {
+          double mean = 0;
+          for (int l = 0; l < side * side; ++l) mean += g[(size_t)l * D + c];
+          worst_pooled = std::max(worst_pooled, std::fabs(mean / (side * side) - pooled.value[c]));
+        }
+      }
+      MESSAGE(cut << " batch " << n << ": max |sat - PyTorch| " << worst << " (largest activation " << largest
+                  << "), pooled " << worst_pooled);
+      CHECK(worst < 1e-5 * largest);
+      CHECK(worst_pooled < 1e-6 * largest);
+    }
+  }
+}
+
+TEST_CASE("external encoder weights: found by name and sha256; missing, truncated or different files refused") {
+  REQUIRE(file_exists(kWeights));
+  const std::string dir = "/tmp/sat_test_weights";
+  make_dirs(dir + "/resnet_v2_101");
+  const std::string bytes = read_file(kWeights);
+  set_default_weights_dir("");  // only where this test says
+  set_weights_dir(dir);
+  const std::string file = "resnet_v2_101.safetensors";
+  auto expect_refused = [&](const std::string& what) {
+    CHECK_THROWS_WITH_AS(load_external_weights(file, kSha256, "m.sat"),
+                         doctest::Contains(("m.sat: needs the encoder weights resnet_v2_101.safetensors (sha256 " +
+                                            kSha256 + "): ").c_str()),
+                         Error);
+    CHECK_THROWS_WITH_AS(load_external_weights(file, kSha256, "m.sat"), doctest::Contains(what.c_str()), Error);
+  };
+  std::remove((dir + "/" + file).c_str());
+  std::remove((dir + "/resnet_v2_101/" + file).c_str());
+  expect_refused("looked in " + dir + "; no such file found");
+  write_file_atomic(dir + "/resnet_v2_101/" + file, bytes.substr(0, bytes.size() / 3));
+  expect_refused(dir + "/resnet_v2_101/" + file + " (" + std::to_string(bytes.size() / 3) +
+                 " bytes, sha256 " + sha256_hex(bytes.substr(0, bytes.size() / 3)) + ": truncated or a different file)");
+  std::string changed = bytes;
+  changed[changed.size() - 5] ^= 1;  // one bit of one weight
+  write_file_atomic(dir + "/" + file, changed);
+  expect_refused("truncated or a different file");
+  write_file_atomic(dir + "/resnet_v2_101/" + file, bytes);  // the right file, in the folder named after it
+  std::string found;
+  TensorFile tf = load_external_weights(file, kSha256, "m.sat", &found);
+  CHECK(found == dir + "/resnet_v2_101/" + file);
+  CHECK(is_resnet_v2(tf));
+  set_weights_dir("");
+  set_default_weights_dir(kWeightsDir + "/..");
+  CHECK(is_resnet_v2(load_external_weights(file, kSha256, "m.sat", &found)));
+  std::remove((dir + "/" + file).c_str());
+  std::remove((dir + "/resnet_v2_101/" + file).c_str());
+}
+
+TEST_CASE("sha256: FIPS 180-4 vectors, the accelerated path equals the portable one") {
+  CHECK(sha256_hex("abc") == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  CHECK(sha256_hex("") == "e3b0c44298fc1c149afbf4c8996fb92427ae41e4649b934ca495991b7852b855");
+  CHECK(sha256_hex("abcdbcdecdefdefgefghfghighijhijkijkljklmklmnlmnomnopnopq") ==
+        "248d6a61d20638b8e5c026930c3e6039a33ce45964ff2167f6ecedd419db06c1");
+  CHECK(sha256_hex(std::string(1000000, 'a')) == "cdc76e5c9914fb9281a1c7e284d73e67f1809a48a497200e046d39ccc7112cd0");
+  Rng rng(5);
+  for (size_t n : {0, 1, 55, 56, 63, 64, 65, 119, 120, 128, 1000, 4097}) {
+    std::string s(n, '\0');
+    for (auto& c : s) c = (char)rng.integer(0, 255);
+    CHECK(sha256_hex(s) == sha256_hex_portable(s.data(), s.size()));
+    Sha256 pieces;  // fed in uneven pieces
+    for (size_t i = 0; i < n; i += 7) pieces.update(s.data() + i, std::min<size_t>(7, n - i));
+    CHECK(pieces.hex_digest() == sha256_hex(s));
+  }
+  MESSAGE("sha256 with CPU SHA extensions: " << std::string(sha256_accelerated() ? "yes" : "no (portable code)"));
+}

@@ -1,0 +1,288 @@
+#!/usr/bin/python3
+"""TF-slim's ResNet v2 trunk in PyTorch, computed from the same safetensors file sat reads: the reference sat's oneDNN
+network is checked against, and the speed peer for `sat bench encoder`.
+
+Written from the computation in ../shared/models/resnet_v2_101/README.md (conv1 7x7/2 with explicit padding 3,
+pool1 3x3/2 'SAME', pre-activation bottleneck units, the last unit of blocks 1-3 striding by 2, the grid normalized
+by the next unit's pre-activation), in float32. Needs Debian's python3-torch, python3-numpy, python3-opencv (and
+libopenblas0-pthread, else torch uses the reference BLAS).
+
+  # the unit test's fixture: grids of a photo at block3 and block3/unit_22 (224x224)
+  /usr/bin/python3 tools/resnet-reference.py fixture WEIGHTS IMAGE tests/fixtures/resnet_v2_101_reference.safetensors
+  # one grid's statistics
+  /usr/bin/python3 tools/resnet-reference.py grid WEIGHTS IMAGE [--cut block3] [--size 224]
+  # speed: sat bench encoder, this trunk in PyTorch, and OpenCV dnn on its ONNX export, back to back, 2 threads each
+  /usr/bin/python3 tools/resnet-reference.py bench WEIGHTS [--cut block3] [--size 224] [--batches 1,8] [--seconds 20]
+"""
+import argparse
+import json
+import os
+import re
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+import numpy as np
+
+TOP = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+def read_safetensors(path):
+    with open(path, "rb") as f:
+        data = f.read()
+    n = struct.unpack("<Q", data[:8])[0]
+    header = json.loads(data[8:8 + n])
+    meta = header.pop("__metadata__", {})
+    kinds = {"F32": np.float32, "F16": np.float16, "U8": np.uint8}
+    out = {}
+    for name, e in header.items():
+        a, b = e["data_offsets"]
+        out[name] = np.frombuffer(data, kinds[e["dtype"]], offset=8 + n + a,
+                                  count=(b - a) // np.dtype(kinds[e["dtype"]]).itemsize).reshape(e["shape"])
+    return out, meta
+
+
+def write_safetensors(path, tensors, meta):
+    header, blobs, offset = {"__metadata__": meta}, [], 0
+    for name in sorted(tensors):
+        a = np.ascontiguousarray(tensors[name], dtype=np.float32)
+        header[name] = {"dtype": "F32", "shape": list(a.shape), "data_offsets": [offset, offset + a.nbytes]}
+        blobs.append(a.tobytes())
+        offset += a.nbytes
+    h = json.dumps(header).encode()
+    h += b" " * ((8 - len(h) % 8) % 8)
+    with open(path + ".tmp", "wb") as f:
+        f.write(struct.pack("<Q", len(h)) + h + b"".join(blobs))
+    os.replace(path + ".tmp", path)
+
+
+def units_of(tensors):
+    """{block: number of units}, from names like block3/unit_22/bottleneck_v2/conv1/weights."""
+    units = {}
+    for name in tensors:
+        m = re.match(r"block(\d+)/unit_(\d+)/bottleneck_v2/", name)
+        if m:
+            b, u = int(m.group(1)), int(m.group(2))
+            units[b] = max(units.get(b, 0), u)
+    return units
+
+
+def tf_same_pads(n, k, s):
+    out = -(-n // s)
+    total = max((out - 1) * s + k - n, 0)
+    return total // 2, total - total // 2
+
+
+def make_trunk(tensors, cut):
+    """The trunk up to a cut ('blockB' or 'blockB/unit_U') as a torch.nn.Module, grid normalized as the README says."""
+    import torch
+    import torch.nn.functional as F
+
+    units = units_of(tensors)
+    m = re.fullmatch(r"block(\d+)(?:/unit_(\d+))?", cut)
+    if not m:
+        sys.exit("cut must be blockB or blockB/unit_U, got %r" % cut)
+    cut_b = int(m.group(1))
+    cut_u = int(m.group(2)) if m.group(2) else units[cut_b]
+
+    def t(name):
+        return torch.from_numpy(tensors[name].astype(np.float32))
+
+    def kernel(name):  # OHWI -> OIHW
+        return torch.from_numpy(np.ascontiguousarray(tensors[name].astype(np.float32).transpose(0, 3, 1, 2)))
+
+    class Module(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.params = torch.nn.ParameterDict()
+            self.plan = []  # (scope, stride, projection)
+            for b in sorted(units):
+                for u in range(1, units[b] + 1):
+                    scope = "block%d/unit_%d/bottleneck_v2" % (b, u)
+                    if scope + "/conv1/weights" not in tensors:
+                        continue
+                    last = u == units[b] and b < 4
+                    self.plan.append((scope, 2 if last else 1, scope + "/shortcut/weights" in tensors))
+                    if (b, u) == (cut_b, cut_u):
+                        break
+                else:
+                    continue
+                break
+            nb, nu = (cut_b, cut_u + 1) if cut_u < units[cut_b] else (cut_b + 1, 1)
+            self.norm = "block%d/unit_%d/bottleneck_v2/preact" % (nb, nu)
+            names = ["conv1/weights", "conv1/biases", self.norm + "/scale", self.norm + "/offset"]
+            for scope, _, proj in self.plan:
+                names += [scope + "/preact/scale", scope + "/preact/offset"]
+                for c in ["conv1", "conv2", "conv3"] + (["shortcut"] if proj else []):
+                    names += [scope + "/%s/weights" % c, scope + "/%s/biases" % c]
+            for n in names:
+                v = kernel(n) if n.endswith("/weights") else t(n)
+                if n.endswith(("/scale", "/offset")):
+                    v = v.reshape(1, -1, 1, 1)
+                self.params[n.replace("/", "__")] = torch.nn.Parameter(v, requires_grad=False)
+
+        def p(self, name):
+            return self.params[name.replace("/", "__")]
+
+        def forward(self, x):
+            x = F.conv2d(F.pad(x, (3, 3, 3, 3)), self.p("conv1/weights"), self.p("conv1/biases"), stride=2)
+            top, bottom = tf_same_pads(x.shape[2], 3, 2)
+            left, right = tf_same_pads(x.shape[3], 3, 2)
+            if top == 0 and left == 0:  # the padding at the end only: ceil mode, which ONNX readers know
+                x = F.max_pool2d(x, 3, 2, ceil_mode=True)
+            else:
+                x = F.max_pool2d(F.pad(x, (left, right, top, bottom), value=float("-inf")), 3, 2)
+            for scope, s, proj in self.plan:
+                pre = F.relu(x * self.p(scope + "/preact/scale") + self.p(scope + "/preact/offset"))
+                if proj:
+                    short = F.conv2d(pre, self.p(scope + "/shortcut/weights"), self.p(scope + "/shortcut/biases"),
+                                     stride=s)
+                else:
+                    short = F.max_pool2d(x, 1, s) if s > 1 else x  # x[::s, ::s]
+                r = F.relu(F.conv2d(pre, self.p(scope + "/conv1/weights"), self.p(scope + "/conv1/biases")))
+                r = F.relu(F.conv2d(F.pad(r, (1, 1, 1, 1)), self.p(scope + "/conv2/weights"),
+                                    self.p(scope + "/conv2/biases"), stride=s))
+                r = F.conv2d(r, self.p(scope + "/conv3/weights"), self.p(scope + "/conv3/biases"))
+                x = short + r
+            return F.relu(x * self.p(self.norm + "/scale") + self.p(self.norm + "/offset"))
+
+    return Module().eval()
+
+
+def load_image(path, size):
+    """As sat does: OpenCV decode, resize (area when shrinking, bilinear otherwise), RGB, x / 127.5 - 1."""
+    import cv2
+    bgr = cv2.imread(path, cv2.IMREAD_COLOR)
+    if bgr is None:
+        sys.exit("%s: cannot decode" % path)
+    if bgr.shape[0] != size or bgr.shape[1] != size:
+        shrink = bgr.shape[0] > size or bgr.shape[1] > size
+        bgr = cv2.resize(bgr, (size, size), interpolation=cv2.INTER_AREA if shrink else cv2.INTER_LINEAR)
+    rgb = bgr[:, :, ::-1].astype(np.float32)
+    return (rgb / 127.5 - 1.0).transpose(2, 0, 1)[None].copy()
+
+
+def grid_of(tensors, image, cut, size):
+    import torch
+    with torch.no_grad():
+        g = make_trunk(tensors, cut)(torch.from_numpy(load_image(image, size)))
+    return g[0].permute(1, 2, 0).numpy()  # H x W x C
+
+
+def cmd_grid(a):
+    tensors, _ = read_safetensors(a.weights)
+    g = grid_of(tensors, a.image, a.cut, a.size)
+    pooled = g.reshape(-1, g.shape[2]).mean(0)
+    print("%s at %d: grid %dx%dx%d, mean %.5f, max %.4f, pooled channels 0-3: %s" % (
+        a.cut, a.size, g.shape[0], g.shape[1], g.shape[2], g.mean(), g.max(),
+        ", ".join("%.5f" % v for v in pooled[:4])))
+
+
+def cmd_fixture(a):
+    """Per cut: the mean-pooled grid (all channels) and every 4th channel at a 7x7 lattice of locations."""
+    tensors, _ = read_safetensors(a.weights)
+    out = {}
+    for cut in ["block3", "block3/unit_22"]:
+        g = grid_of(tensors, a.image, cut, 224)
+        step = g.shape[0] // 7
+        out[cut + "/pooled"] = g.reshape(-1, g.shape[2]).mean(0)
+        out[cut + "/sampled"] = g[::step, ::step, ::4]  # 7 x 7 x 256
+        print("%s: grid %s, mean %.5f, max %.4f" % (cut, g.shape, g.mean(), g.max()))
+    meta = {"command": "tools/resnet-reference.py fixture <weights> %s %s" % (os.path.basename(a.image), a.out),
+            "image": os.path.basename(a.image), "size": "224",
+            "sampled": "grid[::step, ::step, ::4] with step = grid side / 7 (block3: every location, unit_22: every "
+                       "other row and column)",
+            "torch": __import__("torch").__version__}
+    write_safetensors(a.out, out, meta)
+    print("wrote", a.out)
+
+
+def timed(fn, n, seconds):
+    fn()  # warm-up
+    runs, best, t0 = 0, 1e30, time.perf_counter()
+    while time.perf_counter() - t0 < seconds or runs < 3:
+        t1 = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - t1)
+        runs += 1
+    return n / ((time.perf_counter() - t0) / runs), n / best
+
+
+def cmd_bench(a):
+    import cv2
+    import torch
+    batches = [int(b) for b in a.batches.split(",")]
+    tensors, _ = read_safetensors(a.weights)
+    rows = {}
+    sat = subprocess.run([a.sat, "bench", "encoder", "--encoder", a.weights, "--cut", a.cut, "--size", str(a.size),
+                          "--batches", a.batches, "--seconds", str(a.seconds), "--json"],
+                         check=True, capture_output=True, text=True).stdout
+    for line in sat.splitlines():
+        j = json.loads(line)
+        rows.setdefault("sat", {})[j["batch"]] = (j["images_per_s"], j["best_images_per_s"])
+        gmac = j["gmac_per_image"]
+
+    torch.set_num_threads(2)
+    trunk = make_trunk(tensors, a.cut)
+    for n in batches:
+        x = torch.rand(n, 3, a.size, a.size) * 2 - 1
+
+        def run():
+            with torch.no_grad():
+                trunk(x)
+        rows.setdefault("PyTorch %s" % torch.__version__, {})[n] = timed(run, n, a.seconds)
+
+    cv2.setNumThreads(2)
+    with tempfile.TemporaryDirectory() as tmp:
+        path = os.path.join(tmp, "resnet_trunk.onnx")
+        torch.onnx.export(trunk, torch.rand(1, 3, a.size, a.size), path, input_names=["image"], output_names=["grid"],
+                          dynamic_axes={"image": {0: "batch"}, "grid": {0: "batch"}}, opset_version=11)
+        net = cv2.dnn.readNetFromONNX(path)
+    net.setPreferableBackend(cv2.dnn.DNN_BACKEND_OPENCV)
+    net.setPreferableTarget(cv2.dnn.DNN_TARGET_CPU)
+    for n in batches:
+        x = (np.random.rand(n, 3, a.size, a.size) * 2 - 1).astype(np.float32)
+
+        def run():
+            net.setInput(x)
+            net.forward()
+        rows.setdefault("OpenCV %s dnn" % cv2.__version__, {})[n] = timed(run, n, a.seconds)
+
+    print("ResNet v2 trunk to %s at %dx%d, %.2f GMAC per image, 2 threads each" % (a.cut, a.size, a.size, gmac))
+    for n in batches:
+        peers = {k: v[n][0] for k, v in rows.items() if k != "sat"}
+        best_peer = max(peers.values())
+        line = "batch %d: sat %.2f images/s (%.0f GFLOPS)" % (n, rows["sat"][n][0], rows["sat"][n][0] * gmac * 2)
+        for k, v in peers.items():
+            line += ", %s %.2f (%.0f GFLOPS)" % (k, v, v * gmac * 2)
+        line += "; sat / faster peer %.2fx" % (rows["sat"][n][0] / best_peer)
+        print(line)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    g = sub.add_parser("grid")
+    g.add_argument("weights")
+    g.add_argument("image")
+    g.add_argument("--cut", default="block3")
+    g.add_argument("--size", type=int, default=224)
+    f = sub.add_parser("fixture")
+    f.add_argument("weights")
+    f.add_argument("image")
+    f.add_argument("out")
+    b = sub.add_parser("bench")
+    b.add_argument("weights")
+    b.add_argument("--cut", default="block3")
+    b.add_argument("--size", type=int, default=224)
+    b.add_argument("--batches", default="1,8")
+    b.add_argument("--seconds", type=float, default=20)
+    b.add_argument("--sat", default=os.path.join(TOP, "build", "sat"))
+    a = ap.parse_args()
+    {"grid": cmd_grid, "fixture": cmd_fixture, "bench": cmd_bench}[a.cmd](a)
+
+
+if __name__ == "__main__":
+    main()
