@@ -17,6 +17,22 @@ struct Error : std::runtime_error {
 [[noreturn]] void fail(const std::string& file, const std::string& problem);
 
 std::string read_file(const std::string& path);
+// A whole file mapped read-only (large weight files: no copy, pages mapped in one call). Errors name the file.
+class MappedFile {
+ public:
+  explicit MappedFile(const std::string& path);
+  ~MappedFile();
+  MappedFile(const MappedFile&) = delete;
+  MappedFile& operator=(const MappedFile&) = delete;
+  const char* data() const { return data_; }
+  size_t size() const { return size_; }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+  const char* data_ = nullptr;
+  size_t size_ = 0;
+};
 // Writes to "<path>.tmp.<pid>", fsyncs, then renames over path: a reader never sees half a file.
 void write_file_atomic(const std::string& path, const std::string& bytes);
 bool file_exists(const std::string& path);

@@ -3,6 +3,9 @@
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
+#include <string_view>
+
+#include "datasets/features.hpp"
 
 namespace sat {
 
@@ -118,6 +121,11 @@ void save_safetensors(const std::string& path, const TensorFile& tf) { write_fil
 TensorFile load_safetensors(const std::string& path) { return decode_safetensors(read_file(path), path); }
 
 TensorFile decode_safetensors(const std::string& bytes, const std::string& path) {
+  return decode_safetensors(bytes.data(), bytes.size(), path);
+}
+
+TensorFile decode_safetensors(const char* data, size_t size, const std::string& path) {
+  const std::string_view bytes(data, size);
   if (bytes.size() < 8) fail(path, "not a sat model file (too short: " + std::to_string(bytes.size()) + " bytes)");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= (uint64_t)(unsigned char)bytes[i] << (8 * i);
@@ -179,8 +187,9 @@ TensorFile decode_safetensors(const std::string& bytes, const std::string& path)
         fail(path, "tensor '" + name + "' size does not match its shape " + shape_str(shape));
       Param p(name, shape, false);
       if (dtype == "F16") {
-        const unsigned char* src = (const unsigned char*)bytes.data() + data_start + offs[0];
-        for (uint64_t i = 0; i < count; ++i) p.value[i] = half_to_float((uint16_t)(src[2 * i] | (src[2 * i + 1] << 8)));
+        std::vector<uint16_t> halves(count);  // the data may sit at any byte offset: copied out, then converted
+        if (count) std::memcpy(halves.data(), bytes.data() + data_start + offs[0], count * 2);
+        half_to_floats(halves.data(), p.value.data(), count);
         tf.half.insert(name);
       } else if (count) {
         std::memcpy(p.value.data(), bytes.data() + data_start + offs[0], count * sizeof(float));

@@ -41,5 +41,6 @@ void save_safetensors(const std::string& path, const TensorFile& tf);
 // Validates everything (header size, JSON, dtypes, offsets, lengths); errors name the file.
 TensorFile load_safetensors(const std::string& path);
 TensorFile decode_safetensors(const std::string& bytes, const std::string& path_for_errors);
+TensorFile decode_safetensors(const char* data, size_t size, const std::string& path_for_errors);
 
 }  // namespace sat

@@ -158,6 +158,24 @@ printf '{"images": [], "annotations": []}' >"$WORK/emptyset/captions.json"
 printf '{"images": [{"id": 1, "file_name": "gone.png"}], "annotations": [{"image_id": 1, "caption": "a cat"}]}' >"$WORK/nosuchimg/captions.json"
 printf '{"images": [{"id": 1, "file_name": "a.png"}], "annotations": [{"image_id": 2, "caption": "a cat"}]}' >"$WORK/badjson/dangling.json"
 
+# A folder of good and bad photos: every good one captioned, every bad one named, a summary, a non-zero exit.
+mkdir -p "$WORK/mixed"
+for k in 1 2 3 4; do cp "$WORK/val/images/00000$k.png" "$WORK/mixed/good$k.png"; done
+head -c 9000 "$(dirname "$0")/../examples/dog_and_man.jpg" >"$WORK/mixed/truncated.jpg"
+printf 'not an image' >"$WORK/mixed/text.png"
+: >"$WORK/mixed/empty.jpg"
+"$SAT" caption "$WORK/mixed" --model "$MODEL" --batch 2 >"$WORK/mixed.out" 2>"$WORK/mixed.err"; rc=$?
+[ "$rc" -ne 0 ] && [ "$rc" -lt 128 ] && [ "$(wc -l <"$WORK/mixed.out")" -eq 4 ] && [ "$(grep -c good "$WORK/mixed.out")" -eq 4 ] \
+  && grep -q "^sat: $WORK/mixed/truncated.jpg: truncated JPEG (9000 bytes, no end-of-image marker)" "$WORK/mixed.err" && grep -q "^sat: $WORK/mixed/text.png: cannot decode" "$WORK/mixed.err" \
+  && grep -q "^sat: $WORK/mixed/empty.jpg: empty file" "$WORK/mixed.err" \
+  && [ "$(tail -n 1 "$WORK/mixed.err")" = "sat: caption: 4 captioned, 3 failed (named above)" ] \
+  && pass "caption a folder with bad files: 4 captioned, 3 named, exit $rc" || fail "caption a mixed folder (exit $rc): $(cat "$WORK/mixed.err")"
+"$SAT" caption "$WORK/mixed" --model "$MODEL" --json 2>/dev/null | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert len(d) == 7, d
+assert sum("caption" in x for x in d) == 4 and sum("error" in x for x in d) == 3, d' \
+  && pass "caption --json: failures as entries with an error field" || fail "caption --json with failures"
 expect_error "missing image" "^sat: $WORK/nope.png: cannot open" "$SAT" caption "$WORK/nope.png" --model "$MODEL"
 expect_error "non-image file" "^sat: $WORK/fake.png: cannot decode image" "$SAT" caption "$WORK/fake.png" --model "$MODEL"
 expect_error "empty image file" "^sat: $WORK/empty.png: empty file" "$SAT" attend "$WORK/empty.png" --model "$MODEL" --out "$WORK/x.png"
@@ -203,6 +221,67 @@ expect_error "fine-tuned model with a cache of its whole encoder" "^sat: $WORK/v
 "$SAT" extract --data "$WORK/val" --out "$WORK/val128.feat" --size 128 --cut mixed2 >/dev/null 2>&1
 expect_error "feature cache from another encoder" "^sat: $WORK/val128.feat: feature cache was made by a different encoder" "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val128.feat"
 expect_error "feature cache that is not one" "^sat: $WORK/garbage.sat: not a sat feature cache" "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/garbage.sat"
+# ResNet-101 v2 read from the shared weights file: the model names the file and its sha256 instead of holding a copy.
+RESNET="$ROOT/../shared/models/resnet_v2_101/resnet_v2_101.safetensors"
+RSHA=27d907a7fc3af0eb5c8c68a66cc619f8179025938b7aeb72a67fa7f75b8b553c
+"$SAT" extract --data "$WORK/val" --out "$WORK/rn.feat" --encoder "$RESNET" --cut block3/unit_22 --size 96 >/dev/null 2>&1 \
+  && pass "extract ResNet v2 block3/unit_22 features" || fail "extract ResNet"
+"$SAT" train --data "$WORK/val" --val-data "$WORK/val" --encoder "$RESNET" --cut block3/unit_22 --encoder-size 96 \
+  --features "$WORK/rn.feat" --out "$WORK/rn" --epochs 1 --embed 32 --hidden 32 --attn 32 --val-limit 20 >/dev/null 2>&1 \
+  && [ "$(stat -c %s "$WORK/rn/model.sat")" -lt 2000000 ] && pass "train on ResNet features: the model holds no ResNet weights" \
+  || fail "train on ResNet features"
+"$SAT" model info "$WORK/rn/model.sat" | grep -q "^encoder weights: resnet_v2_101.safetensors (sha256 $RSHA), not stored in the model: found at " \
+  && pass "model info names the encoder weights and where they were found" || fail "model info: encoder weights"
+"$SAT" eval --model "$WORK/rn/model.sat" --data "$WORK/val" --features "$WORK/rn.feat" --results-out "$WORK/rn_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn/model.sat" --data "$WORK/val" --results-out "$WORK/rn_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn_cache.json" "$WORK/rn_images.json" && pass "ResNet model: captions from its cache equal captions from images" ||
+  fail "ResNet model from cache vs images"
+# fine-tuning block3's last unit on block3/unit_22's raw output (the cache the trainer extracts itself)
+"$SAT" train --data "$WORK/val" --val-data "$WORK/val" --encoder "$RESNET" --cut block3 --tune-from block3/unit_22 \
+  --encoder-size 96 --out "$WORK/rn_tune" --epochs 1 --embed 32 --hidden 32 --attn 32 --val-limit 20 >"$WORK/rn_tune.log" 2>&1 &&
+  "$SAT" model info "$WORK/rn_tune/model.sat" | grep -q "fine-tuned after block3/unit_22" &&
+  "$SAT" eval --model "$WORK/rn_tune/model.sat" --data "$WORK/val" --features "$WORK/rn_tune/features.feat" --results-out "$WORK/rnt_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn_tune/model.sat" --data "$WORK/val" --results-out "$WORK/rnt_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rnt_cache.json" "$WORK/rnt_images.json" && pass "ResNet with block3's last unit fine-tuned: captions from its raw cache equal captions from images" ||
+  fail "ResNet fine-tuning: $(tail -2 "$WORK/rn_tune.log")"
+"$SAT" extract --data "$WORK/val" --out "$WORK/rn_raw.feat" --encoder "$RESNET" --cut block3/unit_22 --size 96 --raw >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn_tune/model.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" >/dev/null 2>&1 &&
+  pass "sat extract --raw writes the cache a fine-tuned ResNet model reads" || fail "extract --raw"
+expect_error "fine-tuned ResNet with a normalized cache" "^sat: $WORK/rn.feat: feature cache was made by a different encoder" \
+  "$SAT" eval --model "$WORK/rn_tune/model.sat" --data "$WORK/val" --features "$WORK/rn.feat"
+# a model naming weights that are nowhere: another sha256 (a substituted file), another file name (a missing file)
+rename_weights() { python3 - "$1" "$2" "$3" "$4" <<'PY'
+import json, struct, sys
+src, dst, key, value = sys.argv[1:]
+data = open(src, "rb").read()
+n = struct.unpack("<Q", data[:8])[0]
+header = json.loads(data[8:8 + n])
+enc = json.loads(header["__metadata__"]["encoder"])
+enc["weights"][key] = value
+header["__metadata__"]["encoder"] = json.dumps(enc)
+h = json.dumps(header).encode()
+h += b" " * ((8 - len(h) % 8) % 8)
+open(dst, "wb").write(struct.pack("<Q", len(h)) + h + data[8 + n:])
+PY
+}
+rename_weights "$WORK/rn/model.sat" "$WORK/rn_othersha.sat" sha256 "$(printf '0%.0s' $(seq 64))"
+rename_weights "$WORK/rn/model.sat" "$WORK/rn_otherfile.sat" file resnet_v2_50.safetensors
+expect_error "model naming a different weights file (sha256)" \
+  "^sat: $WORK/rn_othersha.sat: needs the encoder weights resnet_v2_101.safetensors \(sha256 0{64}\): .*found only .*resnet_v2_101.safetensors \([0-9]+ bytes, sha256 $RSHA: truncated or a different file\)" \
+  "$SAT" caption "$IMG" --model "$WORK/rn_othersha.sat"
+mkdir -p "$WORK/weights_here"
+expect_error "model naming missing weights" \
+  "^sat: $WORK/rn_otherfile.sat: needs the encoder weights resnet_v2_50.safetensors \(sha256 $RSHA\): \\$SAT_WEIGHTS not set; looked in $WORK/weights_here; .*no such file found \(pass --weights-dir DIR or set SAT_WEIGHTS" \
+  env -u SAT_WEIGHTS "$SAT" caption "$IMG" --model "$WORK/rn_otherfile.sat" --weights-dir "$WORK/weights_here"
+head -c 1000000 "$RESNET" >"$WORK/weights_here/resnet_v2_50.safetensors"
+expect_error "model naming weights found truncated (SAT_WEIGHTS)" \
+  "^sat: $WORK/rn_otherfile.sat: .*--weights-dir not given; looked in $WORK/weights_here; .*found only $WORK/weights_here/resnet_v2_50.safetensors \(1000000 bytes, sha256 [0-9a-f]{64}: truncated or a different file\)" \
+  env SAT_WEIGHTS="$WORK/weights_here" "$SAT" caption "$IMG" --model "$WORK/rn_otherfile.sat"
+cp "$RESNET" "$WORK/weights_here/resnet_v2_101.safetensors"
+"$SAT" caption "$IMG" --model "$WORK/rn/model.sat" --weights-dir "$WORK/weights_here" >/dev/null 2>&1 &&
+  "$SAT" model info "$WORK/rn/model.sat" --weights-dir "$WORK/weights_here" | grep -q "found at $WORK/weights_here/resnet_v2_101.safetensors$" &&
+  pass "--weights-dir is searched first" || fail "--weights-dir"
+rm -f "$WORK/weights_here/resnet_v2_101.safetensors"
 printf 'a.jpg#0\ta dog runs\nbroken line without a tab\n' >"$WORK/tokens.txt"
 expect_error "Flickr8k token file with a broken line" "^sat: $WORK/tokens.txt: line 2" "$SAT" data convert "$WORK/tokens.txt" --out "$WORK/t.json"
 printf '{"images": [{"filename": "a.jpg", "split": "train", "sentences": [{"tokens": ["a", "dog"]}]}, {"split": "val"}]}' >"$WORK/karpathy.json"

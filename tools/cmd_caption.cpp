@@ -8,6 +8,7 @@
 #include "seq/search.hpp"
 #include "tools/commands.hpp"
 #include "train/model.hpp"
+#include "train/progress.hpp"
 #include "vision/image.hpp"
 #include "vision/overlay.hpp"
 
@@ -70,7 +71,7 @@ void add_caption_commands(CLI::App& app) {
     std::string model = default_model_path();
     SearchFlags search;
     int batch = 16;
-    bool json = false, timing = false;
+    bool json = false, timing = false, quiet = false;
   };
   auto a = std::make_shared<CaptionArgs>();
   auto* cap = app.add_subcommand("caption", "Caption images (files or directories of images)");
@@ -80,6 +81,7 @@ void add_caption_commands(CLI::App& app) {
   cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
   cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}]");
   cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
+  cap->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal, for more than one batch)");
   cap->callback([a] {
     using clock = std::chrono::steady_clock;
     auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
@@ -90,25 +92,54 @@ void add_caption_commands(CLI::App& app) {
     double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
     nlohmann::json out = nlohmann::json::array();
+    // A file that cannot be read is named on stderr and skipped; every readable image is captioned.
+    const bool tty = Progress::is_terminal();
+    const bool progress = !a->quiet && tty && (int)files.size() > std::max(1, a->batch);
+    std::unique_ptr<Progress> bar;
+    if (progress) bar = std::make_unique<Progress>("caption", (int64_t)files.size());
+    const int S = model->encoder_config.input_size;
+    const size_t plane = (size_t)3 * S * S;
+    size_t failed = 0, done = 0;
     for (size_t s = 0; s < files.size(); s += std::max(1, a->batch)) {
       std::vector<std::string> chunk(files.begin() + s, files.begin() + std::min(files.size(), s + std::max(1, a->batch)));
       auto t0 = clock::now();
-      auto planes = model->load_planes(chunk);
+      std::vector<std::string> good;
+      std::vector<float> planes(chunk.size() * plane);
+      for (const std::string& file : chunk) {
+        try {
+          model->load_plane(file, planes.data() + good.size() * plane);
+          good.push_back(file);
+        } catch (const Error& e) {
+          if (files.size() == 1) throw;  // one image: its error is the one line
+          ++failed;
+          std::fprintf(stderr, "%ssat: %s\n", bar ? "\r\033[K" : "", e.what());
+          if (a->json) out.push_back({{"file", file}, {"error", e.what()}});
+        }
+      }
       t_images += seconds(t0);
+      done += chunk.size();
+      if (good.empty()) continue;
+      planes.resize(good.size() * plane);
       t0 = clock::now();
-      Mat F = model->encode(planes, (int)chunk.size());
+      Mat F = model->encode(planes, (int)good.size());
       t_encode += seconds(t0);
       t0 = clock::now();
-      auto hyps = model->search(F, (int)chunk.size(), model->beam);
+      auto hyps = model->search(F, (int)good.size(), model->beam);
       t_search += seconds(t0);
-      for (size_t i = 0; i < chunk.size(); ++i) {
+      for (size_t i = 0; i < good.size(); ++i) {
         std::string caption = join_words(model->vocab.decode(hyps[i].tokens));
-        if (a->json) out.push_back({{"file", chunk[i]}, {"caption", caption}});
+        if (a->json) out.push_back({{"file", good[i]}, {"caption", caption}});
         else if (files.size() == 1) std::printf("%s\n", caption.c_str());
-        else std::printf("%s\t%s\n", chunk[i].c_str(), caption.c_str());
+        else std::printf("%s\t%s\n", good[i].c_str(), caption.c_str());
       }
       std::fflush(stdout);
+      if (bar) {
+        char stats[64];
+        std::snprintf(stats, sizeof stats, "%.1f images/s", done / std::max(1e-9, seconds(start) - t_load));
+        bar->update((int64_t)done, stats);
+      }
     }
+    if (bar) bar->finish(std::to_string(files.size() - failed) + " captioned, " + std::to_string(failed) + " failed");
     if (a->json) std::printf("%s\n", out.dump(2).c_str());
     if (a->timing) {
       const double total = seconds(start), n = (double)files.size();
@@ -118,6 +149,9 @@ void add_caption_commands(CLI::App& app) {
                    files.size(), total, t_load, t_images, t_encode, model->beam, t_search, 1000 * total / n,
                    n / std::max(1e-9, total - t_load));
     }
+    if (failed > 0)  // the summary is the last line, and the exit status says some images were not captioned
+      throw Error("caption: " + std::to_string(files.size() - failed) + " captioned, " + std::to_string(failed) +
+                  " failed (named above)");
   });
 
   struct AttendArgs {

@@ -86,6 +86,7 @@ void add_encoder_commands(CLI::App& app) {
   struct ExArgs {
     std::string data, image_dir, images, out, encoder, cut = "mixed5", model;
     int size = 0;
+    bool raw = false;
     ExtractOptions opt;
   };
   auto x = std::make_shared<ExArgs>();
@@ -95,15 +96,18 @@ void add_encoder_commands(CLI::App& app) {
   ex->add_option("--image-dir", x->image_dir, "Image folder when --data is a file (default: next to it)");
   ex->add_option("--images", x->images, "List of image file names to encode, one per line (default: all)");
   ex->add_option("--out", x->out, "Feature cache to write")->required();
-  ex->add_option("--encoder", x->encoder, "Encoder file (default: the bundled InceptionV3)");
-  ex->add_option("--cut", x->cut, "Layer that gives the grid (mixed0..mixed7 in the bundled file)")->capture_default_str();
+  ex->add_option("--encoder", x->encoder, "Encoder file: a sat encoder or a ResNet v2 safetensors (default: the bundled InceptionV3)");
+  ex->add_option("--cut", x->cut, "Layer that gives the grid (mixed0..mixed7 in the bundled file; ResNet v2: block1..block3, block3/unit_22, ...)")->capture_default_str();
   ex->add_option("--size", x->size, "Input side (0: the encoder file's default, 299)")->capture_default_str();
   ex->add_option("--model", x->model, "Use this caption model's encoder instead of --encoder/--cut/--size");
+  ex->add_flag("--raw", x->raw, "The cut layer's output as it is, not normalized for attention by the next unit's "
+                                "pre-activation (ResNet v2): the cache sat train --tune-from CUT reads");
   ex->add_option("--batch", x->opt.batch, "Images per encoder call")->capture_default_str();
   ex->add_option("--dtype", x->opt.dtype, "Stored precision: f16 (half the size) or f32")->capture_default_str();
   ex->callback([x] {
     std::unique_ptr<CaptionModel> model =
-        x->model.empty() ? pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut, x->size)
+        x->model.empty() ? pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut,
+                                                    x->size, x->raw)
                          : CaptionModel::load(x->model);
     CaptionSet set = load_caption_set(x->data, x->image_dir, x->images);
     std::vector<std::string> paths, names;

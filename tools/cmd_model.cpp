@@ -25,6 +25,8 @@ static nlohmann::json model_summary(const std::string& path) {
   nlohmann::json enc = {{"kind", e.kind}, {"input_size", e.input_size}, {"grid", {e.grid_h(), e.grid_w()}},
                         {"feature_dim", e.feature_dim()}};
   if (e.pretrained()) enc["cut"] = e.cut;
+  if (!e.weights_file.empty())
+    enc["weights"] = {{"file", e.weights_file}, {"sha256", e.weights_sha256}, {"found", m->encoder_weights_path}};
   if (m->tuned) {
     int64_t tuned_params = 0;
     for (auto& p : m->tuned->params()) tuned_params += p.size();
@@ -77,6 +79,10 @@ void add_model_commands(CLI::App& app) {
     std::printf("encoder: %s%s, %dx%d input -> %dx%d grid of %d features\n", e["kind"].get<std::string>().c_str(),
                 e.contains("cut") ? (" cut at " + e["cut"].get<std::string>()).c_str() : "", e["input_size"].get<int>(),
                 e["input_size"].get<int>(), e["grid"][0].get<int>(), e["grid"][1].get<int>(), e["feature_dim"].get<int>());
+    if (e.contains("weights"))
+      std::printf("encoder weights: %s (sha256 %s), not stored in the model: found at %s\n",
+                  e["weights"]["file"].get<std::string>().c_str(), e["weights"]["sha256"].get<std::string>().c_str(),
+                  e["weights"]["found"].get<std::string>().c_str());
     if (e.contains("tune_from"))
       std::printf("encoder fine-tuned after %s: %lld parameters trained with the decoder (feature caches hold %s)\n",
                   e["tune_from"].get<std::string>().c_str(), e["tuned_parameters"].get<long long>(),

@@ -15,7 +15,7 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
   if (model.encoder_config.tuned())
     throw Error("extract: this model fine-tunes its encoder after " + model.encoder_config.tune_from +
                 "; its feature caches hold that layer's grids: extract with --encoder FILE --cut " +
-                model.encoder_config.tune_from);
+                model.encoder_config.tune_from + " --raw");
   FeatureHeader h;
   h.encoder = model.encoder_config.to_json();
   h.encoder_id = model.encoder_id();

@@ -20,23 +20,28 @@ void CaptionModel::build() {
   decoder = std::make_unique<Decoder>(decoder_config);
 }
 
-std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size) {
+std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size,
+                                                       bool raw, bool build) {
   PretrainedNet net = load_pretrained_net(encoder_file);
   auto m = std::make_unique<CaptionModel>();
   try {
-    m->encoder_config = EncoderConfig::make_pretrained(net.graph, cut, size > 0 ? size : net.input_size, net.mean, net.stdev);
+    m->encoder_config =
+        EncoderConfig::make_pretrained(net.graph, cut, size > 0 ? size : net.input_size, net.mean, net.stdev, raw);
   } catch (const Error& e) {
     fail(encoder_file, e.what());
   }
+  if (!net.external_file.empty()) m->encoder_weights_path = encoder_file;
   m->encoder_config.weights_file = net.external_file;
   m->encoder_config.weights_sha256 = net.external_sha256;
-  m->encoder_weights = select_tensors(m->encoder_config.graph, net.weights, encoder_file);
-  m->build_encoder();
+  m->encoder_weights = select_tensors(m->encoder_config.graph, std::move(net.weights), encoder_file);
+  if (build) m->build_encoder();
   return m;
 }
 
 void CaptionModel::build_encoder() {
   if (encoder_config.pretrained()) {
+    if (encoder_weights.tensors.empty() && encoder_weights.quantized.empty())
+      throw Error("the encoder's weights were already handed to a built encoder (build the model once)");
     encoder.reset();
     tuned.reset();
     if (encoder_config.tuned())
@@ -52,8 +57,14 @@ void CaptionModel::build_encoder() {
 
 void CaptionModel::sync_tuned() {
   if (!tuned) {
-    pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, encoder_weights, encoder_config.input_size,
-                                                     "encoder weights");
+    // A frozen encoder whose weights live outside the model file needs them for nothing else (not saved; the id is
+    // the file's sha256): the encoder takes them instead of a copy (ResNet-101: 110 MB less to allocate and fill).
+    if (!encoder_config.weights_file.empty())
+      pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, std::move(encoder_weights),
+                                                       encoder_config.input_size, "encoder weights");
+    else
+      pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, encoder_weights,
+                                                       encoder_config.input_size, "encoder weights");
     return;
   }
   NetGraph graph = encoder_config.graph;
@@ -189,9 +200,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (ec.weights_file.empty()) {
       m->encoder_weights = select_tensors(ec.graph, tf, path);
     } else {
-      std::string found;
-      TensorFile ext = load_external_weights(ec.weights_file, ec.weights_sha256, path, &found);
-      m->encoder_weights = select_tensors(ec.graph, ext, found);
+      m->encoder_weights = select_tensors(
+          ec.graph, load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path),
+          m->encoder_weights_path);
     }
   }
   try {
@@ -249,6 +260,10 @@ std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& pat
     image_to_planes(load_image_bgr(paths[i]), S, encoder_config.mean, encoder_config.stdev,
                     planes.data() + i * 3 * S * S);
   return planes;
+}
+
+void CaptionModel::load_plane(const std::string& path, float* out) const {
+  image_to_planes(load_image_bgr(path), encoder_config.input_size, encoder_config.mean, encoder_config.stdev, out);
 }
 
 Mat CaptionModel::encode(const std::vector<float>& planes, int n) {

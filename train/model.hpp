@@ -29,7 +29,10 @@ struct CaptionModel {
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
-  TensorFile encoder_weights;                     // kind "pretrained": the imported weights, as stored
+  // kind "pretrained": the imported weights, as stored. Empty once a frozen encoder with weights outside the
+  // model file (weights_file) is built: the encoder holds them then.
+  TensorFile encoder_weights;
+  std::string encoder_weights_path;               // where weights the model names (weights_file) were found
   std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained" (with the tuned blocks' current weights)
   std::unique_ptr<TunableBlocks> tuned;           // kind "pretrained" with tune_from: the layers being trained
   std::unique_ptr<Decoder> decoder;
@@ -56,6 +59,8 @@ struct CaptionModel {
 
   // Decodes and preprocesses images into N x 3 x S x S planes.
   std::vector<float> load_planes(const std::vector<std::string>& paths) const;
+  // One image into 3 x S x S planes at `out` (an unreadable image is an Error naming the file).
+  void load_plane(const std::string& path, float* out) const;
   // Inference-mode encoder over planes: N*L x D features.
   Mat encode(const std::vector<float>& planes, int n);
   // Captions n images' features: greedy when beam is 1, else beam search with the model's length_norm.
@@ -68,7 +73,10 @@ struct CaptionModel {
 std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths);
 
 // A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`
-// (0: the file's default). What sat extract runs and sat train --encoder starts from.
-std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size);
+// (0: the file's default). What sat extract runs and sat train --encoder starts from. raw: the cut layer's own
+// output, not normalized for attention (ResNet v2) — what the layers fine-tuned after it read.
+// build=false leaves the encoder unbuilt for a caller that sets more of the model and builds it whole.
+std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size,
+                                                       bool raw = false, bool build = true);
 
 }  // namespace sat

@@ -293,7 +293,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   if (!model) {
     if (self_critical) throw Error("train: --objective cider fine-tunes a trained model: give it --init-from MODEL");
     if (!opt.encoder.empty()) {
-      model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size);
+      model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size, false, false);  // built below
     } else {
       model = std::make_unique<CaptionModel>();
       model->encoder_config.input_size = opt.input_size;
@@ -369,7 +369,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
         std::fprintf(stderr, "encoding %zu images once into %s\n", names.size(), opt.features.c_str());
         if (tuned)  // the frozen part only: the tuned blocks run at every step
           extract_features(*pretrained_encoder_model(opt.encoder, model->encoder_config.tune_from,
-                                                     model->encoder_config.input_size),
+                                                     model->encoder_config.input_size, true),
                            paths, names, opt.features, ExtractOptions());
         else
           extract_features(*model, paths, names, opt.features, ExtractOptions());

@@ -10,6 +10,16 @@ namespace sat {
 cv::Mat load_image_bgr(const std::string& path) {
   std::string bytes = read_file(path);  // names the file if it is missing or unreadable
   if (bytes.empty()) fail(path, "empty file, not an image");
+  // libjpeg decodes a truncated JPEG with a warning, the missing rows grey: a caption of half a photo. A whole JPEG
+  // ends with the end-of-image marker (FF D9), give or take trailing padding.
+  if (bytes.size() >= 3 && (unsigned char)bytes[0] == 0xFF && (unsigned char)bytes[1] == 0xD8 &&
+      (unsigned char)bytes[2] == 0xFF) {
+    size_t end = bytes.size();
+    while (end > 2 && (bytes[end - 1] == '\0' || bytes[end - 1] == '\n' || bytes[end - 1] == '\r' || bytes[end - 1] == ' '))
+      --end;
+    if (!((unsigned char)bytes[end - 2] == 0xFF && (unsigned char)bytes[end - 1] == 0xD9))
+      fail(path, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
+  }
   cv::Mat raw(1, (int)bytes.size(), CV_8UC1, bytes.data());
   cv::Mat img;
   try {

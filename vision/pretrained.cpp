@@ -2,6 +2,8 @@
 
 #include <cmath>
 #include <climits>
+#include <memory>
+#include <thread>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -115,6 +117,27 @@ void save_pretrained_net(const std::string& path, const PretrainedNet& net) {
   save_safetensors(path, tf);
 }
 
+TensorFile select_tensors(const NetGraph& graph, TensorFile&& all, const std::string& where) {
+  TensorFile out;
+  for (auto& [name, shape] : pretrained_tensor_shapes(graph)) {
+    auto q = all.quantized.find(name);
+    if (q != all.quantized.end()) {
+      if (q->second.shape != shape)
+        fail(where, "tensor '" + name + "' has shape " + shape_str(q->second.shape) + ", expected " + shape_str(shape));
+      out.quantized[name] = std::move(q->second);
+      continue;
+    }
+    auto t = all.tensors.find(name);
+    if (t == all.tensors.end()) fail(where, "missing tensor '" + name + "'");
+    if (t->second.shape != shape)
+      fail(where, "tensor '" + name + "' has shape " + shape_str(t->second.shape) + ", expected " + shape_str(shape));
+    t->second.grad.clear();
+    out.tensors.emplace(name, std::move(t->second));
+  }
+  all = TensorFile();
+  return out;
+}
+
 TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where) {
   TensorFile out;
   for (auto& [name, shape] : pretrained_tensor_shapes(graph)) {
@@ -141,12 +164,13 @@ static std::string base_name(const std::string& path) {
 
 static PretrainedNet resnet_v2_net(TensorFile&& tf, const std::string& path, const std::string& sha256) {
   PretrainedNet net;
+  const auto metadata = tf.metadata;
   net.graph = resnet_v2_graph(tf, path);
-  net.weights = select_tensors(net.graph, tf, path);
+  net.weights = select_tensors(net.graph, std::move(tf), path);
   net.input_size = 299;  // what TF-slim's ResNet v2 was trained at
   for (int i = 0; i < 3; ++i) net.mean[i] = 0.5f, net.stdev[i] = 0.5f;  // x / 127.5 - 1
   net.info = nlohmann::json::object();
-  for (auto& [k, v] : tf.metadata) net.info[k] = v;
+  for (auto& [k, v] : metadata) net.info[k] = v;
   net.info["weights_file"] = base_name(path);
   net.info["sha256"] = sha256;
   net.external_file = base_name(path);
@@ -155,9 +179,14 @@ static PretrainedNet resnet_v2_net(TensorFile&& tf, const std::string& path, con
 }
 
 PretrainedNet load_pretrained_net(const std::string& path) {
-  const std::string bytes = read_file(path);
-  TensorFile tf = decode_safetensors(bytes, path);
-  if (is_resnet_v2(tf)) return resnet_v2_net(std::move(tf), path, sha256_hex(bytes));
+  TensorFile tf;
+  std::string sha256;
+  {
+    MappedFile file(path);
+    tf = decode_safetensors(file.data(), file.size(), path);
+    if (is_resnet_v2(tf)) sha256 = sha256_hex(file.data(), file.size());
+  }
+  if (!sha256.empty()) return resnet_v2_net(std::move(tf), path, sha256);
   auto it = tf.metadata.find("format");
   if (it == tf.metadata.end() || it->second != kEncoderFormat)
     fail(path, "not a sat encoder file (no \"format\": \"" + std::string(kEncoderFormat) +
@@ -213,21 +242,32 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
   for (const std::string& dir : weights_search_dirs())
     for (const std::string& candidate : {join_path(dir, file), join_path(join_path(dir, stem), file)}) {
       if (!file_exists(candidate)) continue;
-      std::string bytes;
+      std::unique_ptr<MappedFile> file;
       try {
-        bytes = read_file(candidate);
+        file = std::make_unique<MappedFile>(candidate);
       } catch (const Error& e) {
         looked += (looked.empty() ? "" : "; ") + candidate + " (unreadable)";
         continue;
       }
-      const std::string got = sha256_hex(bytes);
+      // The hash runs beside the decoding (two cores); a wrong file is refused before anything uses it.
+      std::string got;
+      std::thread hasher([&] { got = sha256_hex(file->data(), file->size()); });
+      TensorFile tf;
+      std::string decode_error;
+      try {
+        tf = decode_safetensors(file->data(), file->size(), candidate);
+      } catch (const Error& e) {
+        decode_error = e.what();
+      }
+      hasher.join();
       if (got != sha256) {
-        looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(bytes.size()) +
+        looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(file->size()) +
                   " bytes, sha256 " + got + ": truncated or a different file)";
         continue;
       }
+      if (!decode_error.empty()) throw Error(decode_error);  // the right bytes, yet unreadable: cannot happen
       if (found) *found = candidate;
-      return decode_safetensors(bytes, candidate);
+      return tf;
     }
   std::string where;
   if (weights_dir_flag().empty()) where += "--weights-dir not given; ";
@@ -238,9 +278,10 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
                        " (pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds it)");
 }
 
-PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, const TensorFile& weights, int input_size,
+PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size,
                                      const std::string& where)
-    : graph_(graph), input_size_(input_size) {
+    : graph_(graph), weights_(std::move(weights)), input_size_(input_size) {
+  const TensorFile& W = weights_;
   try {
     shapes_ = graph_.shapes(input_size, input_size);
   } catch (const Error& e) {
@@ -252,12 +293,20 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, const TensorFile& we
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const NetNode& node = graph_.nodes[i];
     if (node.op == "conv") {
-      FoldedConv f = fold_conv(node, weights, expected, where);
+      auto k = W.tensors.find(node.kernel);
+      auto b = W.tensors.find(node.bias);
+      if (node.bn.empty() && node.kernel_ohwi && k != W.tensors.end() && b != W.tensors.end()) {
+        // Nothing to fold (TF-slim's export folded its batch norms): oneDNN reorders the OHWI kernel as it is.
+        if (k->second.shape != expected.at(node.kernel) || b->second.shape != expected.at(node.bias))
+          fold_conv(node, W, expected, where);  // names the tensor and the shapes
+        continue;
+      }
+      FoldedConv f = fold_conv(node, W, expected, where);
       conv_w_[(int)i] = std::move(f.weight);
       conv_b_[(int)i] = std::move(f.bias);
     } else if (node.op == "affine") {
-      scale_[(int)i] = pretrained_tensor(weights, node.scale, expected.at(node.scale), where);
-      shift_[(int)i] = pretrained_tensor(weights, node.offset, expected.at(node.offset), where);
+      scale_[(int)i] = pretrained_tensor(W, node.scale, expected.at(node.scale), where);
+      shift_[(int)i] = pretrained_tensor(W, node.offset, expected.at(node.offset), where);
       if ((int)zeros_.size() < shapes_[i].c) zeros_.assign(shapes_[i].c, 0.f), ones_.assign(shapes_[i].c, 1.f);
     }
   }
@@ -460,10 +509,13 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
         conv_src = P.image_copies.back();
         P.steps.push_back({reorder(P.image, conv_src), {{DNNL_ARG_FROM, P.image}, {DNNL_ARG_TO, conv_src}}});
       }
-      memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, tag::oihw}, eng, conv_w_.at(i).data());
+      const bool folded = conv_w_.count(i) > 0;
+      float* w_data = folded ? conv_w_.at(i).data() : weights_.tensors.at(node.kernel).value.data();
+      float* b_data = folded ? conv_b_.at(i).data() : weights_.tensors.at(node.bias).value.data();
+      memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
       P.conv_w[i] = memory(pd.weights_desc(), eng);
       reorder(user_w, P.conv_w[i]).execute(cpu_stream(), user_w, P.conv_w[i]);
-      P.conv_b[i] = memory(b_md, eng, conv_b_.at(i).data());
+      P.conv_b[i] = memory(b_md, eng, b_data);
       P.steps.push_back({convolution_forward(pd), {{DNNL_ARG_SRC, conv_src},
                                                    {DNNL_ARG_WEIGHTS, P.conv_w[i]},
                                                    {DNNL_ARG_BIAS, P.conv_b[i]},

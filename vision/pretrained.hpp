@@ -22,7 +22,9 @@ class PretrainedEncoder {
   // graph: already cut at the layer that gives the grid. weights: the tensors its conv nodes name
   // (kernels HWIO, biases, batch-norm beta/gamma/moving statistics), float32 or uint8-quantized.
   // `where` names the model file in errors (missing tensor, wrong shape).
-  PretrainedEncoder(const NetGraph& graph, const TensorFile& weights, int input_size, const std::string& where);
+  // The encoder keeps the weights (pass them with std::move when the caller needs them no more): unfolded OHWI
+  // kernels are read from them as they are when a plan is built.
+  PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size, const std::string& where);
   ~PretrainedEncoder();
   PretrainedEncoder(const PretrainedEncoder&) = delete;
   PretrainedEncoder& operator=(const PretrainedEncoder&) = delete;
@@ -40,6 +42,7 @@ class PretrainedEncoder {
   struct Plan;
   Plan& plan_for(int n);
   NetGraph graph_;
+  TensorFile weights_;
   std::vector<NodeShape> shapes_;
   int input_size_, grid_h_, grid_w_, channels_;
   double macs_;
@@ -77,6 +80,7 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
                                  std::string* found = nullptr);
 // Only the tensors a (cut) graph uses, in their stored form.
 TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where);
+TensorFile select_tensors(const NetGraph& graph, TensorFile&& all, const std::string& where);  // moves them out
 
 // A tensor's values as float32 (uint8 dequantized), checked against `shape`; errors name `where`.
 FloatBuffer pretrained_tensor(const TensorFile& tf, const std::string& name, const std::vector<int64_t>& shape,
