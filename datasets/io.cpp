@@ -39,6 +39,21 @@ std::string read_file(const std::string& path) {
   return out;
 }
 
+void* allocate_aligned(size_t bytes) {
+  bytes = (bytes + 63) / 64 * 64;
+  void* p = std::aligned_alloc(64, bytes ? bytes : 64);
+  if (!p) throw std::bad_alloc();
+  if (bytes >= (1u << 20)) {
+#ifndef MADV_POPULATE_WRITE
+#define MADV_POPULATE_WRITE 23  // Linux 5.14; older kernels refuse it and the pages fault in as usual
+#endif
+    const uintptr_t page = 4096, begin = ((uintptr_t)p + page - 1) / page * page,
+                    end = ((uintptr_t)p + bytes) / page * page;
+    if (end > begin) ::madvise((void*)begin, end - begin, MADV_POPULATE_WRITE);
+  }
+  return p;
+}
+
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   struct stat st {};
   if (stat(path.c_str(), &st) != 0) fail(path, "cannot open (" + std::string(std::strerror(errno)) + ")");

@@ -271,7 +271,7 @@ expect_error "model naming a different weights file (sha256)" \
   "$SAT" caption "$IMG" --model "$WORK/rn_othersha.sat"
 mkdir -p "$WORK/weights_here"
 expect_error "model naming missing weights" \
-  "^sat: $WORK/rn_otherfile.sat: needs the encoder weights resnet_v2_50.safetensors \(sha256 $RSHA\): \\$SAT_WEIGHTS not set; looked in $WORK/weights_here; .*no such file found \(pass --weights-dir DIR or set SAT_WEIGHTS" \
+  "^sat: $WORK/rn_otherfile.sat: needs the encoder weights resnet_v2_50.safetensors \(sha256 $RSHA\): \\\$SAT_WEIGHTS not set; looked in $WORK/weights_here; .*no such file found \(pass --weights-dir DIR or set SAT_WEIGHTS" \
   env -u SAT_WEIGHTS "$SAT" caption "$IMG" --model "$WORK/rn_otherfile.sat" --weights-dir "$WORK/weights_here"
 head -c 1000000 "$RESNET" >"$WORK/weights_here/resnet_v2_50.safetensors"
 expect_error "model naming weights found truncated (SAT_WEIGHTS)" \

@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <climits>
+#include <list>
 #include <memory>
 #include <thread>
 #include <cstring>
@@ -319,6 +320,7 @@ struct PretrainedEncoder::Plan {
   std::vector<memory> out;  // per node: its output (a view into a pooled buffer, or into another node's buffer)
   std::vector<memory> conv_w, conv_b, scale, shift, mean, variance;
   std::vector<memory> image_copies;  // the image in the layout a first convolution prefers
+  std::list<FloatBuffer> weights;  // the convolutions' weights in their layouts (a list: addresses stay put)
   std::vector<FloatBuffer> pool;  // activation buffers, each reused by layers whose lifetimes do not overlap
   std::vector<std::pair<primitive, std::unordered_map<int, memory>>> steps;
 };
@@ -513,7 +515,8 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       float* w_data = folded ? conv_w_.at(i).data() : weights_.tensors.at(node.kernel).value.data();
       float* b_data = folded ? conv_b_.at(i).data() : weights_.tensors.at(node.bias).value.data();
       memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
-      P.conv_w[i] = memory(pd.weights_desc(), eng);
+      P.weights.emplace_back(pd.weights_desc().get_size() / sizeof(float));  // ours: allocated mapped in
+      P.conv_w[i] = memory(pd.weights_desc(), eng, P.weights.back().data());
       reorder(user_w, P.conv_w[i]).execute(cpu_stream(), user_w, P.conv_w[i]);
       P.conv_b[i] = memory(b_md, eng, b_data);
       P.steps.push_back({convolution_forward(pd), {{DNNL_ARG_SRC, conv_src},
