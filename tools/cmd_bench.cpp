@@ -180,10 +180,10 @@ void add_bench_commands(CLI::App& app) {
     PretrainedEncoder enc(net.graph.cut(grid_node), net.weights, pa->size, path);
     const double gmac = enc.macs_per_image() / 1e9;
     const double peak = pa->peak ? measure_peak_gflops() : 0;
-    const std::string name = net.info.value("architecture", std::string(net.external_file.empty() ? "InceptionV3" : "ResNet v2"));
+    const std::string name = net.external_file.empty() ? "InceptionV3" : "ResNet v2 (" + net.external_file + ")";
     if (!pa->json)
       std::printf("%s -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s, %s activations)\n",
-                  name.substr(0, name.find(' ', 14)).c_str(), pa->cut.c_str(), pa->size, pa->size, enc.grid_h(),
+                  name.c_str(), pa->cut.c_str(), pa->size, pa->size, enc.grid_h(),
                   enc.grid_w(), enc.channels(), gmac,
                   dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads", activation_layout_name());
     if (peak > 0 && !pa->json) std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);

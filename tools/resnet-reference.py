@@ -127,26 +127,34 @@ def make_trunk(tensors, cut):
             return self.params[name.replace("/", "__")]
 
         def forward(self, x):
-            x = F.conv2d(F.pad(x, (3, 3, 3, 3)), self.p("conv1/weights"), self.p("conv1/biases"), stride=2)
-            top, bottom = tf_same_pads(x.shape[2], 3, 2)
-            left, right = tf_same_pads(x.shape[3], 3, 2)
+            # TF-slim pads (k - 1) / 2 on every side then convolves 'valid': the convolution's own symmetric
+            # padding (an explicit Pad op would be the same, but OpenCV 4.6's ONNX reader rejects it)
+            x = F.conv2d(x, self.p("conv1/weights"), self.p("conv1/biases"), stride=2, padding=3)
+            top, bottom = tf_same_pads(int(x.shape[2]), 3, 2)  # constants in an export at a fixed size
+            left, right = tf_same_pads(int(x.shape[3]), 3, 2)
             if top == 0 and left == 0:  # the padding at the end only: ceil mode, which ONNX readers know
                 x = F.max_pool2d(x, 3, 2, ceil_mode=True)
             else:
                 x = F.max_pool2d(F.pad(x, (left, right, top, bottom), value=float("-inf")), 3, 2)
             for scope, s, proj in self.plan:
-                pre = F.relu(x * self.p(scope + "/preact/scale") + self.p(scope + "/preact/offset"))
+                pre = F.relu(self.affine(x, scope + "/preact"))
                 if proj:
                     short = F.conv2d(pre, self.p(scope + "/shortcut/weights"), self.p(scope + "/shortcut/biases"),
                                      stride=s)
                 else:
                     short = F.max_pool2d(x, 1, s) if s > 1 else x  # x[::s, ::s]
                 r = F.relu(F.conv2d(pre, self.p(scope + "/conv1/weights"), self.p(scope + "/conv1/biases")))
-                r = F.relu(F.conv2d(F.pad(r, (1, 1, 1, 1)), self.p(scope + "/conv2/weights"),
-                                    self.p(scope + "/conv2/biases"), stride=s))
+                r = F.relu(F.conv2d(r, self.p(scope + "/conv2/weights"), self.p(scope + "/conv2/biases"), stride=s,
+                                    padding=1))
                 r = F.conv2d(r, self.p(scope + "/conv3/weights"), self.p(scope + "/conv3/biases"))
                 x = short + r
-            return F.relu(x * self.p(self.norm + "/scale") + self.p(self.norm + "/offset"))
+            return F.relu(self.affine(x, self.norm))
+
+        def affine(self, x, scope):
+            # x * scale + offset, written as batch norm with mean 0, variance 1 and epsilon 0 (the same numbers):
+            # OpenCV 4.6's ONNX reader broadcasts a plain Mul/Add over batch 1 only
+            scale, offset = self.p(scope + "/scale").flatten(), self.p(scope + "/offset").flatten()
+            return F.batch_norm(x, torch.zeros_like(scale), torch.ones_like(scale), scale, offset, False, 0.0, 0.0)
 
     return Module().eval()
 
