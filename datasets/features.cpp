@@ -84,8 +84,14 @@ void half_to_floats(const uint16_t* in, float* out, size_t n) {
 }
 
 json FeatureHeader::to_json() const {
-  return {{"encoder", encoder}, {"encoder_id", encoder_id}, {"grid_h", grid_h}, {"grid_w", grid_w},
-          {"channels", channels}, {"dtype", dtype}, {"images", images}};
+  json j = {{"encoder", encoder}, {"encoder_id", encoder_id}, {"grid_h", grid_h}, {"grid_w", grid_w},
+            {"channels", channels}, {"dtype", dtype}, {"images", images}};
+  if (!skipped.empty()) {  // absent otherwise: caches without skipped photos keep their header
+    json list = json::array();
+    for (auto& [name, why] : skipped) list.push_back({{"image", name}, {"error", why}});
+    j["skipped"] = list;
+  }
+  return j;
 }
 
 static std::string header_block(const FeatureHeader& h) {
@@ -113,6 +119,8 @@ static size_t parse_header(const unsigned char* p, size_t size, const std::strin
     h.channels = j.at("channels").get<int>();
     h.dtype = j.at("dtype").get<std::string>();
     h.images = j.at("images").get<std::vector<std::string>>();
+    if (j.contains("skipped"))
+      for (auto& e : j.at("skipped")) h.skipped.emplace_back(e.at("image").get<std::string>(), e.at("error").get<std::string>());
   } catch (const std::exception& e) {
     fail(path, std::string("feature cache header is malformed (") + e.what() + ")");
   }
@@ -167,6 +175,12 @@ void FeatureCache::read(int i, float* out) const {
   // Streaming: the record's pages go back to the page cache's care, so resident memory stays bounded.
   uintptr_t page = 4096, begin = ((uintptr_t)rec + page - 1) / page * page, end = ((uintptr_t)rec + rb) / page * page;
   if (end > begin) madvise((void*)begin, end - begin, MADV_DONTNEED);
+}
+
+bool FeatureCache::was_skipped(const std::string& image) const {
+  for (auto& [name, why] : header_.skipped)
+    if (name == image) return true;
+  return false;
 }
 
 void FeatureCache::require(const std::string& encoder_id, const std::vector<std::string>& names) const {

@@ -22,6 +22,8 @@ struct FeatureHeader {
   int grid_h = 0, grid_w = 0, channels = 0;
   std::string dtype = "f16";  // "f16" or "f32"
   std::vector<std::string> images;
+  // Photos `sat extract --skip-bad` could not read, with the reason: the cache has no record for them.
+  std::vector<std::pair<std::string, std::string>> skipped;
 
   int locations() const { return grid_h * grid_w; }
   size_t record_bytes() const { return (size_t)locations() * channels * (dtype == "f16" ? 2 : 4); }
@@ -44,6 +46,7 @@ class FeatureCache {
   void read(int i, float* out) const;
   // Throws Error unless the cache was made by this encoder (id) and holds every image in `names`.
   void require(const std::string& encoder_id, const std::vector<std::string>& names) const;
+  bool was_skipped(const std::string& image) const;  // listed as unreadable when the cache was extracted
 
  private:
   std::string path_;

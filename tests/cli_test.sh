@@ -206,6 +206,21 @@ head -c 3000000 "$ENC" >"$WORK/truncated_enc.sat"
 expect_error "truncated encoder file" "^sat: $WORK/truncated_enc.sat: .*(truncated|outside)" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$WORK/truncated_enc.sat"
 expect_error "caption model as encoder file" "^sat: $MODEL: not a sat encoder file" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$MODEL"
 "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" >/dev/null 2>&1 && pass "eval from the feature cache" || fail "eval from cache"
+# A dataset with an unreadable photo: extract stops naming it, or with --skip-bad leaves it out and lists it in the
+# cache header; training from that cache says how many photos it lacks and goes on without them.
+cp -r "$WORK/val" "$WORK/valbad" && printf 'not a png' >"$WORK/valbad/images/000003.png"
+expect_error "extract stops at an unreadable photo" "^sat: $WORK/valbad/images/000003.png: cannot decode image" \
+  "$SAT" extract --data "$WORK/valbad" --out "$WORK/valbad.feat" --size 96 --cut mixed2
+rm -f "$WORK/valbad.feat.partial"  # the stopped run's records are for the full list
+"$SAT" extract --data "$WORK/valbad" --out "$WORK/valbad.feat" --size 96 --cut mixed2 --skip-bad >/dev/null 2>"$WORK/skip.err" &&
+  grep -q "^sat: $WORK/valbad/images/000003.png: cannot decode image .* (skipped)$" "$WORK/skip.err" &&
+  head -c 100000 "$WORK/valbad.feat" | grep -aq '"skipped":\[{"error":"[^"]*000003.png[^"]*","image":"000003.png"}\]' &&
+  pass "extract --skip-bad: the photo named and listed in the cache header" || fail "extract --skip-bad: $(cat "$WORK/skip.err")"
+"$SAT" train --data "$WORK/valbad" --val-data "$WORK/valbad" --encoder "$ENC" --encoder-size 96 --cut mixed2 --features "$WORK/valbad.feat" \
+  --out "$WORK/prebad" --epochs 1 --embed 32 --hidden 32 --attn 32 --val-limit 20 >/dev/null 2>"$WORK/prebad.err" &&
+  grep -q "the feature cache lacks 1 of the 150 training photos (unreadable when it was extracted)" "$WORK/prebad.err" &&
+  pass "training from a cache with a skipped photo says so and goes on" || fail "training from a cache with skipped photos: $(tail -2 "$WORK/prebad.err")"
+
 ls "$WORK/train/images" | head -200 >"$WORK/small.txt"
 # Fine-tuning the encoder's top block (mixed2) on mixed1's cached grids: the model captions from images with the
 # trained block (same captions as from the cache), and its caches are the frozen part's.

@@ -103,6 +103,8 @@ void add_encoder_commands(CLI::App& app) {
   ex->add_flag("--raw", x->raw, "The cut layer's output as it is, not normalized for attention by the next unit's "
                                 "pre-activation (ResNet v2): the cache sat train --tune-from CUT reads");
   ex->add_option("--batch", x->opt.batch, "Images per encoder call")->capture_default_str();
+  ex->add_flag("--skip-bad", x->opt.skip_bad, "Leave out images that cannot be read (each named on stderr, all listed "
+                                              "in the cache header) instead of stopping at the first");
   ex->add_option("--dtype", x->opt.dtype, "Stored precision: f16 (half the size) or f32")->capture_default_str();
   ex->callback([x] {
     std::unique_ptr<CaptionModel> model =

@@ -5,6 +5,7 @@
 
 #include "datasets/features.hpp"
 #include "train/progress.hpp"
+#include "vision/image.hpp"
 
 namespace sat {
 
@@ -16,22 +17,39 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
     throw Error("extract: this model fine-tunes its encoder after " + model.encoder_config.tune_from +
                 "; its feature caches hold that layer's grids: extract with --encoder FILE --cut " +
                 model.encoder_config.tune_from + " --raw");
+  std::vector<std::string> use_paths = paths, use_names = names;
   FeatureHeader h;
+  if (opt.skip_bad) {  // a first pass decodes every photo, so the header can list the ones left out
+    use_paths.clear(), use_names.clear();
+    for (size_t i = 0; i < paths.size(); ++i) {
+      try {
+        load_image_bgr(paths[i]);
+        use_paths.push_back(paths[i]), use_names.push_back(names[i]);
+      } catch (const Error& e) {
+        std::fprintf(stderr, "sat: %s (skipped)\n", e.what());
+        h.skipped.emplace_back(names[i], e.what());
+      }
+    }
+    if (use_paths.empty()) throw Error("extract: no readable images");
+    if (!h.skipped.empty())
+      std::fprintf(stderr, "extract: %zu of %zu images unreadable, left out of the cache and listed in its header\n",
+                   h.skipped.size(), paths.size());
+  }
   h.encoder = model.encoder_config.to_json();
   h.encoder_id = model.encoder_id();
   h.grid_h = model.encoder_config.grid_h();
   h.grid_w = model.encoder_config.grid_w();
   h.channels = model.encoder_config.feature_dim();
   h.dtype = opt.dtype;
-  h.images = names;
+  h.images = use_names;
   FeatureWriter writer(out, h);
-  const int total = (int)names.size(), start = writer.done();
+  const int total = (int)use_names.size(), start = writer.done();
   if (start > 0 && !opt.quiet) std::fprintf(stderr, "resuming %s.partial: %d of %d images already there\n", out.c_str(), start, total);
   Progress bar("extract", total);
   auto t0 = std::chrono::steady_clock::now();
   for (int s = start; s < total; s += opt.batch) {
     const int n = std::min(opt.batch, total - s);
-    std::vector<std::string> batch(paths.begin() + s, paths.begin() + s + n);
+    std::vector<std::string> batch(use_paths.begin() + s, use_paths.begin() + s + n);
     std::vector<float> planes = model.load_planes(batch);
     Mat F = model.encode(planes, n);
     writer.append(F.data(), n);

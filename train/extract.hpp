@@ -11,6 +11,9 @@ struct ExtractOptions {
   int batch = 8;
   std::string dtype = "f16";
   bool quiet = false;
+  // Photos that cannot be read are left out and listed in the cache header (each named on stderr) instead of
+  // stopping the run at the first one.
+  bool skip_bad = false;
 };
 
 // Writes `out` (via out.partial, resuming it when present). names: what the cache calls each image (its file

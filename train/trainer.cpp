@@ -375,17 +375,31 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
           extract_features(*model, paths, names, opt.features, ExtractOptions());
       }
     }
-    std::vector<std::string> train_names, val_names;
-    for (auto& img : train_set.images) train_names.push_back(img.file_name);
-    for (auto& img : val_set.images) val_names.push_back(img.file_name);
     train_feats = std::make_unique<FeatureCache>(opt.features);
-    train_feats->require(model->encoder_id(), train_names);
     if (opt.val_features.empty() || opt.val_features == opt.features) {
       val_feats = train_feats.get();
     } else {
       val_feats_own = std::make_unique<FeatureCache>(opt.val_features);
       val_feats = val_feats_own.get();
     }
+    // Photos the cache left out as unreadable (sat extract --skip-bad) are left out here too, and said so.
+    auto without_skipped = [](CaptionSet& set, const FeatureCache& cache, const char* which) {
+      std::vector<std::string> keep;
+      for (auto& img : set.images)
+        if (!cache.was_skipped(img.file_name)) keep.push_back(img.file_name);
+      if (keep.size() == set.images.size()) return;
+      std::fprintf(stderr, "%s: the feature cache lacks %zu of the %zu %s photos (unreadable when it was extracted); "
+                           "going on without them\n",
+                   cache.path().c_str(), set.images.size() - keep.size(), set.images.size(), which);
+      if (keep.empty()) fail(cache.path(), std::string("the feature cache holds none of the ") + which + " photos");
+      set = set.subset(keep, cache.path());
+    };
+    without_skipped(train_set, *train_feats, "training");
+    without_skipped(val_set, *val_feats, "validation");
+    std::vector<std::string> train_names, val_names;
+    for (auto& img : train_set.images) train_names.push_back(img.file_name);
+    for (auto& img : val_set.images) val_names.push_back(img.file_name);
+    train_feats->require(model->encoder_id(), train_names);
     val_feats->require(model->encoder_id(), val_names);
   } else {
     train_bank.load(train_set, S, "loading train images");
