@@ -1,7 +1,9 @@
-// Central finite differences against analytic gradients, on a sample of each parameter's entries.
+// Test helpers: central finite differences against analytic gradients (on a sample of each parameter's entries),
+// random inputs, and the largest difference between two outputs.
 #pragma once
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 #include <string>
@@ -10,6 +12,20 @@
 #include "datasets/io.hpp"
 
 namespace sat::test {
+
+// n standard-normal values from the run's generator.
+inline std::vector<float> randoms(size_t n, Rng& rng) {
+  std::vector<float> v(n);
+  for (auto& x : v) x = (float)rng.normal();
+  return v;
+}
+
+inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  REQUIRE(a.size() == b.size());
+  double d = 0;
+  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (double)std::fabs(a[i] - b[i]));
+  return d;
+}
 
 struct GradCheckResult {
   double worst = 0;  // largest |analytic - numeric| / (|analytic| + |numeric| + floor)

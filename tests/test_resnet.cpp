@@ -17,6 +17,8 @@
 #include "vision/tunable.hpp"
 
 using namespace sat;
+using test::max_abs_diff;
+using test::randoms;
 
 namespace {
 
@@ -64,18 +66,6 @@ bool have_weights() {
   return false;
 }
 
-std::vector<float> randoms(size_t n, Rng& rng) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = (float)rng.normal();
-  return v;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (double)std::fabs(a[i] - b[i]));
-  return d;
-}
 
 }  // namespace
 
@@ -167,7 +157,7 @@ TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, w
 }
 
 TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at block3 and block3/unit_22") {
-  // tests/fixtures/resnet_v2_101_reference.safetensors: tools/resnet-reference.py fixture on examples/dog_and_man.jpg
+  // tests/fixtures/dog_and_man_grids_pytorch.safetensors: tools/resnet-reference.py fixture on examples/dog_and_man.jpg
   // at 224 (float32 PyTorch 1.13 on the same file's weights). Tolerance: 1e-5 of the largest activation. Both
   // compute in float32 from the same float16 kernels and the same OpenCV-decoded pixels; what differs is the order
   // of summation over 104 convolutions (oneDNN's kernels against PyTorch's), which here leaves ~1e-6 of the largest
@@ -180,7 +170,7 @@ TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at b
   CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(299, 299) / 1e9 == doctest::Approx(11.88).epsilon(0.002));
   CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(448, 448) / 1e9 == doctest::Approx(25.84).epsilon(0.002));
 
-  TensorFile fixture = load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/resnet_v2_101_reference.safetensors");
+  TensorFile fixture = load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/dog_and_man_grids_pytorch.safetensors");
   std::vector<float> planes(3 * 224 * 224);
   image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
                   planes.data());
@@ -189,8 +179,8 @@ TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at b
     const int side = cut == "block3" ? 7 : 14, step = side / 7, D = 1024;
     CHECK(enc.grid_h() == side);
     CHECK(enc.channels() == D);
-    const Param& pooled = fixture.get(cut + "/pooled", "fixture");
-    const Param& sampled = fixture.get(cut + "/sampled", "fixture");
+    const Param& pooled = fixture.get("grid.pooled." + cut, "fixture");
+    const Param& sampled = fixture.get("grid.sampled." + cut, "fixture");
     for (int n : {1, 2}) {  // batch 2: the same photo twice
       std::vector<float> images, grid;
       for (int k = 0; k < n; ++k) images.insert(images.end(), planes.begin(), planes.end());

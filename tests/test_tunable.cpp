@@ -12,6 +12,8 @@
 #include "train/optimizer.hpp"
 
 using namespace sat;
+using test::max_abs_diff;
+using test::randoms;
 
 namespace {
 
@@ -81,18 +83,6 @@ struct Stack {
   }
 };
 
-std::vector<float> randoms(size_t n, Rng& rng) {
-  std::vector<float> v(n);
-  for (auto& x : v) x = (float)rng.normal();
-  return v;
-}
-
-double max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  REQUIRE(a.size() == b.size());
-  double d = 0;
-  for (size_t i = 0; i < a.size(); ++i) d = std::max(d, (double)std::fabs(a[i] - b[i]));
-  return d;
-}
 
 }  // namespace
 

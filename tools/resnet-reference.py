@@ -8,7 +8,7 @@ by the next unit's pre-activation), in float32. Needs Debian's python3-torch, py
 libopenblas0-pthread, else torch uses the reference BLAS).
 
   # the unit test's fixture: grids of a photo at block3 and block3/unit_22 (224x224)
-  /usr/bin/python3 tools/resnet-reference.py fixture WEIGHTS IMAGE tests/fixtures/resnet_v2_101_reference.safetensors
+  /usr/bin/python3 tools/resnet-reference.py fixture WEIGHTS IMAGE tests/fixtures/dog_and_man_grids_pytorch.safetensors
   # one grid's statistics
   /usr/bin/python3 tools/resnet-reference.py grid WEIGHTS IMAGE [--cut block3] [--size 224]
   # speed: sat bench encoder, this trunk in PyTorch, and OpenCV dnn on its ONNX export, back to back, 2 threads each
@@ -189,16 +189,18 @@ def cmd_grid(a):
 
 
 def cmd_fixture(a):
-    """Per cut: the mean-pooled grid (all channels) and every 4th channel at a 7x7 lattice of locations."""
+    """Per cut: the mean-pooled grid (all channels) and every 4th channel at a 7x7 lattice of locations. Activations
+    only: the weights stay in ../shared/models."""
     tensors, _ = read_safetensors(a.weights)
     out = {}
     for cut in ["block3", "block3/unit_22"]:
         g = grid_of(tensors, a.image, cut, 224)
         step = g.shape[0] // 7
-        out[cut + "/pooled"] = g.reshape(-1, g.shape[2]).mean(0)
-        out[cut + "/sampled"] = g[::step, ::step, ::4]  # 7 x 7 x 256
+        out["grid.pooled." + cut] = g.reshape(-1, g.shape[2]).mean(0)
+        out["grid.sampled." + cut] = g[::step, ::step, ::4]  # 7 x 7 x 256
         print("%s: grid %s, mean %.5f, max %.4f" % (cut, g.shape, g.mean(), g.max()))
-    meta = {"command": "tools/resnet-reference.py fixture <weights> %s %s" % (os.path.basename(a.image), a.out),
+    meta = {"content": "the trunk's output grids (activations) for one photo, sampled; no weights",
+            "command": "tools/resnet-reference.py fixture <weights> %s %s" % (os.path.basename(a.image), a.out),
             "image": os.path.basename(a.image), "size": "224",
             "sampled": "grid[::step, ::step, ::4] with step = grid side / 7 (block3: every location, unit_22: every "
                        "other row and column)",

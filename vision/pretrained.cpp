@@ -5,6 +5,7 @@
 #include <list>
 #include <memory>
 #include <thread>
+#include <type_traits>
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
@@ -118,44 +119,41 @@ void save_pretrained_net(const std::string& path, const PretrainedNet& net) {
   save_safetensors(path, tf);
 }
 
-TensorFile select_tensors(const NetGraph& graph, TensorFile&& all, const std::string& where) {
+// Source: const TensorFile (the tensors are copied) or TensorFile (they are moved out).
+template <typename Source>
+static TensorFile select_from(const NetGraph& graph, Source& all, const std::string& where) {
+  constexpr bool take = !std::is_const_v<Source>;
   TensorFile out;
   for (auto& [name, shape] : pretrained_tensor_shapes(graph)) {
+    auto check = [&, &name = name, &shape = shape](const std::vector<int64_t>& got) {
+      if (got != shape) fail(where, "tensor '" + name + "' has shape " + shape_str(got) + ", expected " + shape_str(shape));
+    };
     auto q = all.quantized.find(name);
     if (q != all.quantized.end()) {
-      if (q->second.shape != shape)
-        fail(where, "tensor '" + name + "' has shape " + shape_str(q->second.shape) + ", expected " + shape_str(shape));
-      out.quantized[name] = std::move(q->second);
+      check(q->second.shape);
+      if constexpr (take) out.quantized[name] = std::move(q->second);
+      else out.quantized[name] = q->second;
       continue;
     }
     auto t = all.tensors.find(name);
     if (t == all.tensors.end()) fail(where, "missing tensor '" + name + "'");
-    if (t->second.shape != shape)
-      fail(where, "tensor '" + name + "' has shape " + shape_str(t->second.shape) + ", expected " + shape_str(shape));
-    t->second.grad.clear();
-    out.tensors.emplace(name, std::move(t->second));
+    check(t->second.shape);
+    Param p;  // the values only: no gradient
+    p.name = name, p.shape = t->second.shape, p.trainable = false;
+    if constexpr (take) p.value = std::move(t->second.value);
+    else p.value = t->second.value;
+    out.tensors.emplace(name, std::move(p));
   }
-  all = TensorFile();
+  if constexpr (take) all = TensorFile();
   return out;
 }
 
+TensorFile select_tensors(const NetGraph& graph, TensorFile&& all, const std::string& where) {
+  return select_from(graph, all, where);
+}
+
 TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where) {
-  TensorFile out;
-  for (auto& [name, shape] : pretrained_tensor_shapes(graph)) {
-    auto q = all.quantized.find(name);
-    if (q != all.quantized.end()) {
-      if (q->second.shape != shape)
-        fail(where, "tensor '" + name + "' has shape " + shape_str(q->second.shape) + ", expected " + shape_str(shape));
-      out.quantized[name] = q->second;
-      continue;
-    }
-    const Param& p = all.get(name, where);
-    if (p.shape != shape) fail(where, "tensor '" + name + "' has shape " + shape_str(p.shape) + ", expected " + shape_str(shape));
-    Param copy(name, p.shape, false);
-    copy.value = p.value;
-    out.tensors.emplace(name, std::move(copy));
-  }
-  return out;
+  return select_from(graph, all, where);
 }
 
 static std::string base_name(const std::string& path) {
@@ -330,10 +328,10 @@ struct PretrainedEncoder::Plan {
 //  - owner[i]: the node whose buffer holds node i's output (itself, a concatenation it is a slice of, or the
 //    shortcut a residual sum accumulates into); offset[i]: its first channel there.
 //  - fused[i]: for a residual sum i, the convolution that adds its result into the shortcut's buffer (oneDNN's sum
-//    post-op) at i's place in the order, -1 when a binary primitive adds them; deferred[r]: r runs there.
+//    post-op) at i's place in the order, -1 when a binary primitive adds them; sum_of[r]: that sum (r runs there),
+//    -1 for every other node.
 struct BufferPlan {
-  std::vector<int> owner, offset, fused;
-  std::vector<bool> deferred;
+  std::vector<int> owner, offset, fused, sum_of;
 };
 
 static BufferPlan plan_buffers(const NetGraph& g, const std::vector<NodeShape>& shapes, int n, int block) {
@@ -349,7 +347,7 @@ static BufferPlan plan_buffers(const NetGraph& g, const std::vector<NodeShape>& 
   b.owner.resize(count);
   b.offset.assign(count, 0);
   b.fused.assign(count, -1);
-  b.deferred.assign(count, false);
+  b.sum_of.assign(count, -1);
   for (int i = 0; i < count; ++i) b.owner[i] = i;
   // In-place concatenation: in the blocked layout at batch 1, channels [off, off + C) of a tensor are one
   // contiguous run laid out exactly like a dense C-channel tensor, so an input that only feeds the concatenation
@@ -378,15 +376,15 @@ static BufferPlan plan_buffers(const NetGraph& g, const std::vector<NodeShape>& 
     if (nodes[i].op != "add") continue;
     for (int k : {1, 0}) {
       const int r = at.at(nodes[i].inputs[k]), a = at.at(nodes[i].inputs[1 - k]);
-      if (nodes[r].op != "conv" || nodes[r].relu || readers[r].size() != 1 || b.deferred[r]) continue;
+      if (nodes[r].op != "conv" || nodes[r].relu || readers[r].size() != 1 || b.sum_of[r] >= 0) continue;
       // a must own a whole buffer: not a slice of a concatenation (a residual sum shares its shortcut's whole one)
       const bool whole = b.owner[a] == a || nodes[a].op == "add";
       if (nodes[a].op == "input" || !whole || b.owner[i] != i || a == r) continue;
       bool last_reader = true;
-      for (int j : readers[a]) last_reader = last_reader && (j == i || (j < i && !b.deferred[j]));
+      for (int j : readers[a]) last_reader = last_reader && (j == i || (j < i && b.sum_of[j] < 0));
       if (!last_reader) continue;
       b.fused[i] = r;
-      b.deferred[r] = true;
+      b.sum_of[r] = i;
       b.owner[i] = a;
       b.owner[r] = a;  // r's output exists only as its part of the sum
       break;
@@ -416,7 +414,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   // Execution order: node order, with each deferred convolution moved to its residual sum.
   std::vector<int> order;
   for (int i = 0; i < count; ++i) {
-    if (B.deferred[i]) continue;
+    if (B.sum_of[i] >= 0) continue;
     if (B.fused[i] >= 0) order.push_back(B.fused[i]);
     order.push_back(i);
   }
@@ -486,9 +484,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
     const int src = node.inputs.empty() ? -1 : at.at(node.inputs[0]);
     if (node.op == "conv") {
       // A convolution deferred to a residual sum writes the sum's output, adding to the shortcut already there.
-      int dst_node = i;
-      for (int k = 0; k < count; ++k)
-        if (B.fused[k] == i) dst_node = k;
+      const int dst_node = B.sum_of[i] >= 0 ? B.sum_of[i] : i;
       const memory& dst = P.out[dst_node];
       const int CI = shapes_[src].c;
       memory::desc w_md({s.c, CI, node.kh, node.kw}, dt::f32, tag::any), b_md({s.c}, dt::f32, tag::x);

@@ -286,7 +286,7 @@ void TunableBlocks::forward(const float* grid_in, int n, bool training, std::vec
   P.in_reorder.execute(s, P.in_user, P.in);
   for (size_t i = 1; i < P.nodes.size(); ++i) {
     auto& N = P.nodes[i];
-    if (param_of_[i] >= 0 && nodes_are_conv(i)) N.w_reorder.execute(s, N.w_user, N.w);
+    if (graph_.nodes[i].op == "conv") N.w_reorder.execute(s, N.w_user, N.w);
     N.fwd.execute(s, N.fwd_args);
   }
   grid_out.resize((size_t)n * h_ * w_ * c_out_);

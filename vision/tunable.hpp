@@ -58,7 +58,6 @@ class TunableBlocks {
   NetGraph graph_;               // `from` as an input node, then the blocks
   std::vector<NodeShape> shapes_;  // per node of graph_
   std::vector<int> param_of_;      // node -> index of its weight (conv) or scale (affine) in params_, else -1
-  bool nodes_are_conv(size_t i) const { return graph_.nodes[i].op == "conv"; }
   FloatBuffer zeros_, ones_;       // the fixed statistics an affine runs batch norm with
   std::vector<std::vector<int>> inputs_;  // node -> the graph_ indices of the layers it reads
   std::string from_;

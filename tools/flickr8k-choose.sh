@@ -1,0 +1,56 @@
+# Sourced by the Flickr8k recipes (tools/train-flickr8k-model.sh, tools/train-flickr8k-inception-model.sh): after a
+# run kept every epoch's model, choose and ship one, all on the 1000 dev photos.
+#   choose_and_ship SAT DATA FEATURES RUN_DIR OUT RECIPE
+#  1. candidates: every epoch (RUN_DIR/model-epochN.sat) and the weight averages of the last 2, 3 and 4 epochs
+#     (sat model average), the best by BLEU-4 with beam 3, length norm 1;
+#  2. compacted to float16 (sat model compact) with RECIPE plus the choice recorded;
+#  3. the search settings chosen by BLEU-4 and stored (sat model set): beam width (3, 5), length normalization
+#     (0, 0.5, 1), repeat blocking (none, or no 3-word phrase twice); its dev scores recorded (sat eval --record);
+#  4. renamed onto OUT.
+choose_and_ship() {
+  local sat=$1 data=$2 features=$3 run=$4 out=$5 recipe=$6
+  dev_bleu4() {  # model [eval flags]: BLEU-4 on the 1000 dev photos
+    local m=$1
+    shift
+    "$sat" eval --model "$m" --data "$data" --split "$data/dev.txt" --features "$features" "$@" --json \
+      | python3 -c 'import json, sys; print(json.load(sys.stdin)["Bleu_4"])'
+  }
+  better() { python3 -c "import sys; sys.exit(0 if $1 > $2 else 1)"; }
+  local epochs last k e avg m b4 a r
+  epochs=$(ls "$run"/model-epoch*.sat | sed 's/.*model-epoch\([0-9]*\)\.sat/\1/' | sort -n)
+  last=$(echo "$epochs" | tail -n 1)
+  local candidates=()
+  for e in $epochs; do candidates+=("$run/model-epoch$e.sat"); done
+  for k in 2 3 4; do  # checkpoint averages of the last k epochs
+    [ "$last" -ge "$k" ] || continue
+    avg=$run/average-epochs$((last - k + 1))-$last.sat
+    if [ ! -f "$avg" ]; then
+      "$sat" model average $(for ((e = last - k + 1; e <= last; e++)); do echo "$run/model-epoch$e.sat"; done) \
+        --out "$avg"
+    fi
+    candidates+=("$avg")
+  done
+  local best_model="" best_b4=-1
+  for m in "${candidates[@]}"; do
+    b4=$(dev_bleu4 "$m" --beam 3 --length-norm 1)
+    echo "$(basename "$m"): dev BLEU-4 $b4 (beam 3)"
+    if better "$b4" "$best_b4"; then best_model=$m best_b4=$b4; fi
+  done
+  "$sat" model compact "$best_model" --out "$out.new" \
+    --recipe "$recipe; $(basename "$best_model") chosen by dev BLEU-4 with beam 3)"
+  local best_a=1 best_k=3 best_r=0
+  best_b4=-1
+  for r in 0 3; do
+    for k in 3 5; do
+      for a in 0 0.5 1; do
+        b4=$(dev_bleu4 "$out.new" --beam $k --length-norm $a --no-repeat $r)
+        echo "beam $k, length normalization $a, no repeated $r-word phrase: dev BLEU-4 $b4"
+        if better "$b4" "$best_b4"; then best_a=$a best_k=$k best_r=$r best_b4=$b4; fi
+      done
+    done
+  done
+  "$sat" model set "$out.new" --out "$out.new" --length-norm "$best_a" --beam "$best_k" --no-repeat "$best_r"
+  "$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --features "$features" --record
+  mv "$out.new" "$out"
+  echo "wrote $out"
+}
