@@ -1,10 +1,19 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages sat builds with, if any are missing (uses sudo when not root).
+# --test: also what the whole test suite needs (tests/run-all.sh): clang and its OpenMP runtime for the sanitizer and
+# fuzzing build, Chromium for the browser test of the HTML report.
 set -euo pipefail
 # ocl-icd-opencl-dev: libdnnl-dev only recommends it, but Debian's oneDNN is built with the OpenCL GPU runtime and
 # its CMake config (find_package(dnnl)) fails without the OpenCL headers and library.
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
       nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base python3)
+if [ "${1:-}" = --test ]; then
+  pkgs+=(clang libomp-dev  # the ASan/UBSan + libFuzzer build (tests/fuzz)
+         chromium)         # the report test opens sat report's page in headless Chromium
+elif [ $# -gt 0 ]; then
+  echo "usage: tools/install-deps.sh [--test]" >&2
+  exit 2
+fi
 missing=()
 for p in "${pkgs[@]}"; do dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p"); done
 if [ ${#missing[@]} -gt 0 ]; then

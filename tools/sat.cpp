@@ -45,6 +45,7 @@ int main(int argc, char** argv) {
   sat::add_encoder_commands(app);
   sat::add_data_commands(app);
   sat::add_model_commands(app);
+  sat::add_report_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

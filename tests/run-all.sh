@@ -1,0 +1,27 @@
+#!/usr/bin/env bash
+# The whole test suite (the README's test command runs it after tools/install-deps.sh --test; so does CI):
+#  1. the Release build and its tests (ctest: unit tests, the CLI test, the browser test of the HTML report);
+#  2. a build with AddressSanitizer and UndefinedBehaviorSanitizer (clang, with libFuzzer's instrumentation so the
+#     same build gives the fuzz targets): the unit tests and the CLI's bad-input tests, where any report fails;
+#  3. every fuzz target: its corpus replayed, then FUZZ_SECONDS (30) of fuzzing.
+# SAT_TESTS=release runs step 1 only.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+start=$SECONDS
+stage() { echo "=== $1 ($(( (SECONDS - start) / 60 )) min $(( (SECONDS - start) % 60 )) s)"; }
+stage "Release build and tests"
+cmake -B build -DCMAKE_BUILD_TYPE=Release
+cmake --build build -j2
+ctest --test-dir build --output-on-failure
+[ "${SAT_TESTS:-all}" = release ] && exit 0
+stage "sanitizer build (ASan + UBSan, clang)"
+CC=clang CXX=clang++ cmake -B build-fuzz -DCMAKE_BUILD_TYPE=RelWithDebInfo -DSAT_FUZZ=ON -DSAT_BUILD_TESTS=ON
+cmake --build build-fuzz -j2
+stage "unit tests and the CLI's bad-input tests under the sanitizers"
+# detect_leaks: a leak fails too; halt_on_error: the first report ends the run
+export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+build-fuzz/sat_tests
+SAT_CLI_TESTS=bad-input tests/cli_test.sh build-fuzz/sat
+stage "fuzz targets: corpus replay and ${FUZZ_SECONDS:-30} s each"
+tests/fuzz/run.sh build-fuzz "${FUZZ_SECONDS:-30}"
+stage "all passed"
