@@ -1,5 +1,6 @@
 #include "datasets/coco.hpp"
 
+#include "datasets/json_checks.hpp"
 #include <nlohmann/json.hpp>
 #include <set>
 #include <sstream>
@@ -49,9 +50,10 @@ CaptionSet load_coco_captions(const std::string& json_path, const std::string& i
   json j;
   try {
     j = json::parse(read_file(json_path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail(json_path, std::string("malformed JSON (") + e.what() + ")");
   }
+  require_json_numbers_in_range(j, json_path);
   if (!j.is_object() || !j.contains("images") || !j.contains("annotations") || !j["images"].is_array() ||
       !j["annotations"].is_array())
     fail(json_path, "not a COCO captions file (needs arrays \"images\" and \"annotations\")");
@@ -216,9 +218,10 @@ CaptionSet load_karpathy_split(const std::string& path, const std::string& image
   json j;
   try {
     j = json::parse(read_file(path));
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail(path, std::string("malformed JSON (") + e.what() + ")");
   }
+  require_json_numbers_in_range(j, path);
   if (!j.is_object() || !j.contains("images") || !j["images"].is_array())
     fail(path, "not a Karpathy split file (needs an array \"images\")");
   CaptionSet set;
@@ -293,7 +296,7 @@ std::string detect_caption_format(const std::string& path) {
     json j;
     try {
       j = json::parse(bytes);
-    } catch (const json::parse_error& e) {
+    } catch (const json::exception& e) {
       fail(path, std::string("malformed JSON (") + e.what() + ")");
     }
     if (j.contains("annotations")) return "coco";

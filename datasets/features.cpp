@@ -11,6 +11,7 @@
 #endif
 
 #include "datasets/io.hpp"
+#include "datasets/json_checks.hpp"
 
 namespace sat {
 
@@ -112,6 +113,11 @@ static size_t parse_header(const unsigned char* p, size_t size, const std::strin
   if (n > size - 16) fail(path, "feature cache header runs past the end of the file (truncated?)");
   try {
     json j = json::parse(p + 16, p + 16 + n);
+    try {
+      require_json_numbers_in_range(j, "");
+    } catch (const Error& e) {
+      throw std::runtime_error(std::string(e.what()).substr(2));  // ": number out of range ..." without the empty path
+    }
     h.encoder = j.at("encoder");
     h.encoder_id = j.at("encoder_id").get<std::string>();
     h.grid_h = j.at("grid_h").get<int>();

@@ -6,6 +6,7 @@
 #include <string_view>
 
 #include "datasets/features.hpp"
+#include "datasets/json_checks.hpp"
 
 namespace sat {
 
@@ -137,6 +138,7 @@ TensorFile decode_safetensors(const char* data, size_t size, const std::string& 
   } catch (const std::exception&) {
     fail(path, "not a sat model file (header is not JSON)");
   }
+  require_json_numbers_in_range(header, path);
   if (!header.is_object()) fail(path, "not a sat model file (header is not a JSON object)");
   TensorFile tf;
   json quantization = json::object();
@@ -147,6 +149,7 @@ TensorFile decode_safetensors(const char* data, size_t size, const std::string& 
     } catch (const std::exception&) {
       fail(path, "metadata 'quantization' is malformed");
     }
+    require_json_numbers_in_range(quantization, path);
   }
   const uint64_t data_start = 8 + n, data_size = bytes.size() - data_start;
   for (auto& [name, entry] : header.items()) {

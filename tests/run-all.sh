@@ -20,7 +20,7 @@ cmake --build build-fuzz -j2
 stage "unit tests and the CLI's bad-input tests under the sanitizers"
 # detect_leaks: a leak fails too; halt_on_error: the first report ends the run
 export ASAN_OPTIONS=detect_leaks=1:halt_on_error=1:abort_on_error=1 UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
-build-fuzz/sat_tests
+build-fuzz/tests/sat_tests
 SAT_CLI_TESTS=bad-input tests/cli_test.sh build-fuzz/sat
 stage "fuzz targets: corpus replay and ${FUZZ_SECONDS:-30} s each"
 tests/fuzz/run.sh build-fuzz "${FUZZ_SECONDS:-30}"

@@ -4,6 +4,8 @@
 #include <cstdio>
 #include <unistd.h>
 
+#include <opencv2/imgcodecs.hpp>
+
 #include "datasets/coco.hpp"
 #include "datasets/safetensors.hpp"
 #include "datasets/synth.hpp"
@@ -12,6 +14,7 @@
 #include "train/grounding.hpp"
 #include "train/metrics.hpp"
 #include "train/model.hpp"
+#include "vision/image.hpp"
 
 using namespace sat;
 
@@ -269,6 +272,45 @@ TEST_CASE("model files: averaging weights (sat model average); models that diffe
   other.save(dir.file("wider.sat"));
   CHECK(error_of([&] { average_models({dir.file("a.sat"), dir.file("wider.sat")}); }).find("the decoder differs") !=
         std::string::npos);
+}
+
+TEST_CASE("images: only photo formats reach the decoders; other files are one-line errors") {
+  const std::string dir = "/tmp/sat_test_images_" + std::to_string(getpid());
+  make_dirs(dir);
+  cv::Mat img(6, 8, CV_8UC3, cv::Scalar(10, 200, 30));
+  for (const char* ext : {".png", ".jpg", ".bmp", ".webp", ".tiff", ".ppm"}) {
+    std::vector<uchar> buf;
+    REQUIRE(cv::imencode(ext, img, buf));
+    write_file_atomic(dir + "/a" + ext, std::string(buf.begin(), buf.end()));
+    cv::Mat back = load_image_bgr(dir + "/a" + ext);
+    CHECK(back.rows == 6);
+    CHECK(back.cols == 8);
+  }
+  // A corrupt DICOM file (preamble, "DICM"): OpenCV's GDCM decoder asserts and aborts the process on it (found by
+  // tests/fuzz/fuzz_image; the input is kept in tests/fuzz/corpus/image). sat refuses it before any decoder runs.
+  std::string dicom = "\xFF\x10\xD8" + std::string(125, 'X') + "DICM\x01";
+  write_file_atomic(dir + "/scan.dcm", dicom);
+  CHECK_THROWS_WITH_AS(load_image_bgr(dir + "/scan.dcm"),
+                       doctest::Contains("scan.dcm: cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM"), Error);
+  write_file_atomic(dir + "/x.hdr", "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 2 +X 2\n");
+  CHECK_THROWS_AS(load_image_bgr(dir + "/x.hdr"), Error);
+  (void)!std::system(("rm -rf " + dir).c_str());
+}
+
+TEST_CASE("JSON from files: a float that no integer or float can hold is an error, not a conversion") {
+  // nlohmann's get<int64_t>() on 1.4e29 is undefined behaviour (found by tests/fuzz/fuzz_model, kept in its corpus)
+  std::string header = R"({"a": {"dtype": "F32", "shape": [1.4e29], "data_offsets": [0, 4]}})";
+  while (header.size() % 8) header += ' ';
+  std::string file(8, '\0');
+  for (int i = 0; i < 8; ++i) file[i] = (char)((header.size() >> (8 * i)) & 0xff);
+  file += header + std::string(4, '\0');
+  CHECK_THROWS_WITH_AS(decode_safetensors(file, "m.sat"), doctest::Contains("m.sat: number out of range in JSON (at \"shape\")"), Error);
+  const std::string path = "/tmp/sat_test_json_range_" + std::to_string(getpid()) + ".json";
+  write_file_atomic(path, R"({"images": [{"id": 1e300, "file_name": "a.jpg"}], "annotations": []})");
+  CHECK_THROWS_WITH_AS(load_coco_captions(path, "."), doctest::Contains("number out of range in JSON (at \"id\")"), Error);
+  write_file_atomic(path, R"({"images": [{"id": 2.0, "file_name": "a.jpg"}], "annotations": [{"image_id": 2, "caption": "a dog"}]})");
+  CHECK(load_coco_captions(path, ".").images.size() == 1);  // in range: read as before
+  std::remove(path.c_str());
 }
 
 TEST_CASE("atomic writes replace whole files and leave no temp files") {

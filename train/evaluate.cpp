@@ -5,6 +5,7 @@
 #include <set>
 
 #include "datasets/io.hpp"
+#include "datasets/json_checks.hpp"
 #include "train/meteor.hpp"
 #include "train/ptb_tokenizer.hpp"
 
@@ -65,9 +66,10 @@ std::vector<ResultEntry> load_results(const std::string& path) {
   json j;
   try {
     j = json::parse(text);
-  } catch (const json::parse_error& e) {
+  } catch (const json::exception& e) {
     fail(path, std::string("malformed JSON (") + e.what() + ")");
   }
+  require_json_numbers_in_range(j, path);
   if (!j.is_array()) fail(path, "a results file is a JSON array of {\"image_id\", \"caption\"}");
   if (j.empty()) fail(path, "results file holds no captions");
   std::vector<ResultEntry> out;

@@ -2,6 +2,7 @@
 
 #include <cstdio>
 
+#include "datasets/json_checks.hpp"
 #include "datasets/features.hpp"
 #include "vision/image.hpp"
 
@@ -167,24 +168,24 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
                    std::to_string(kVersion) + ")");
   auto m = std::make_unique<CaptionModel>();
   try {
-    m->encoder_config = EncoderConfig::from_json(nlohmann::json::parse(tf.meta("encoder", path)));
-    m->decoder_config = DecoderConfig::from_json(nlohmann::json::parse(tf.meta("decoder", path)));
-    m->vocab = Vocab::from_words(nlohmann::json::parse(tf.meta("vocab", path)).get<std::vector<std::string>>(), path);
+    m->encoder_config = EncoderConfig::from_json(parse_json_checked(tf.meta("encoder", path), path, "model header is malformed"));
+    m->decoder_config = DecoderConfig::from_json(parse_json_checked(tf.meta("decoder", path), path, "model header is malformed"));
+    m->vocab = Vocab::from_words(parse_json_checked(tf.meta("vocab", path), path, "model header is malformed").get<std::vector<std::string>>(), path);
     m->max_len = std::stoi(tf.meta("max_len", path));
     if (tf.metadata.count("length_norm")) {  // files written before it existed use 1
-      m->length_norm = nlohmann::json::parse(tf.metadata.at("length_norm")).get<double>();
+      m->length_norm = parse_json_checked(tf.metadata.at("length_norm"), path, "model header is malformed").get<double>();
       if (!(m->length_norm >= 0 && m->length_norm <= 2)) fail(path, "length_norm must be in [0, 2]");
     }
     if (tf.metadata.count("beam")) {  // files written before it existed use 3
-      m->beam = nlohmann::json::parse(tf.metadata.at("beam")).get<int>();
+      m->beam = parse_json_checked(tf.metadata.at("beam"), path, "model header is malformed").get<int>();
       if (m->beam < 1 || m->beam > kMaxBeam) fail(path, "beam must be in [1, " + std::to_string(kMaxBeam) + "]");
     }
     if (tf.metadata.count("no_repeat_ngram")) {  // files written before it existed use 0 (off)
-      m->no_repeat_ngram = nlohmann::json::parse(tf.metadata.at("no_repeat_ngram")).get<int>();
+      m->no_repeat_ngram = parse_json_checked(tf.metadata.at("no_repeat_ngram"), path, "model header is malformed").get<int>();
       if (m->no_repeat_ngram < 0 || m->no_repeat_ngram > kMaxNoRepeat)
         fail(path, "no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
     }
-    m->info = nlohmann::json::parse(tf.meta("info", path));
+    m->info = parse_json_checked(tf.meta("info", path), path, "model header is malformed");
   } catch (const Error& e) {
     std::string msg = e.what();
     if (msg.rfind(path, 0) == 0) throw;

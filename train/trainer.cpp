@@ -7,6 +7,7 @@
 #include <set>
 #include <sys/stat.h>
 
+#include "datasets/json_checks.hpp"
 #include "seq/search.hpp"
 #include "train/extract.hpp"
 #include "train/metrics.hpp"
@@ -240,13 +241,15 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     if (!ckpt.metadata.count("checkpoint")) fail(resume_path, "not a training checkpoint (no optimizer state)");
     json c;
     try {
-      c = json::parse(ckpt.metadata["checkpoint"]);
+      c = parse_json_checked(ckpt.metadata["checkpoint"], resume_path, "checkpoint state is malformed");
       opt = TrainOptions::from_json(c.at("options"));
       st = TrainState::from_json(c.at("state"));
       rng.set_state(c.at("rng").get<std::string>());
       adam.step = c.at("adam_step");
     } catch (const Error& e) {
-      fail(resume_path, e.what());
+      std::string msg = e.what();
+      if (msg.rfind(resume_path, 0) == 0) throw;
+      fail(resume_path, msg);
     } catch (const std::exception& e) {
       fail(resume_path, std::string("checkpoint state is malformed (") + e.what() + ")");
     }

@@ -1,5 +1,8 @@
 #include "vision/image.hpp"
 
+#include <cctype>
+#include <cstring>
+
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
@@ -7,9 +10,28 @@
 
 namespace sat {
 
+// The photo formats sat decodes, by their leading bytes. OpenCV would also hand other files to the decoders it was
+// built with (Debian's: DICOM through GDCM, JPEG 2000, OpenEXR, Radiance HDR, Sun raster, GDAL's formats), and some
+// of those abort the whole process on a malformed file (fuzzing found GDCM's assert on a corrupt DICOM preamble):
+// a caption run over a folder would die on one bad file. Photos come as these.
+static const char* photo_format(const std::string& b) {
+  auto starts = [&](const char* magic, size_t n, size_t at = 0) {
+    return b.size() >= at + n && std::memcmp(b.data() + at, magic, n) == 0;
+  };
+  if (starts("\xFF\xD8\xFF", 3)) return "JPEG";
+  if (starts("\x89PNG\r\n\x1A\n", 8)) return "PNG";
+  if (starts("RIFF", 4) && starts("WEBP", 4, 8)) return "WebP";
+  if (starts("BM", 2)) return "BMP";
+  if (starts("II*\0", 4) || starts("MM\0*", 4)) return "TIFF";
+  if (b.size() >= 3 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6' && std::isspace((unsigned char)b[2])) return "PNM";
+  return nullptr;
+}
+
 cv::Mat load_image_bgr(const std::string& path) {
   std::string bytes = read_file(path);  // names the file if it is missing or unreadable
   if (bytes.empty()) fail(path, "empty file, not an image");
+  if (!photo_format(bytes))
+    fail(path, "cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM file: corrupt or another format)");
   // libjpeg decodes a truncated JPEG with a warning, the missing rows grey: a caption of half a photo. A whole JPEG
   // ends with the end-of-image marker (FF D9), give or take trailing padding.
   if (bytes.size() >= 3 && (unsigned char)bytes[0] == 0xFF && (unsigned char)bytes[1] == 0xD8 &&

@@ -9,6 +9,7 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "datasets/json_checks.hpp"
 #include "datasets/sha256.hpp"
 #include "vision/onednn.hpp"
 #include "vision/resnet.hpp"
@@ -193,13 +194,13 @@ PretrainedNet load_pretrained_net(const std::string& path) {
   if (tf.meta("version", path) != "1") fail(path, "encoder file version " + tf.meta("version", path) + " is not supported");
   PretrainedNet net;
   try {
-    net.graph = NetGraph::from_json(nlohmann::json::parse(tf.meta("graph", path)));
-    auto in = nlohmann::json::parse(tf.meta("input", path));
+    net.graph = NetGraph::from_json(parse_json_checked(tf.meta("graph", path), path, "encoder header is malformed"));
+    auto in = parse_json_checked(tf.meta("input", path), path, "encoder header is malformed");
     net.input_size = in.at("size").get<int>();
     auto m = in.at("mean").get<std::vector<float>>(), s = in.at("std").get<std::vector<float>>();
     if (m.size() != 3 || s.size() != 3) throw Error("input mean/std need 3 values");
     for (int i = 0; i < 3; ++i) net.mean[i] = m[i], net.stdev[i] = s[i];
-    net.info = nlohmann::json::parse(tf.meta("info", path));
+    net.info = parse_json_checked(tf.meta("info", path), path, "encoder header is malformed");
   } catch (const Error& e) {
     std::string msg = e.what();
     if (msg.rfind(path, 0) == 0) throw;

@@ -12,7 +12,7 @@ bool is_resnet_v2(const TensorFile& tf) {
 NetGraph resnet_v2_graph(const TensorFile& tf, const std::string& where) {
   // block -> number of units, from the tensor names
   std::map<int, int> units;
-  static const std::regex unit_re(R"(block(\d+)/unit_(\d+)/bottleneck_v2/.*)");
+  static const std::regex unit_re(R"(block(\d{1,4})/unit_(\d{1,4})/bottleneck_v2/.*)");
   for (auto& [name, p] : tf.tensors) {
     std::smatch m;
     if (!std::regex_match(name, m, unit_re)) continue;

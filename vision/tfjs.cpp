@@ -8,6 +8,7 @@
 
 #include "datasets/features.hpp"
 #include "datasets/io.hpp"
+#include "datasets/json_checks.hpp"
 
 namespace sat {
 
@@ -49,7 +50,13 @@ struct JsParser {
         case 'f': out += '\f'; break;
         case 'u': {
           if (i + 4 > s.size()) bad("short \\u escape");
-          unsigned cp = (unsigned)std::stoul(s.substr(i, 4), nullptr, 16);
+          unsigned cp = 0;
+          for (int k = 0; k < 4; ++k) {
+            char h = s[i + k];
+            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+            if (d < 0) bad("bad \\u escape (needs 4 hex digits)");
+            cp = cp * 16 + (unsigned)d;
+          }
           i += 4;
           if (cp < 0x80) {
             out += (char)cp;
@@ -210,14 +217,18 @@ static json read_model_json(const std::string& path) {
   if (first == std::string::npos) fail(path, "empty file, not a tfjs model");
   if (text[first] == '{') {
     try {
-      return json::parse(text);
+      json j = json::parse(text);
+      require_json_numbers_in_range(j, path);
+      return j;
     } catch (const std::exception& e) {
       fail(path, std::string("model JSON is malformed (") + e.what() + ")");
     }
   }
   size_t pos = find_umd_export(text, '{');
   if (pos == std::string::npos) fail(path, "neither JSON nor a JavaScript bundle exporting a tfjs model");
-  return parse_js_literal(text, pos, path);
+  json j = parse_js_literal(text, pos, path);
+  require_json_numbers_in_range(j, path);
+  return j;
 }
 
 static std::string read_shard(const std::string& dir, const std::string& name) {

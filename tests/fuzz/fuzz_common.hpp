@@ -16,16 +16,17 @@
 
 namespace fuzz {
 
-// A directory of this process's own, removed at exit.
+// A directory of this process's own, removed at exit. (Never destroyed: the atexit handler, registered while the
+// name is being made, runs after static objects constructed before it are gone.)
 inline const std::string& scratch_dir() {
-  static const std::string dir = [] {
+  static const std::string* dir = [] {
     std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
-    std::string pattern = base + "/sat-fuzz-XXXXXX";
-    if (!mkdtemp(pattern.data())) abort();
+    auto* made = new std::string(base + "/sat-fuzz-XXXXXX");
+    if (!mkdtemp(made->data())) abort();
     std::atexit([] { std::string cmd = "rm -rf '" + scratch_dir() + "'"; (void)!std::system(cmd.c_str()); });
-    return pattern;
+    return made;
   }();
-  return dir;
+  return *dir;
 }
 
 // Writes bytes to scratch_dir()/name (plain write: the fuzzer is the only reader) and returns the path.

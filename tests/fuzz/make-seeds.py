@@ -150,9 +150,9 @@ def tfjs_seeds():
 def caption_seeds():
     coco = {"images": [{"id": 1, "file_name": "a.jpg", "width": 4, "height": 3},
                        {"id": 7, "file_name": "b.jpg",
-                        "objects": [{"shape": "circle", "colour": "red", "size": "big", "box": [1, 2, 3, 4]}]}],
+                        "objects": [{"shape": "circle", "colour": "red", "size": "big", "bbox": [1, 2, 3, 4]}]}],
             "annotations": [{"id": 1, "image_id": 1, "caption": "A dog runs on the grass."},
-                            {"id": 2, "image_id": 7, "caption": "a red circle", "grounding": [[1, 0], [2, 0]]},
+                            {"id": 2, "image_id": 7, "caption": "a red circle", "grounding": [{"token": 1, "object": 0}, {"token": 2, "object": 0}]},
                             {"id": 3, "image_id": 1, "caption": "Two dogs, one \"brown\"!"}]}
     put("coco_json", "coco.json", json.dumps(coco))
     put("coco_json", "results.json", json.dumps([{"image_id": 1, "caption": "a dog"}]))
