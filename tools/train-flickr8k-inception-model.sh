@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Rebuilds the bundled InceptionV3 Flickr8k model (models/flickr8k.sat, the default model; needs only npm's nsfwjs
-# weights) from the photos (steps 3-5: tools/flickr8k-choose.sh):
+# Rebuilds the bundled InceptionV3 Flickr8k model (models/flickr8k-inception.sat: needs only npm's nsfwjs weights,
+# not ../shared; the default model is the ResNet one, tools/train-flickr8k-model.sh) from the photos (steps 3-5: tools/flickr8k-choose.sh):
 #  1. InceptionV3 features of every photo up to $TUNE_FROM (default mixed5) at 299x299, as a float16 cache (mixed0-5 hold
 #     Keras's ImageNet weights; the cached part stays frozen),
 #  2. the decoder (soft additive attention, embedding = LSTM = attention = 256) trained on the 6000 training photos
@@ -37,5 +37,5 @@ else
     --checkpoint-every 40 --seed 1 --keep-epochs --out "$work/model"
 fi
 source "$(dirname "${BASH_SOURCE[0]}")/flickr8k-choose.sh"
-choose_and_ship "$sat" "$data" "$features" "$work/model" "$top/models/flickr8k.sat" \
+choose_and_ship "$sat" "$data" "$features" "$work/model" "$top/models/flickr8k-inception.sat" \
   "tools/train-flickr8k-inception-model.sh (InceptionV3 $tune_from features at 299, then the command above"
