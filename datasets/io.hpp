@@ -8,12 +8,12 @@
 #include <string>
 #include <vector>
 
+#include "train/sat/error.hpp"
+
 namespace sat {
 
-// Every library error is one line; the CLI prints "sat: <message>" and exits non-zero.
-struct Error : std::runtime_error {
-  using std::runtime_error::runtime_error;
-};
+// Every library error is one line (sat::Error, train/sat/error.hpp: part of the public API); the CLI prints
+// "sat: <message>" and exits non-zero.
 [[noreturn]] void fail(const std::string& file, const std::string& problem);
 
 std::string read_file(const std::string& path);

@@ -6,17 +6,18 @@
 #include <string>
 
 #include "datasets/io.hpp"
+#include "datasets/shipped.hpp"
 #include "tools/commands.hpp"
 #include "vision/pretrained.hpp"
 
 namespace sat {
 std::string default_model_path() {
   if (const char* env = std::getenv("SAT_MODEL")) return env;
-  return SAT_DEFAULT_MODEL;
+  return join_path(shipped_models_dir(), "flickr8k.sat");
 }
 std::string default_encoder_path() {
   if (const char* env = std::getenv("SAT_ENCODER")) return env;
-  return SAT_DEFAULT_ENCODER;
+  return join_path(shipped_models_dir(), "inception_v3.sat");
 }
 static std::string g_command_line;
 const std::string& command_line() { return g_command_line; }

@@ -160,7 +160,8 @@ TensorFile CaptionModel::to_tensor_file() const {
 
 void CaptionModel::save(const std::string& path) const { save_safetensors(path, to_tensor_file()); }
 
-std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& tf, const std::string& path) {
+std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& tf, const std::string& path,
+                                                             const std::string& weights_dir) {
   if (tf.metadata.count("format") == 0 || tf.metadata.at("format") != kFormat)
     fail(path, "not a sat caption model (no \"format\": \"" + std::string(kFormat) + "\" in its header)");
   if (tf.meta("version", path) != std::to_string(kVersion))
@@ -202,7 +203,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       m->encoder_weights = select_tensors(ec.graph, tf, path);
     } else {
       m->encoder_weights = select_tensors(
-          ec.graph, load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path),
+          ec.graph, load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path, weights_dir),
           m->encoder_weights_path);
     }
   }
@@ -222,8 +223,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   return m;
 }
 
-std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path) {
-  return from_tensor_file(load_safetensors(path), path);
+std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path, const std::string& weights_dir) {
+  return from_tensor_file(load_safetensors(path), path, weights_dir);
 }
 
 std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths) {

@@ -54,8 +54,11 @@ struct CaptionModel {
 
   TensorFile to_tensor_file() const;
   void save(const std::string& path) const;
-  static std::unique_ptr<CaptionModel> from_tensor_file(const TensorFile& tf, const std::string& path);
-  static std::unique_ptr<CaptionModel> load(const std::string& path);
+  // weights_dir: where to look first for encoder weights the model names but does not hold (else --weights-dir's
+  // folder, $SAT_WEIGHTS, the default; vision/pretrained.hpp).
+  static std::unique_ptr<CaptionModel> from_tensor_file(const TensorFile& tf, const std::string& path,
+                                                        const std::string& weights_dir = "");
+  static std::unique_ptr<CaptionModel> load(const std::string& path, const std::string& weights_dir = "");
 
   // Decodes and preprocesses images into N x 3 x S x S planes.
   std::vector<float> load_planes(const std::vector<std::string>& paths) const;

@@ -1,7 +1,9 @@
 #include "vision/image.hpp"
 
 #include <cctype>
+#include <climits>
 #include <cstring>
+#include <string_view>
 
 #include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
@@ -14,7 +16,7 @@ namespace sat {
 // built with (Debian's: DICOM through GDCM, JPEG 2000, OpenEXR, Radiance HDR, Sun raster, GDAL's formats), and some
 // of those abort the whole process on a malformed file (fuzzing found GDCM's assert on a corrupt DICOM preamble):
 // a caption run over a folder would die on one bad file. Photos come as these.
-static const char* photo_format(const std::string& b) {
+static const char* photo_format(std::string_view b) {
   auto starts = [&](const char* magic, size_t n, size_t at = 0) {
     return b.size() >= at + n && std::memcmp(b.data() + at, magic, n) == 0;
   };
@@ -28,10 +30,15 @@ static const char* photo_format(const std::string& b) {
 }
 
 cv::Mat load_image_bgr(const std::string& path) {
-  std::string bytes = read_file(path);  // names the file if it is missing or unreadable
-  if (bytes.empty()) fail(path, "empty file, not an image");
+  const std::string bytes = read_file(path);  // names the file if it is missing or unreadable
+  return decode_image_bgr(bytes.data(), bytes.size(), path);
+}
+
+cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name) {
+  const std::string_view bytes(data, data ? size : 0);
+  if (bytes.empty()) fail(name, "empty file, not an image");
   if (!photo_format(bytes))
-    fail(path, "cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM file: corrupt or another format)");
+    fail(name, "cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM file: corrupt or another format)");
   // libjpeg decodes a truncated JPEG with a warning, the missing rows grey: a caption of half a photo. A whole JPEG
   // ends with the end-of-image marker (FF D9), give or take trailing padding.
   if (bytes.size() >= 3 && (unsigned char)bytes[0] == 0xFF && (unsigned char)bytes[1] == 0xD8 &&
@@ -40,16 +47,17 @@ cv::Mat load_image_bgr(const std::string& path) {
     while (end > 2 && (bytes[end - 1] == '\0' || bytes[end - 1] == '\n' || bytes[end - 1] == '\r' || bytes[end - 1] == ' '))
       --end;
     if (!((unsigned char)bytes[end - 2] == 0xFF && (unsigned char)bytes[end - 1] == 0xD9))
-      fail(path, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
+      fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
   }
-  cv::Mat raw(1, (int)bytes.size(), CV_8UC1, bytes.data());
+  if (bytes.size() > (size_t)INT_MAX) fail(name, "image of " + std::to_string(bytes.size()) + " bytes is too large");
+  const cv::Mat raw(1, (int)bytes.size(), CV_8UC1, const_cast<char*>(bytes.data()));  // imdecode only reads it
   cv::Mat img;
   try {
     img = cv::imdecode(raw, cv::IMREAD_COLOR);
   } catch (const cv::Exception&) {
     img.release();
   }
-  if (img.empty() || img.rows < 1 || img.cols < 1) fail(path, "cannot decode image (corrupt or not an image)");
+  if (img.empty() || img.rows < 1 || img.cols < 1) fail(name, "cannot decode image (corrupt or not an image)");
   return img;
 }
 

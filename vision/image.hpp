@@ -9,6 +9,8 @@ namespace sat {
 
 // Decodes an image file as 8-bit BGR; a missing, empty or undecodable file is an Error naming it.
 cv::Mat load_image_bgr(const std::string& path);
+// The same from an encoded image in memory (the file's bytes); `name` stands for the file in errors.
+cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name);
 
 // Resizes to size x size and writes planar RGB floats ((x/255 - mean) / std) into out (3*size*size).
 void image_to_planes(const cv::Mat& bgr, int size, const float mean[3], const float stdev[3], float* out);

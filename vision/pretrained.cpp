@@ -11,6 +11,7 @@
 
 #include "datasets/json_checks.hpp"
 #include "datasets/sha256.hpp"
+#include "datasets/shipped.hpp"
 #include "vision/onednn.hpp"
 #include "vision/resnet.hpp"
 
@@ -217,29 +218,27 @@ static std::string& weights_dir_flag() {
   return dir;
 }
 static std::string& default_weights_dir() {
-#ifdef SAT_DEFAULT_WEIGHTS_DIR
-  static std::string dir = SAT_DEFAULT_WEIGHTS_DIR;
-#else
-  static std::string dir;
-#endif
+  static std::string dir = shipped_weights_dir();
   return dir;
 }
 void set_weights_dir(const std::string& dir) { weights_dir_flag() = dir; }
 void set_default_weights_dir(const std::string& dir) { default_weights_dir() = dir; }
 
-std::vector<std::string> weights_search_dirs() {
+std::vector<std::string> weights_search_dirs(const std::string& weights_dir) {
   std::vector<std::string> dirs;
-  if (!weights_dir_flag().empty()) dirs.push_back(weights_dir_flag());
+  const std::string& first = weights_dir.empty() ? weights_dir_flag() : weights_dir;
+  if (!first.empty()) dirs.push_back(first);
   if (const char* env = std::getenv("SAT_WEIGHTS"); env && *env) dirs.push_back(env);
   if (!default_weights_dir().empty()) dirs.push_back(default_weights_dir());
   return dirs;
 }
 
 TensorFile load_external_weights(const std::string& file, const std::string& sha256, const std::string& model_path,
-                                 std::string* found) {
+                                 std::string* found, const std::string& weights_dir) {
   const std::string stem = file.substr(0, file.find('.'));
+  const std::vector<std::string> dirs = weights_search_dirs(weights_dir);
   std::string looked;
-  for (const std::string& dir : weights_search_dirs())
+  for (const std::string& dir : dirs)
     for (const std::string& candidate : {join_path(dir, file), join_path(join_path(dir, stem), file)}) {
       if (!file_exists(candidate)) continue;
       std::unique_ptr<MappedFile> file;
@@ -270,9 +269,9 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
       return tf;
     }
   std::string where;
-  if (weights_dir_flag().empty()) where += "--weights-dir not given; ";
+  if (weights_dir.empty() && weights_dir_flag().empty()) where += "--weights-dir not given; ";
   if (!std::getenv("SAT_WEIGHTS") || !*std::getenv("SAT_WEIGHTS")) where += "$SAT_WEIGHTS not set; ";
-  for (const std::string& dir : weights_search_dirs()) where += "looked in " + dir + "; ";
+  for (const std::string& dir : dirs) where += "looked in " + dir + "; ";
   fail(model_path, "needs the encoder weights " + file + " (sha256 " + sha256 + "): " + where +
                        (looked.empty() ? "no such file found" : "found only " + looked) +
                        " (pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds it)");

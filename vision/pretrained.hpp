@@ -68,16 +68,17 @@ void save_pretrained_net(const std::string& path, const PretrainedNet& net);
 // validates the header, the graph and every tensor the graph names (shape included); errors name the file.
 PretrainedNet load_pretrained_net(const std::string& path);
 
-// External encoder weights: where a model's named weights file is looked for, in order: the directory given here
-// (the CLI's --weights-dir), $SAT_WEIGHTS, then the default (../shared/models beside the source checkout). In each,
-// DIR/FILE and DIR/STEM/FILE (resnet_v2_101/resnet_v2_101.safetensors) are tried.
+// External encoder weights: where a model's named weights file is looked for, in order: the directory given to the
+// loading call, else the one given here (the CLI's --weights-dir), $SAT_WEIGHTS, then the default (../shared/models
+// beside the source checkout; <prefix>/share/sat/models when installed, datasets/shipped.hpp). In each, DIR/FILE and
+// DIR/STEM/FILE (resnet_v2_101/resnet_v2_101.safetensors) are tried.
 void set_weights_dir(const std::string& dir);
 void set_default_weights_dir(const std::string& dir);
-std::vector<std::string> weights_search_dirs();
+std::vector<std::string> weights_search_dirs(const std::string& weights_dir = "");
 // Finds and loads the file with that name and sha256. None found, truncated or a different file: one Error naming
 // `model_path`, the file it needs with its sha256, and where it looked. `found` receives the path used.
 TensorFile load_external_weights(const std::string& file, const std::string& sha256, const std::string& model_path,
-                                 std::string* found = nullptr);
+                                 std::string* found = nullptr, const std::string& weights_dir = "");
 // Only the tensors a (cut) graph uses, in their stored form.
 TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where);
 TensorFile select_tensors(const NetGraph& graph, TensorFile&& all, const std::string& where);  // moves them out

@@ -1,0 +1,206 @@
+// The public API (train/sat/captioner.hpp) over CaptionModel: images are decoded and resized in the calling thread,
+// the network runs under one mutex per model.
+#include "train/sat/captioner.hpp"
+
+#include <algorithm>
+#include <mutex>
+
+#include <omp.h>
+#include <opencv2/imgproc.hpp>
+
+#include "datasets/shipped.hpp"
+#include "train/model.hpp"
+#include "vision/image.hpp"
+
+namespace sat {
+
+namespace {
+
+// Images encoded together: bounds the encoder's memory and the number of batch sizes it keeps plans for.
+constexpr int kMaxBatch = 16;
+
+struct Search {
+  int beam;
+  double length_norm;
+  int no_repeat_ngram;
+};
+
+Search search_settings(const CaptionModel& model, const CaptionOptions& options) {
+  Search s{options.beam.value_or(model.beam), options.length_norm.value_or(model.length_norm),
+           options.no_repeat_ngram.value_or(model.no_repeat_ngram)};
+  if (s.beam < 1 || s.beam > kMaxBeam) throw Error("beam must be in [1, " + std::to_string(kMaxBeam) + "]");
+  if (!(s.length_norm >= 0 && s.length_norm <= 2)) throw Error("length_norm must be in [0, 2]");
+  if (s.no_repeat_ngram < 0 || s.no_repeat_ngram > kMaxNoRepeat)
+    throw Error("no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
+  return s;
+}
+
+// The encoder reads 8-bit BGR; a grey or BGRA image (cv::IMREAD_UNCHANGED) is converted rather than refused.
+cv::Mat as_bgr(const cv::Mat& image, const std::string& name) {
+  if (image.empty()) fail(name, "empty image");
+  if (image.depth() != CV_8U || (image.channels() != 1 && image.channels() != 3 && image.channels() != 4))
+    fail(name, "expected an 8-bit BGR image (as cv::imread gives), got " + cv::typeToString(image.type()));
+  if (image.channels() == 3) return image;
+  cv::Mat bgr;
+  cv::cvtColor(image, bgr, image.channels() == 1 ? cv::COLOR_GRAY2BGR : cv::COLOR_BGRA2BGR);
+  return bgr;
+}
+
+std::string batch_name(const char* what, size_t i) { return std::string(what) + "[" + std::to_string(i) + "]"; }
+
+// Sets the calling thread's OpenMP team size for the scope of a call, and puts the caller's back after.
+class ThreadCount {
+ public:
+  explicit ThreadCount(int threads) : saved_(omp_get_max_threads()), set_(threads > 0) {
+    if (set_) omp_set_num_threads(threads);
+  }
+  ~ThreadCount() {
+    if (set_) omp_set_num_threads(saved_);
+  }
+  ThreadCount(const ThreadCount&) = delete;
+  ThreadCount& operator=(const ThreadCount&) = delete;
+
+ private:
+  int saved_;
+  bool set_;
+};
+
+}  // namespace
+
+// Hidden: a member of the exported class would be exported with it.
+struct __attribute__((visibility("hidden"))) Captioner::Impl {
+  std::unique_ptr<CaptionModel> model;
+  std::string path;
+  int threads = 0;
+  // The encoder keeps its oneDNN plans and the decoder its step state between calls: one call runs at a time.
+  std::mutex network;
+
+  // n images' planes (n x 3 x S x S, in the model's normalization) to captions.
+  std::vector<CaptionResult> caption_planes(const std::vector<float>& planes, int n, const Search& search,
+                                            bool attention);
+  CaptionResult to_caption(const Hypothesis& h, bool attention) const;
+  // Decodes and resizes in the calling thread: `image(i, planes_i)` writes image i's planes.
+  template <typename Image>
+  std::vector<CaptionResult> caption_each(size_t n, const CaptionOptions& options, Image image) {
+    const Search search = search_settings(*model, options);  // a bad option is refused before any work
+    const int S = model->encoder_config.input_size;
+    const size_t plane = (size_t)3 * S * S;
+    std::vector<float> planes(n * plane);
+    for (size_t i = 0; i < n; ++i) image(i, planes.data() + i * plane);
+    return caption_planes(planes, (int)n, search, options.attention);
+  }
+  void to_planes(const cv::Mat& bgr, float* out) const {
+    image_to_planes(bgr, model->encoder_config.input_size, model->encoder_config.mean, model->encoder_config.stdev,
+                    out);
+  }
+};
+
+std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<float>& planes, int n, const Search& s,
+                                                     bool attention) {
+  const size_t plane = (size_t)3 * model->encoder_config.input_size * model->encoder_config.input_size;
+  std::vector<Hypothesis> hyps;
+  {
+    std::lock_guard<std::mutex> lock(network);
+    ThreadCount team(threads);
+    for (int start = 0; start < n; start += kMaxBatch) {
+      const int m = std::min(kMaxBatch, n - start);
+      const std::vector<float> chunk(planes.begin() + start * plane, planes.begin() + (start + m) * plane);
+      const Mat F = model->encode(chunk, m);
+      auto found = s.beam <= 1 ? greedy_search(*model->decoder, F, m, model->max_len, s.no_repeat_ngram)
+                               : beam_search(*model->decoder, F, m, s.beam, model->max_len, s.length_norm,
+                                             s.no_repeat_ngram);
+      for (auto& h : found) hyps.push_back(std::move(h));
+    }
+  }
+  std::vector<CaptionResult> out;
+  out.reserve(hyps.size());
+  for (const Hypothesis& h : hyps) out.push_back(to_caption(h, attention));
+  return out;
+}
+
+CaptionResult Captioner::Impl::to_caption(const Hypothesis& h, bool attention) const {
+  CaptionResult c;
+  c.words = model->vocab.decode(h.tokens);
+  c.text = join_words(c.words);
+  c.logprob = h.logprob;
+  if (!attention || !model->decoder_config.attends()) return c;
+  const int rows = model->encoder_config.grid_h(), cols = model->encoder_config.grid_w();
+  // The search keeps one map per emitted token, the end included; the caption's words are the first ones.
+  for (size_t w = 0; w < c.words.size() && w < h.alphas.size(); ++w)
+    c.attention.push_back(AttentionGrid{rows, cols, h.alphas[w]});
+  for (size_t w = 0; w < c.words.size() && w < h.locations.size(); ++w)
+    c.glimpses.push_back(Glimpse{h.locations[w] / cols, h.locations[w] % cols});
+  return c;
+}
+
+Captioner::Captioner(const std::string& model_path, const LoadOptions& options) : impl_(std::make_unique<Impl>()) {
+  if (options.threads < 0) throw Error("threads must be 0 (all cores) or more");
+  ThreadCount team(options.threads);
+  impl_->model = CaptionModel::load(model_path, options.weights_dir);
+  impl_->path = model_path;
+  impl_->threads = options.threads;
+}
+
+Captioner::~Captioner() = default;
+Captioner::Captioner(Captioner&&) noexcept = default;
+Captioner& Captioner::operator=(Captioner&&) noexcept = default;
+
+CaptionResult Captioner::caption(const cv::Mat& image, const CaptionOptions& options) const {
+  return impl_->caption_each(1, options, [&](size_t, float* out) { impl_->to_planes(as_bgr(image, "image"), out); })[0];
+}
+
+CaptionResult Captioner::caption_file(const std::string& path, const CaptionOptions& options) const {
+  return impl_->caption_each(1, options, [&](size_t, float* out) { impl_->to_planes(load_image_bgr(path), out); })[0];
+}
+
+CaptionResult Captioner::caption_bytes(const uint8_t* data, size_t size, const CaptionOptions& options) const {
+  return impl_->caption_each(1, options, [&](size_t, float* out) {
+    impl_->to_planes(decode_image_bgr(reinterpret_cast<const char*>(data), size, "image bytes"), out);
+  })[0];
+}
+
+CaptionResult Captioner::caption_bytes(const std::vector<uint8_t>& bytes, const CaptionOptions& options) const {
+  return caption_bytes(bytes.data(), bytes.size(), options);
+}
+
+std::vector<CaptionResult> Captioner::caption(const std::vector<cv::Mat>& images, const CaptionOptions& options) const {
+  return impl_->caption_each(images.size(), options, [&](size_t i, float* out) {
+    impl_->to_planes(as_bgr(images[i], batch_name("image", i)), out);
+  });
+}
+
+std::vector<CaptionResult> Captioner::caption_files(const std::vector<std::string>& paths,
+                                              const CaptionOptions& options) const {
+  return impl_->caption_each(paths.size(), options,
+                             [&](size_t i, float* out) { impl_->to_planes(load_image_bgr(paths[i]), out); });
+}
+
+std::vector<CaptionResult> Captioner::caption_bytes(const std::vector<std::vector<uint8_t>>& images,
+                                              const CaptionOptions& options) const {
+  return impl_->caption_each(images.size(), options, [&](size_t i, float* out) {
+    const auto& bytes = images[i];
+    impl_->to_planes(decode_image_bgr(reinterpret_cast<const char*>(bytes.data()), bytes.size(),
+                                      batch_name("image bytes", i)),
+                     out);
+  });
+}
+
+ModelInfo Captioner::info() const {
+  const CaptionModel& m = *impl_->model;
+  ModelInfo info;
+  info.path = impl_->path;
+  info.encoder_weights = m.encoder_weights_path;
+  info.input_size = m.encoder_config.input_size;
+  info.grid_rows = m.encoder_config.grid_h();
+  info.grid_cols = m.encoder_config.grid_w();
+  info.vocabulary = m.vocab.size();
+  info.beam = m.beam;
+  info.length_norm = m.length_norm;
+  info.no_repeat_ngram = m.no_repeat_ngram;
+  info.attention = m.decoder_config.attention;
+  return info;
+}
+
+std::string Captioner::models_dir() { return shipped_models_dir(); }
+
+}  // namespace sat

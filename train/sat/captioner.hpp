@@ -1,0 +1,118 @@
+// sat's public C++ API: caption images with a trained Show, Attend and Tell model.
+//
+//   sat::Captioner captioner("flickr8k-inception.sat");
+//   sat::CaptionResult c = captioner.caption_file("photo.jpg");  // c.text: "a dog runs through the grass"
+//
+// Link the `sat::sat` CMake target (find_package(sat)); the library is libsat.so, the only other thing a program
+// needs is OpenCV's core. Every problem with an input (a missing, corrupt or unsupported image or model file,
+// encoder weights a model names but that cannot be found, a bad argument) throws sat::Error with the one-line
+// message the `sat` command prints after "sat: " for the same problem.
+//
+// Threads: a Captioner may be shared by any number of threads, and every const member function may be called from
+// several at once. Decoding and resizing the images of a call run in the calling thread, concurrently with other
+// calls; the network (encoder and caption search, which use all the cores they are given) runs one call at a time,
+// the others wait for it. A batch call encodes its images together and is faster per image than single calls.
+// Constructing, moving and destroying a Captioner are not thread-safe with respect to calls on the same object.
+#pragma once
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include <opencv2/core.hpp>
+
+#include "error.hpp"
+
+namespace sat {
+
+struct LoadOptions {
+  // Folder holding encoder weights the model names but does not contain (ResNet v2 models:
+  // resnet_v2_101.safetensors, or a resnet_v2_101/ folder with it). Looked in first, then $SAT_WEIGHTS, then the
+  // installed models folder (Captioner::models_dir()).
+  std::string weights_dir;
+  // Threads the encoder and the search use (OpenMP); 0: OpenMP's default (every core, or $OMP_NUM_THREADS).
+  int threads = 0;
+};
+
+// How to search for a caption. Unset fields take the model's stored settings (chosen on dev data; see ModelInfo).
+struct CaptionOptions {
+  std::optional<int> beam;             // 1: greedy; at most 100
+  std::optional<double> length_norm;   // beam search ranks captions by log p / words^length_norm; in [0, 2]
+  std::optional<int> no_repeat_ngram;  // never repeat an n-word phrase (0: off); at most 9
+  bool attention = false;              // fill CaptionResult::attention (and ::glimpses for hard attention)
+};
+
+// Where the model looked while emitting one word: weights over the encoder's grid, row-major rows x cols, summing
+// to 1 (the grid covers the whole image, resized to a square: cell (r, c) is rows r/rows..(r+1)/rows of its height).
+struct AttentionGrid {
+  int rows = 0, cols = 0;
+  std::vector<float> weights;
+  float at(int row, int col) const { return weights[(size_t)row * cols + col]; }
+};
+
+// Hard attention (Xu et al. section 4.1): the one grid cell the word was read from.
+struct Glimpse {
+  int row = 0, col = 0;
+};
+
+struct CaptionResult {
+  std::vector<std::string> words;
+  std::string text;                     // the words joined by single spaces
+  double logprob = 0;                   // natural log of the caption's probability, its end included
+  std::vector<AttentionGrid> attention;  // with CaptionOptions::attention: one per word (none: attention "none")
+  std::vector<Glimpse> glimpses;         // with CaptionOptions::attention and a hard-attention model: one per word
+};
+
+struct ModelInfo {
+  std::string path;             // the model file
+  std::string encoder_weights;  // where weights it names were found ("" when the model holds its encoder)
+  int input_size = 0;           // images are resized to input_size x input_size
+  int grid_rows = 0, grid_cols = 0;
+  int vocabulary = 0;  // words it knows
+  int beam = 0;        // the stored search settings CaptionOptions falls back to
+  double length_norm = 0;
+  int no_repeat_ngram = 0;
+  std::string attention;  // "soft", "local", "hard" or "none"
+};
+
+class SAT_API Captioner {
+ public:
+  // Loads and checks the model file (and the encoder weights it names): a file that is missing, corrupt or not a
+  // caption model, or weights not found, throw sat::Error.
+  explicit Captioner(const std::string& model_path, const LoadOptions& options = {});
+  ~Captioner();
+  Captioner(Captioner&&) noexcept;
+  Captioner& operator=(Captioner&&) noexcept;
+  Captioner(const Captioner&) = delete;
+  Captioner& operator=(const Captioner&) = delete;
+
+  // image: 8-bit BGR as cv::imread gives it (grey and BGRA are converted), any size.
+  CaptionResult caption(const cv::Mat& image, const CaptionOptions& options = {}) const;
+  // An image file: JPEG, PNG, WebP, BMP, TIFF or PNM.
+  CaptionResult caption_file(const std::string& path, const CaptionOptions& options = {}) const;
+  // An encoded image in memory (the bytes of such a file).
+  CaptionResult caption_bytes(const uint8_t* data, size_t size, const CaptionOptions& options = {}) const;
+  CaptionResult caption_bytes(const std::vector<uint8_t>& bytes, const CaptionOptions& options = {}) const;
+
+  // Batches: one caption per image, in order. If any image cannot be read, sat::Error names the first such (a file
+  // by its path, others as "image[i]" or "image bytes[i]") and no captions are returned.
+  std::vector<CaptionResult> caption(const std::vector<cv::Mat>& images, const CaptionOptions& options = {}) const;
+  std::vector<CaptionResult> caption_files(const std::vector<std::string>& paths,
+                                           const CaptionOptions& options = {}) const;
+  std::vector<CaptionResult> caption_bytes(const std::vector<std::vector<uint8_t>>& images,
+                                     const CaptionOptions& options = {}) const;
+
+  ModelInfo info() const;
+
+  // The folder of the models sat ships (flickr8k.sat, the default, which needs ResNet-101 v2 weights;
+  // flickr8k-inception.sat; synth.sat): <prefix>/share/sat/models for an installed library.
+  static std::string models_dir();
+
+ private:
+  struct Impl;
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace sat
