@@ -297,6 +297,56 @@ TEST_CASE("images: only photo formats reach the decoders; other files are one-li
   (void)!std::system(("rm -rf " + dir).c_str());
 }
 
+TEST_CASE("images: a header declaring more than kMaxImagePixels is refused before any decoder allocates") {
+  // 15 bytes of PBM header made OpenCV allocate 3 GB (found by tests/fuzz/fuzz_image, kept in its corpus)
+  auto be = [](uint32_t v, int n) { std::string s; for (int i = n - 1; i >= 0; --i) s += (char)((v >> (8 * i)) & 0xff); return s; };
+  auto le = [](uint32_t v, int n) { std::string s; for (int i = 0; i < n; ++i) s += (char)((v >> (8 * i)) & 0xff); return s; };
+  struct Case {
+    const char* what;
+    std::string bytes;
+  };
+  const std::string pad(64, '\0');
+  const std::vector<Case> huge = {
+      {"PBM", "P4\n# a comment\n20000 20000\n" + pad},
+      {"PPM", "P6 15000 15000 255\n" + pad},
+      {"PNG", std::string("\x89PNG\r\n\x1A\n", 8) + be(13, 4) + "IHDR" + be(20000, 4) + be(20000, 4) + pad},
+      {"JPEG", std::string("\xFF\xD8\xFF\xE0", 4) + be(16, 2) + std::string(14, 'J') + "\xFF\xC2" + be(17, 2) + "\x08" +
+                   be(20000, 2) + be(20000, 2) + pad + "\xFF\xD9"},
+      {"BMP", "BM" + le(0, 12) + le(40, 4) + le(20000, 4) + le((uint32_t)-20000, 4) + pad},
+      {"TIFF", std::string("II*\0", 4) + le(8, 4) + le(2, 2) + le(256, 2) + le(4, 2) + le(1, 4) + le(20000, 4) +
+                   le(257, 2) + le(3, 2) + le(1, 4) + le(20000, 4) + pad},
+      {"WebP", "RIFF" + le(100, 4) + "WEBPVP8X" + le(10, 4) + le(0, 4) + le(16383, 3) + le(16383, 3) + pad},
+  };
+  for (const Case& c : huge) {
+    CAPTURE(std::string(c.what));
+    CHECK_THROWS_WITH_AS(decode_image_bgr(c.bytes.data(), c.bytes.size(), "big.img"),
+                         doctest::Contains("big.img: image of "), Error);
+    CHECK_THROWS_WITH_AS(decode_image_bgr(c.bytes.data(), c.bytes.size(), "big.img"),
+                         doctest::Contains("pixels is too large (at most 200 megapixels)"), Error);
+  }
+  // headers that declare no size, or none that can be read, are refused as corrupt
+  for (const std::string& bad : {std::string("P4\n644466\xb6" "164 62 "), std::string("P5 0 10 255\n") + pad,
+                                 std::string("\xFF\xD8\xFF\xDA\x00\x02\xFF\xD9", 8), std::string("II*\0\xff\xff\xff\xff", 8)}) {
+    CHECK_THROWS_WITH_AS(decode_image_bgr(bad.data(), bad.size(), "odd.img"), doctest::Contains("odd.img: cannot decode image ("), Error);
+  }
+  // every format's encoder output passes the header check and decodes (the sizes read are the real ones)
+  cv::Mat img(1200, 1700, CV_8UC3, cv::Scalar(40, 90, 160));
+  for (const char* ext : {".png", ".jpg", ".bmp", ".webp", ".tiff", ".ppm"}) {
+    CAPTURE(std::string(ext));
+    std::vector<uchar> buf;
+    REQUIRE(cv::imencode(ext, img, buf));
+    const cv::Mat back = decode_image_bgr((const char*)buf.data(), buf.size(), std::string("a") + ext);
+    CHECK(back.rows == 1200);
+    CHECK(back.cols == 1700);
+  }
+  std::vector<uchar> bitmap;
+  REQUIRE(cv::imencode(".pbm", cv::Mat(1200, 1700, CV_8UC1, cv::Scalar(255)), bitmap));
+  CHECK(decode_image_bgr((const char*)bitmap.data(), bitmap.size(), "a.pbm").cols == 1700);
+  std::vector<uchar> lossless;
+  REQUIRE(cv::imencode(".webp", img, lossless, {cv::IMWRITE_WEBP_QUALITY, 101}));  // VP8L
+  CHECK(decode_image_bgr((const char*)lossless.data(), lossless.size(), "l.webp").cols == 1700);
+}
+
 TEST_CASE("JSON from files: a float that no integer or float can hold is an error, not a conversion") {
   // nlohmann's get<int64_t>() on 1.4e29 is undefined behaviour (found by tests/fuzz/fuzz_model, kept in its corpus)
   std::string header = R"({"a": {"dtype": "F32", "shape": [1.4e29], "data_offsets": [0, 4]}})";

@@ -1,5 +1,6 @@
 // Pixels in: decode, resize, normalize (OpenCV). The encoder never sees anything but these planes.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -7,7 +8,11 @@
 
 namespace sat {
 
-// Decodes an image file as 8-bit BGR; a missing, empty or undecodable file is an Error naming it.
+// The most pixels a photo may declare (600 MB as BGR): a larger header is refused before any decoder allocates.
+constexpr uint64_t kMaxImagePixels = 200'000'000;
+
+// Decodes an image file as 8-bit BGR; a missing, empty or undecodable file, or one declaring more than
+// kMaxImagePixels, is an Error naming it.
 cv::Mat load_image_bgr(const std::string& path);
 // The same from an encoded image in memory (the file's bytes); `name` stands for the file in errors.
 cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name);
