@@ -25,6 +25,7 @@ void add_encoder_commands(CLI::App& app);  // import-tfjs, extract
 void add_data_commands(CLI::App& app);     // data convert
 void add_model_commands(CLI::App& app);    // model info, model compact
 void add_report_command(CLI::App& app);    // report (HTML page of captions, scores, attention maps)
+void add_serve_command(CLI::App& app);     // serve (HTTP server, tools/server.hpp)
 std::string default_model_path();
 std::string default_encoder_path();  // the imported InceptionV3 (tools/import-inception.sh writes it)
 // The command line this process was started with ("sat train --data ..."), for provenance records.

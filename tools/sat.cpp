@@ -47,6 +47,7 @@ int main(int argc, char** argv) {
   sat::add_data_commands(app);
   sat::add_model_commands(app);
   sat::add_report_command(app);
+  sat::add_serve_command(app);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
