@@ -299,8 +299,8 @@ TEST_CASE("images: only photo formats reach the decoders; other files are one-li
 
 TEST_CASE("images: a header declaring more than kMaxImagePixels is refused before any decoder allocates") {
   // 15 bytes of PBM header made OpenCV allocate 3 GB (found by tests/fuzz/fuzz_image, kept in its corpus)
-  auto be = [](uint32_t v, int n) { std::string s; for (int i = n - 1; i >= 0; --i) s += (char)((v >> (8 * i)) & 0xff); return s; };
-  auto le = [](uint32_t v, int n) { std::string s; for (int i = 0; i < n; ++i) s += (char)((v >> (8 * i)) & 0xff); return s; };
+  auto be = [](uint32_t v, int n) { std::string s; for (int i = n - 1; i >= 0; --i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0); return s; };
+  auto le = [](uint32_t v, int n) { std::string s; for (int i = 0; i < n; ++i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0); return s; };
   struct Case {
     const char* what;
     std::string bytes;

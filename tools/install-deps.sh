@@ -9,7 +9,8 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-
       nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3)
 if [ "${1:-}" = --test ]; then
   pkgs+=(clang libomp-dev  # the ASan/UBSan + libFuzzer build (tests/fuzz)
-         chromium)         # the report test opens sat report's page in headless Chromium
+         chromium          # the report test opens sat report's page in headless Chromium
+         curl)             # the server test (tests/serve_test.sh) sends its requests with curl
 elif [ $# -gt 0 ]; then
   echo "usage: tools/install-deps.sh [--test]" >&2
   exit 2
