@@ -75,7 +75,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--metric", o->metric, "Validation score that picks the best model and stops early: bleu4 or cider")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed (initialization, order, dropout)")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores); with --resume, overrides the checkpoint's")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores; under mpirun, the rank's share of its machine's "
+                                           "cores); with --resume, overrides the checkpoint's")->capture_default_str();
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
   cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs");
   cmd->add_flag("--keep-epochs", o->keep_epochs, "Also write each epoch's model as model-epochN.sat (to choose an epoch "
