@@ -163,7 +163,6 @@ class Decoder {
   void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;
   // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
   void glimpse_weights(int s, float* w) const;
-  // One step of attention with query q (h_{t-1} or h_t by ordering): alpha, glimpse, z, beta, zhat in the cache.
   // Where a training forward's random numbers come from: each row's own stream (CaptionBatch::row_seed), else the
   // one generator given to forward (rows in order). None: no dropout, hard attention takes the argmax.
   struct Draws {
@@ -173,6 +172,7 @@ class Decoder {
     double uniform(int b) { return rows.empty() ? shared->uniform() : rows[b].uniform(); }
   };
   void dropout_mask(Mat& mask, int rows, int cols, Draws& draws) const;
+  // One step of attention with query q (h_{t-1} or h_t by ordering): alpha, glimpse, z, beta, zhat in the cache.
   void attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCache& C, double& entropy, int64_t& hard_steps);
   // Gradient of one step's attention: dzhat -> adds to dq (the query), dF, parameter gradients.
   void attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& dS, Mat& dcov_later, DecoderCache& C, Mat& dq,

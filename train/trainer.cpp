@@ -362,9 +362,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     note(lead, "resuming %s at epoch %d, step %d\n", resume_path.c_str(), st.epoch + 1, st.step_in_epoch);
   }
   // Every rank built or loaded its model from the same options, seed and files: they must hold the same weights.
-  if (!ranks.same_everywhere(parameter_checksum(params), "the starting weights"))
-    throw Error("train: rank " + std::to_string(ranks.rank()) + " starts from other weights than rank 0 (every rank "
-                "needs the same options and files: is --resume or --init-from on a disk they share?)");
+  if (parallel && !ranks.same_everywhere(parameter_checksum(params), "the starting weights"))
+    throw Error("train: the ranks start from different weights (every rank needs the same options and files: is "
+                "--resume or --init-from on a disk they share?)");
   if (parallel)
     note(lead, "data-parallel: %d ranks share each batch of %d photos (gradients summed across ranks)\n", ranks.size(),
          opt.batch_images);
@@ -690,9 +690,10 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (lead) bar.finish(epoch_stats(captions_done / std::max(secs, 1e-9)));
     // Every rank stepped alike from the same sums: a rank whose weights drifted would go on training another model.
-    if (!ranks.same_everywhere(parameter_checksum(params), "the weights after epoch " + std::to_string(st.epoch + 1)))
-      throw Error("train: rank " + std::to_string(ranks.rank()) + " holds other weights than rank 0 after epoch " +
-                  std::to_string(st.epoch + 1) + " (the ranks' sums differed)");
+    if (parallel &&
+        !ranks.same_everywhere(parameter_checksum(params), "the weights after epoch " + std::to_string(st.epoch + 1)))
+      throw Error("train: the ranks' weights differ after epoch " + std::to_string(st.epoch + 1) +
+                  " (their sums of the gradients differed)");
 
     CaptionScores sc = run_validation();
     const double score = metric_of(sc, opt.metric);
