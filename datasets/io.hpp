@@ -89,6 +89,27 @@ struct Rng {
   void set_state(const std::string& s);
 };
 
+// A small random stream of its own (splitmix64) for one row of a training batch, seeded from the step and the row's
+// place in the global batch: a caption's dropout masks and glimpses are then the same whichever process or batch
+// share holds it (data-parallel training gives the model a single process would).
+struct RowRng {
+  uint64_t state;
+  explicit RowRng(uint64_t seed) : state(seed) {}
+  uint64_t next() {
+    uint64_t z = (state += 0x9e3779b97f4a7c15ull);
+    z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+    z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+    return z ^ (z >> 31);
+  }
+  double uniform() { return (double)(next() >> 11) * (1.0 / 9007199254740992.0); }  // [0, 1)
+};
+// The seed of row `index` of a step whose seed is step_seed (well mixed: neighbouring rows get unrelated streams).
+inline uint64_t row_seed(uint64_t step_seed, uint64_t index) {
+  RowRng mix(step_seed ^ (index * 0xd1b54a32d192ed03ull));
+  mix.next();
+  return mix.next();
+}
+
 // Deterministic shuffle with our own generator.
 template <typename T>
 void shuffle(std::vector<T>& v, Rng& rng) {

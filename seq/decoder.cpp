@@ -60,6 +60,12 @@ DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
   return c;
 }
 
+int64_t CaptionBatch::real_tokens() const {
+  int64_t tokens = 0;
+  for (float m : mask) tokens += m > 0;
+  return tokens;
+}
+
 CaptionBatch CaptionBatch::from_ids(const std::vector<std::vector<int>>& caps, int max_len) {
   CaptionBatch b;
   b.B = (int)caps.size();
@@ -228,18 +234,28 @@ static Mat mean_features(const Mat& F, const RowGrids& rows, int L) {
 
 static Mat sigmoid(const Mat& x) { return (1.f / (1.f + (-x.array()).exp())).matrix(); }
 
-static void dropout_mask(Mat& mask, int rows, int cols, float p, bool training, Rng* rng) {
+void Decoder::dropout_mask(Mat& mask, int rows, int cols, Draws& draws) const {
+  const float p = cfg_.dropout;
   mask.resize(rows, cols);
-  if (!training || p <= 0) {
+  if (!draws.any() || p <= 0) {
     mask.setOnes();
     return;
   }
   const float keep = 1.f / (1.f - p);
-  float* d = mask.data();
-  for (int64_t k = 0; k < (int64_t)rows * cols; ++k) d[k] = rng->uniform() >= p ? keep : 0.f;
+  for (int b = 0; b < rows; ++b) {
+    float* d = &mask(b, 0);
+    for (int k = 0; k < cols; ++k) d[k] = draws.uniform(b) >= p ? keep : 0.f;
+  }
 }
 
-void Decoder::attend_step(int t, const Mat& q, Mat& cov, bool training, Rng* rng, DecoderCache& C, double& entropy,
+// The normalizers of the loss: real tokens and rows of the batch, or of the global batch it is a share of.
+static float inverse_tokens(const CaptionBatch& batch) {
+  const int64_t tokens = batch.norm_tokens > 0 ? batch.norm_tokens : batch.real_tokens();
+  return tokens ? 1.f / tokens : 0.f;
+}
+static int normalizing_rows(const CaptionBatch& batch) { return batch.norm_rows > 0 ? batch.norm_rows : batch.B; }
+
+void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCache& C, double& entropy,
                           int64_t& hard_steps) {
   const int B = C.B, T = C.T, L = cfg_.locations();
   const CaptionBatch& batch = *C.batch;
@@ -260,9 +276,9 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, bool training, Rng* rng
     Mat& W = C.glimpse[t];
     W = C.alpha[t];
     for (int b = 0; b < B; ++b) {
-      bool soft = training && rng && rng->uniform() < cfg_.hard_soft_prob;
-      int s = training && rng ? sample_index(&C.alpha[t](b, 0), L, rng->uniform()) : 0;
-      if (!training || !rng) C.alpha[t].row(b).maxCoeff(&s);
+      bool soft = draws.any() && draws.uniform(b) < cfg_.hard_soft_prob;
+      int s = draws.any() ? sample_index(&C.alpha[t](b, 0), L, draws.uniform(b)) : 0;
+      if (!draws.any()) C.alpha[t].row(b).maxCoeff(&s);
       C.location[t][b] = s;
       C.soft_step[t][b] = soft;
       if (!soft) glimpse_weights(s, &W(b, 0));
@@ -314,6 +330,14 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   if (!batch.row_weight.empty() && (int)batch.row_weight.size() != B)
     throw Error("decoder: row_weight has " + std::to_string(batch.row_weight.size()) + " entries for " +
                 std::to_string(B) + " rows");
+  if (!batch.row_seed.empty() && (int)batch.row_seed.size() != B)
+    throw Error("decoder: row_seed has " + std::to_string(batch.row_seed.size()) + " entries for " + std::to_string(B) +
+                " rows");
+  Draws draws;
+  if (training && !batch.row_seed.empty())
+    for (uint64_t seed : batch.row_seed) draws.rows.emplace_back(seed);
+  else if (training)
+    draws.shared = rng;
   C.B = B, C.T = T, C.F = &F, C.batch = &batch, C.penalty_weight = penalty_weight;
   C.rows = batch.grid.empty() ? RowGrids::identity(B) : RowGrids(batch.grid, (int)grids);
   for (auto* v : {&C.h, &C.c}) v->assign(T + 1, Mat());
@@ -347,7 +371,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     for (int b = 0; b < B; ++b) emb.row(b) = E.row(batch.input[(size_t)b * T + t]);
     const Mat* out_hidden;  // what the output layer reads: h_t (bahdanau) or h~_t (luong)
     if (!luong) {
-      attend_step(t, C.h[t], cov, training, rng, C, entropy, hard_steps);
+      attend_step(t, C.h[t], cov, draws, C, entropy, hard_steps);
       lstm_step(emb, C.zhat[t], C.h[t], C.c[t], value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)),
                 value_of(P(kLstmWHh)), value_of(P(kLstmB)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
       out_hidden = &C.h[t + 1];
@@ -355,7 +379,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       const Mat& feed = t ? C.htilde[t - 1] : C.zero_feed;
       lstm_step(emb, feed, C.h[t], C.c[t], value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
                 value_of(P(kLstmB)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
-      attend_step(t, C.h[t + 1], cov, training, rng, C, entropy, hard_steps);
+      attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
       Mat u = C.zhat[t] * value_of(P(combine_));
       u.noalias() += C.h[t + 1] * value_of(P(combine_ + 1));
       u.rowwise() += value_of(P(combine_ + 2)).row(0);
@@ -363,13 +387,13 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       out_hidden = &C.htilde[t];
     }
 
-    dropout_mask(C.hdrop_mask[t], B, n, cfg_.dropout, training, rng);
+    dropout_mask(C.hdrop_mask[t], B, n, draws);
     Mat hd = out_hidden->cwiseProduct(C.hdrop_mask[t]);
     Mat pre = emb;
     pre.noalias() += hd * value_of(P(kOutHidden));
     if (!luong) pre.noalias() += C.zhat[t] * value_of(P(kOutContext));
     C.out_tanh[t] = pre.array().tanh().matrix();
-    dropout_mask(C.odrop_mask[t], B, cfg_.embed_dim, cfg_.dropout, training, rng);
+    dropout_mask(C.odrop_mask[t], B, cfg_.embed_dim, draws);
     Mat logits = C.out_tanh[t].cwiseProduct(C.odrop_mask[t]) * value_of(P(kOutW));
     logits.rowwise() += value_of(P(kOutB)).row(0);
     softmax_rows(logits);
@@ -411,6 +435,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     for (int b = 0; b < B; ++b)
       for (int t = 0; t < T; ++t)
         if (batch.mask[(size_t)b * T + t] > 0 && !C.soft_step[t][b]) weights.push_back(C.advantage[(size_t)b * T + t]);
+    loss.advantage_count = (int64_t)weights.size();
     for (double w : weights) loss.advantage_mean += w / weights.size();
     for (double w : weights) loss.advantage_var += (w - loss.advantage_mean) * (w - loss.advantage_mean) / weights.size();
     loss.entropy = hard_steps ? entropy / hard_steps : 0.0;
@@ -463,9 +488,7 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
     // Surrogate of the lower bound (Xu et al. eq. 12), per sampled step and normalized like the cross-entropy:
     //   - lambda_r (log p(y|s) - b) log alpha_s - lambda_e H(alpha)
     // d/de log alpha_s = onehot(s) - alpha;  d/de H = -alpha (log alpha + H).
-    int64_t tokens = 0;
-    for (float m : batch.mask) tokens += m > 0;
-    const float inv_tokens = tokens ? 1.f / tokens : 0.f;
+    const float inv_tokens = inverse_tokens(batch);
     for (int b = 0; b < B; ++b) {
       const float m = batch.mask[(size_t)b * T + t] * inv_tokens;
       if (C.soft_step[t][b] || m == 0) continue;
@@ -485,11 +508,9 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   const CaptionBatch& batch = *C.batch;
   const bool luong = cfg_.luong();
   if (dF) dF->setZero((int64_t)C.rows.grid_count() * L, D);
-  int64_t tokens = 0;
-  for (float m : batch.mask) tokens += m > 0;
-  const float inv_tokens = tokens ? 1.f / tokens : 0.f;
+  const float inv_tokens = inverse_tokens(batch);
   // d penalty / d alpha_sum = -2 lambda (1 - S) / (B L)
-  Mat dS = (-2.f * C.penalty_weight / ((float)B * L)) * (1.f - C.alpha_sum.array()).matrix();
+  Mat dS = (-2.f * C.penalty_weight / ((float)normalizing_rows(batch) * L)) * (1.f - C.alpha_sum.array()).matrix();
 
   auto E = value_of(P(kEmbed));
   auto gE = grad_of(P(kEmbed));

@@ -64,6 +64,15 @@ struct CaptionBatch {
   // Per row, the feature grid it reads (the captions of one image share its grid, which is then stored, projected
   // and differentiated once). Empty: row b reads grid b.
   std::vector<int> grid;
+  // Data-parallel training: this batch is one rank's share of a global batch, normalized by the global batch's totals
+  // so that the ranks' gradients sum to the global batch's gradient: its real tokens (cross-entropy, REINFORCE terms)
+  // and its rows (the attention penalty's mean). 0: this batch's own.
+  int64_t norm_tokens = 0;
+  int norm_rows = 0;
+  // Per row, the seed of the row's own random stream (RowRng) for its dropout masks and glimpses in training, so a
+  // caption draws the same numbers whichever batch or process holds it. Empty: every row draws from forward's rng.
+  std::vector<uint64_t> row_seed;
+  int64_t real_tokens() const;  // entries of mask that are 1
   static CaptionBatch from_ids(const std::vector<std::vector<int>>& captions, int max_len);
 };
 
@@ -74,6 +83,7 @@ struct DecoderLoss {
   // hard attention: the REINFORCE weights (advantages) over the sampled steps (their variance is the variance
   // of the estimator's weights), and the mean entropy of alpha
   double advantage_mean = 0, advantage_var = 0, entropy = 0;
+  int64_t advantage_count = 0;  // the sampled steps those are over
   // with row weights: sum over real tokens of w_row * -log p, over the number of real tokens (what backward
   // differentiates in place of the cross-entropy)
   bool weighted = false;
@@ -123,7 +133,7 @@ class Decoder {
   std::vector<Param*> params();
 
   // F: G*L x D features, one block of L rows per grid; row b of the batch reads grid batch.grid[b] (or grid b).
-  // training turns dropout on (drawn from rng).
+  // training turns dropout on (drawn from rng, or from each row's stream when batch.row_seed is set).
   DecoderLoss forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
                       DecoderCache& cache);
   // Adds parameter gradients and writes dF (G*L x D, summed over the rows reading each grid) for the encoder; dF
@@ -153,9 +163,17 @@ class Decoder {
   void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;
   // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
   void glimpse_weights(int s, float* w) const;
+  // Where a training forward's random numbers come from: each row's own stream (CaptionBatch::row_seed), else the
+  // one generator given to forward (rows in order). None: no dropout, hard attention takes the argmax.
+  struct Draws {
+    Rng* shared = nullptr;
+    std::vector<RowRng> rows;
+    bool any() const { return shared || !rows.empty(); }
+    double uniform(int b) { return rows.empty() ? shared->uniform() : rows[b].uniform(); }
+  };
+  void dropout_mask(Mat& mask, int rows, int cols, Draws& draws) const;
   // One step of attention with query q (h_{t-1} or h_t by ordering): alpha, glimpse, z, beta, zhat in the cache.
-  void attend_step(int t, const Mat& q, Mat& cov, bool training, Rng* rng, DecoderCache& C, double& entropy,
-                   int64_t& hard_steps);
+  void attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCache& C, double& entropy, int64_t& hard_steps);
   // Gradient of one step's attention: dzhat -> adds to dq (the query), dF, parameter gradients.
   void attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& dS, Mat& dcov_later, DecoderCache& C, Mat& dq,
                        Mat* dF);

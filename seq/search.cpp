@@ -35,7 +35,8 @@ Hypothesis finish(Hypothesis h, bool with_end, double length_norm = 1.0) {
   return h;
 }
 
-// One caption per image, word by word: pick(row of log-probabilities) chooses each next word.
+// One caption per image, word by word: pick(log-probabilities, live row r, the hypothesis' own row) chooses row r's
+// next word.
 template <typename Pick>
 std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int max_len, Pick pick, int copies = 1,
                                         int no_repeat_ngram = 0) {
@@ -53,7 +54,7 @@ std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int m
     for (int r = 0; r < (int)rows.size(); ++r) {
       Hypothesis& h = out[rows[r]];
       ban_repeats(logp, r, h.tokens, no_repeat_ngram);
-      const int best = pick(logp, r);
+      const int best = pick(logp, r, rows[r]);
       h.logprob += logp(r, best);
       h.alphas.emplace_back(alpha.row(r).data(), alpha.row(r).data() + alpha.cols());
       if (dec.config().hard()) h.locations.push_back(st.location[r]);
@@ -82,7 +83,7 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
   return one_path_search(
       dec, F, N, max_len,
-      [](const Mat& logp, int r) {
+      [](const Mat& logp, int r, int) {
         int best;
         logp.row(r).maxCoeff(&best);
         return best;
@@ -90,23 +91,38 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
       1, no_repeat_ngram);
 }
 
+// The word at which u in [0, 1) falls in row r's distribution, by inverse CDF over the words left after the ban
+// (their probabilities renormalized).
+static int draw_word(const Mat& logp, int r, double u) {
+  double total = 0;
+  for (int w = 0; w < logp.cols(); ++w)
+    if (logp(r, w) != kBanned) total += std::exp((double)logp(r, w));
+  u *= total;
+  double acc = 0;
+  int last = -1;
+  for (int w = 0; w < logp.cols(); ++w) {
+    if (logp(r, w) == kBanned) continue;
+    acc += std::exp((double)logp(r, w));
+    last = w;
+    if (u < acc) return w;
+  }
+  return last;  // rounding left u above the sum
+}
+
 std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng, int copies) {
-  return one_path_search(dec, F, N, max_len, [&rng](const Mat& logp, int r) {
-    // inverse CDF over the words left after the ban (their probabilities renormalized)
-    double total = 0;
-    for (int w = 0; w < logp.cols(); ++w)
-      if (logp(r, w) != kBanned) total += std::exp((double)logp(r, w));
-    const double u = rng.uniform() * total;
-    double acc = 0;
-    int last = -1;
-    for (int w = 0; w < logp.cols(); ++w) {
-      if (logp(r, w) == kBanned) continue;
-      acc += std::exp((double)logp(r, w));
-      last = w;
-      if (u < acc) return w;
-    }
-    return last;  // rounding left u above the sum
-  }, copies);
+  return one_path_search(
+      dec, F, N, max_len, [&rng](const Mat& logp, int r, int) { return draw_word(logp, r, rng.uniform()); }, copies);
+}
+
+std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len,
+                                      const std::vector<uint64_t>& row_seeds, int copies) {
+  if ((int64_t)row_seeds.size() != (int64_t)N * copies)
+    throw Error("sample_search: " + std::to_string(row_seeds.size()) + " row seeds for " +
+                std::to_string((int64_t)N * copies) + " captions");
+  std::vector<RowRng> streams(row_seeds.begin(), row_seeds.end());
+  return one_path_search(
+      dec, F, N, max_len,
+      [&streams](const Mat& logp, int r, int row) { return draw_word(logp, r, streams[row].uniform()); }, copies);
 }
 
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm,

@@ -25,6 +25,10 @@ std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max
 // `copies` captions per image (N * copies hypotheses, each image's consecutive) with each word drawn from the
 // model's distribution (never <unk>, <pad>, <start>; never empty): the samples of self-critical training.
 std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len, Rng& rng, int copies = 1);
+// The same with each caption's words drawn from its own stream (RowRng seeded by row_seeds, N * copies of them): a
+// caption's samples do not depend on which other images share the batch (data-parallel self-critical training).
+std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max_len,
+                                      const std::vector<uint64_t>& row_seeds, int copies = 1);
 // Finished hypotheses compete by logprob / (emitted tokens)^length_norm: 1 is the mean log-probability per token,
 // 0 the plain log-probability (shorter captions win more often).
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0,

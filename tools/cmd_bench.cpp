@@ -1,5 +1,6 @@
 #include <chrono>
 #include <cstdio>
+#include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
 
 #include <sys/resource.h>
@@ -10,6 +11,7 @@
 #include "train/evaluate.hpp"
 #include "train/meteor.hpp"
 #include "train/ptb_tokenizer.hpp"
+#include "train/data_parallel.hpp"
 #include "train/trainer.hpp"
 #include "train/optimizer.hpp"
 #include "vision/cnn.hpp"
@@ -37,9 +39,11 @@ void add_bench_commands(CLI::App& app) {
     bool coverage = false;
     int hard_window = 1, hard_samples = 1;
     int per_image = 1;
+    bool json = false;
   };
   auto d = std::make_shared<DecArgs>();
-  auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention kind");
+  auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention "
+                                               "kind; under mpirun, each rank's share of the batch and the gradients' sum");
   dec->add_option("--batch", d->batch, "Captions per step")->capture_default_str();
   dec->add_option("--grid", d->grid, "Grid side (locations = grid^2)")->capture_default_str();
   dec->add_option("--features", d->features, "Feature channels D")->capture_default_str();
@@ -60,7 +64,12 @@ void add_bench_commands(CLI::App& app) {
   dec->add_option("--per-image", d->per_image, "Captions per image: that many consecutive captions read one feature "
                   "grid (sat train's 5 captions per photo); 1 = every caption its own grid, as in the PyTorch peer")
       ->capture_default_str()->check(CLI::PositiveNumber);
+  dec->add_flag("--json", d->json, "One JSON line (tools/mpi-scaling.sh reads it)");
   dec->callback([d] {
+    // Under mpirun each rank steps on its contiguous share of the batch's captions (as sat train shares photos) and
+    // the ranks sum the packed gradients; alone, the step is timed with the bytes that sum would move.
+    std::unique_ptr<Collective> ranks = join_ranks(300);
+    const bool parallel = ranks->size() > 1;
     DecoderConfig cfg;
     cfg.vocab_size = d->vocab;
     cfg.embed_dim = d->embed;
@@ -79,39 +88,87 @@ void add_bench_commands(CLI::App& app) {
     Adam adam;
     adam.attach(params);
     const int L = cfg.locations(), K = cfg.hard() ? d->hard_samples : 1;  // hard: K rows per caption
-    const int images = (d->batch + d->per_image - 1) / d->per_image;
-    Mat F((int64_t)images * L, cfg.feature_dim);
+    const Share mine = share_of(d->batch, ranks->size(), ranks->rank());  // this rank's captions of the batch
+    const int first_grid = mine.size() ? mine.begin / d->per_image : 0;
+    const int grids = mine.size() ? (mine.end - 1) / d->per_image + 1 - first_grid : 0;
+    Mat F((int64_t)grids * L, cfg.feature_dim);
     for (int64_t i = 0; i < F.size(); ++i) F.data()[i] = (float)rng.uniform();
     std::vector<std::vector<int>> caps;
     std::vector<int> grid;
-    for (int b = 0; b < d->batch; ++b) {
+    for (int b = mine.begin; b < mine.end; ++b) {
       std::vector<int> c;
       for (int t = 0; t < d->steps - 1; ++t) c.push_back(4 + (int)rng.integer(0, d->vocab - 5));
-      for (int k = 0; k < K; ++k) caps.push_back(c), grid.push_back(b / d->per_image);
+      for (int k = 0; k < K; ++k) caps.push_back(c), grid.push_back(b / d->per_image - first_grid);
     }
     CaptionBatch cb = CaptionBatch::from_ids(caps, d->steps);
     cb.samples = K;
     cb.grid = grid;
+    cb.norm_tokens = (int64_t)d->batch * K * d->steps;  // every caption has steps - 1 words and <end>
+    cb.norm_rows = d->batch * K;
+    StepExchange exchange(params, 0);  // what a data-parallel step sums: the gradients (and the baseline's value)
+    const int64_t bytes = exchange.size() * (int64_t)sizeof(float);
     DecoderCache cache;
-    double best = 1e30, total = 0;
+    double compute_best = 1e30, compute_total = 0, wait_total = 0, sum_total = 0;
     for (int it = 0; it < d->warmup + d->iters; ++it) {
       auto t0 = std::chrono::steady_clock::now();
-      model.forward(F, cb, 1.f, true, &rng, cache);
-      model.backward(cache, nullptr);  // features come from a cache: no encoder gradient
+      if (!caps.empty()) {
+        model.forward(F, cb, 1.f, true, &rng, cache);
+        model.backward(cache, nullptr);  // features come from a cache: no encoder gradient
+      }
+      const double compute = seconds_since(t0);
+      double wait = 0, sum = 0;
+      if (parallel) {
+        // The wait for the slowest rank first, then the sum alone: the transfer, not the imbalance.
+        auto t1 = std::chrono::steady_clock::now();
+        double nothing = 0;
+        ranks->sum(&nothing, 1, "the benchmark's barrier");
+        wait = seconds_since(t1);
+        t1 = std::chrono::steady_clock::now();
+        exchange.pack(params, std::vector<float>(params.size(), 1.f / ranks->size()), {});
+        ranks->sum(exchange.data(), exchange.size(), "the benchmark's gradients");
+        std::vector<double> no_stats;
+        exchange.unpack(params, no_stats);
+        sum = seconds_since(t1);
+      }
+      auto t2 = std::chrono::steady_clock::now();
       Adam::clip_grad_norm(params, 5.0);
       adam.update(params, 1e-4f);
       for (auto* p : params) p->zero_grad();
-      double s = seconds_since(t0);
-      if (it >= d->warmup) best = std::min(best, s), total += s;
+      const double step_compute = compute + seconds_since(t2);
+      if (it >= d->warmup)
+        compute_best = std::min(compute_best, step_compute), compute_total += step_compute, wait_total += wait,
+        sum_total += sum;
     }
-    double mean = total / d->iters;
+    const double compute = compute_total / d->iters, wait = wait_total / d->iters, sum = sum_total / d->iters;
+    const double step = compute + wait + sum;
+    if (!ranks->leads()) return;
+    const int threads = omp_get_max_threads();
+    if (d->json) {
+      std::printf("{\"ranks\": %d, \"threads\": %d, \"batch\": %d, \"compute_ms\": %.3f, \"compute_best_ms\": %.3f, "
+                  "\"wait_ms\": %.3f, \"allreduce_ms\": %.3f, \"allreduce_bytes\": %lld, \"gradient_floats\": %lld, "
+                  "\"captions_per_s\": %.3f}\n",
+                  ranks->size(), threads, d->batch, compute * 1e3, compute_best * 1e3, wait * 1e3, sum * 1e3,
+                  (long long)bytes, (long long)exchange.gradient_floats(), d->batch / step);
+      return;
+    }
     std::printf("decoder train step (%s attention, %s score, %s order%s%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
                 "dropout=%.2f\n", cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(),
                 K > 1 ? (", " + std::to_string(K) + " glimpse samples per caption").c_str() : "",
                 d->per_image > 1 ? (", " + std::to_string(d->per_image) + " captions per image").c_str() : "", d->batch, L,
-                cfg.feature_dim, d->embed, d->hidden, d->attn, d->vocab, cb.T, d->dropout);
-    std::printf("  mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f captions/s (best)\n", mean * 1e3,
-                best * 1e3, d->batch / mean, d->batch / best);
+                cfg.feature_dim, d->embed, d->hidden, d->attn, d->vocab, d->steps, d->dropout);
+    if (parallel) {
+      std::printf("  %d ranks x %d threads, %d captions each (rank 0)\n", ranks->size(), threads, mine.size());
+      std::printf("  compute %.1f ms (best %.1f)  wait for the slowest rank %.1f ms  allreduce %.1f ms for %.2f MB "
+                  "(%.2f GB/s)\n", compute * 1e3, compute_best * 1e3, wait * 1e3, sum * 1e3, bytes / 1e6,
+                  bytes / 1e9 / std::max(sum, 1e-9));
+      std::printf("  step %.1f ms  ->  %.1f captions/s\n", step * 1e3, d->batch / step);
+    } else {
+      std::printf("  1 process x %d threads: compute mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f "
+                  "captions/s (best)\n", threads, compute * 1e3, compute_best * 1e3, d->batch / compute,
+                  d->batch / compute_best);
+      std::printf("  allreduce: none in one process; a data-parallel step sums %.2f MB (%lld gradient floats)\n",
+                  bytes / 1e6, (long long)exchange.gradient_floats());
+    }
   });
 
   struct EncArgs {

@@ -1,5 +1,9 @@
-// sat model info / compact / set: what a model file holds, a smaller copy of it for shipping, and its search setting.
+// sat model info / compact / set / average / diff: what a model file holds, a smaller copy of it for shipping, its
+// search setting, the mean of several, and how far two are apart.
+#include <algorithm>
+#include <cmath>
 #include <cstdio>
+#include <map>
 #include <sys/stat.h>
 
 #include "datasets/io.hpp"
@@ -49,8 +53,25 @@ static nlohmann::json model_summary(const std::string& path) {
           {"info", m->info}};
 }
 
+// Every tensor of a model or checkpoint file as floats, by name (quantized ones dequantized), without the optimizer's
+// state (adam.*): what two training runs are compared by.
+static std::map<std::string, Param> weights_of(const std::string& path) {
+  TensorFile tf = load_safetensors(path);
+  std::map<std::string, Param> weights;
+  for (auto& [name, p] : tf.tensors)
+    if (name.rfind("adam.", 0) != 0) weights.emplace(name, std::move(p));
+  for (auto& [name, q] : tf.quantized) {
+    Param p(name, q.shape, false);
+    p.value = q.dequantize();
+    weights.emplace(name, std::move(p));
+  }
+  if (weights.empty()) fail(path, "holds no weights");
+  return weights;
+}
+
 void add_model_commands(CLI::App& app) {
-  auto* model = app.add_subcommand("model", "Model file tools: what a model holds, and a compact copy for shipping");
+  auto* model = app.add_subcommand("model", "Model file tools: what a model holds, a compact copy for shipping, search settings, "
+                                             "averages, differences");
   model->require_subcommand(1);
   struct Args {
     std::string in, out, recipe;
@@ -152,6 +173,61 @@ void add_model_commands(CLI::App& app) {
     m->info.erase("val_scores");
     m->save(a->out);
     std::printf("%zu models -> %s: weights averaged\n", a->inputs.size(), a->out.c_str());
+  });
+
+  auto tolerance = std::make_shared<double>(1e-3);
+  auto* diff = model->add_subcommand(
+      "diff", "Compare the weights of two model or checkpoint files, e.g. a data-parallel run against one process: each "
+              "tensor's largest difference relative to its largest weight. Exit status 1 beyond --tolerance. The "
+              "optimizer's state in checkpoints is left out");
+  diff->add_option("models", a->inputs, "The two files")->required()->expected(2);
+  diff->add_option("--tolerance", *tolerance, "Largest relative difference still taken as the same weights")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  diff->add_flag("--json", a->json, "One JSON object: the worst tensor and every tensor's difference");
+  diff->callback([a, tolerance] {
+    const std::string& path_a = a->inputs[0];
+    const std::string& path_b = a->inputs[1];
+    std::map<std::string, Param> wa = weights_of(path_a), wb = weights_of(path_b);
+    for (auto& [name, p] : wa)
+      if (!wb.count(name)) fail(path_b, "has no tensor " + name + " (" + path_a + " has): not the same model");
+    for (auto& [name, p] : wb)
+      if (!wa.count(name)) fail(path_a, "has no tensor " + name + " (" + path_b + " has): not the same model");
+    nlohmann::json tensors = nlohmann::json::object();
+    std::string worst;
+    double worst_relative = -1, worst_absolute = 0;
+    int64_t weights = 0;
+    for (auto& [name, pa] : wa) {
+      const Param& pb = wb.at(name);
+      if (pa.shape != pb.shape)
+        fail(path_b, "tensor " + name + " is " + shape_str(pb.shape) + ", " + shape_str(pa.shape) + " in " + path_a);
+      double largest = 0, difference = 0;
+      for (int64_t i = 0; i < pa.size(); ++i) {
+        largest = std::max({largest, (double)std::fabs(pa.value[i]), (double)std::fabs(pb.value[i])});
+        // a NaN on either side is as far as it gets
+        const double d = std::fabs((double)pa.value[i] - pb.value[i]);
+        difference = std::isnan(d) ? INFINITY : std::max(difference, d);
+      }
+      const double relative = difference == 0 ? 0 : difference / std::max(largest, 1e-30);
+      tensors[name] = {{"relative", relative}, {"absolute", difference}, {"largest", largest}};
+      weights += pa.size();
+      if (relative > worst_relative) worst_relative = relative, worst_absolute = difference, worst = name;
+    }
+    const bool same = worst_relative <= *tolerance;
+    if (a->json) {
+      std::printf("%s\n", nlohmann::json{{"a", path_a}, {"b", path_b}, {"tensors", tensors.size()}, {"weights", weights},
+                                         {"worst_tensor", worst}, {"relative", worst_relative},
+                                         {"absolute", worst_absolute}, {"tolerance", *tolerance},
+                                         {"within_tolerance", same}, {"by_tensor", tensors}}
+                               .dump(1)
+                               .c_str());
+    } else {
+      std::printf("%s vs %s: %zu tensors, %lld weights; largest difference %.3g of the tensor's largest weight, in %s "
+                  "(absolute %.3g): %s the tolerance %g\n",
+                  path_a.c_str(), path_b.c_str(), tensors.size(), (long long)weights, worst_relative, worst.c_str(),
+                  worst_absolute, same ? "within" : "BEYOND", *tolerance);
+    }
+    if (!same) throw CLI::RuntimeError(1);
   });
 
   auto* set = model->add_subcommand("set", "Write a copy with different search settings (the weights are unchanged); "

@@ -1,6 +1,7 @@
 #include <cstdio>
 
 #include "tools/commands.hpp"
+#include "train/data_parallel.hpp"
 #include "train/trainer.hpp"
 
 namespace sat {
@@ -10,6 +11,7 @@ void add_train_command(CLI::App& app) {
   auto resume = std::make_shared<std::string>();
   auto more_epochs = std::make_shared<int>(0);
   auto stop_after = std::make_shared<int64_t>(0);
+  auto mpi_timeout = std::make_shared<double>(300);
   auto* cmd = app.add_subcommand("train", "Train a captioner (encoder and decoder end to end)");
   cmd->add_option("--data", o->data, "Training data: a directory with captions.json and images/, or a COCO captions JSON");
   cmd->add_option("--images", o->images, "Image folder when --data is a JSON file (default: the JSON's folder)");
@@ -73,13 +75,18 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--metric", o->metric, "Validation score that picks the best model and stops early: bleu4 or cider")->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed (initialization, order, dropout)")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores); with --resume, overrides the checkpoint's")->capture_default_str();
+  cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores; under mpirun, the rank's share of its machine's "
+                                           "cores); with --resume, overrides the checkpoint's")->capture_default_str();
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
   cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs");
   cmd->add_flag("--keep-epochs", o->keep_epochs, "Also write each epoch's model as model-epochN.sat (to choose an epoch "
                 "by other scores, such as beam search on all dev photos); with --resume at an epoch's end, that epoch's too");
   cmd->add_option("--stop-after", *stop_after, "End this run after N steps with a checkpoint (continue with --resume)");
-  cmd->callback([o, resume, more_epochs, stop_after, cmd] {
+  cmd->add_option("--mpi-timeout", *mpi_timeout, "Under mpirun: seconds a rank waits for the others in one exchange "
+                  "before it gives up, naming the exchange (a rank that hangs; 0: wait forever)")
+      ->capture_default_str()
+      ->check(CLI::NonNegativeNumber);
+  cmd->callback([o, resume, more_epochs, stop_after, mpi_timeout, cmd] {
     if (resume->empty() && o->data.empty()) throw CLI::RequiredError("--data (or --resume)");
     std::string command = "sat";
     for (auto& part : cmd->remaining_for_passthrough()) command += " " + part;
@@ -93,7 +100,9 @@ void add_train_command(CLI::App& app) {
     more.epochs = *more_epochs;
     more.keep_epochs = o->keep_epochs;
     if (cmd->get_option("--patience")->count() > 0) more.patience = o->patience;
-    auto summary = train(*o, *resume, more, *stop_after);
+    std::unique_ptr<Collective> ranks = join_ranks(*mpi_timeout);
+    auto summary = train(*o, *resume, more, *stop_after, ranks.get());
+    if (!ranks->leads()) return;
     std::printf("best val %s %.4f (epoch %d), model %s\n", summary.metric == "cider" ? "CIDEr-D" : "BLEU-4",
                 summary.best_score, summary.best_epoch, summary.model_path.c_str());
   });

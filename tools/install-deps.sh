@@ -5,8 +5,9 @@
 set -euo pipefail
 # ocl-icd-opencl-dev: libdnnl-dev only recommends it, but Debian's oneDNN is built with the OpenCL GPU runtime and
 # its CMake config (find_package(dnnl)) fails without the OpenCL headers and library.
+# libopenmpi-dev, openmpi-bin: data-parallel sat train under mpirun (SAT_MPI; sat builds and tests without them).
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
-      nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3)
+      nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3 libopenmpi-dev openmpi-bin)
 if [ "${1:-}" = --test ]; then
   pkgs+=(clang libomp-dev  # the ASan/UBSan + libFuzzer build (tests/fuzz)
          chromium          # the report test opens sat report's page in headless Chromium

@@ -53,9 +53,11 @@ int main(int argc, char** argv) {
   } catch (const CLI::ParseError& e) {
     return app.exit(e);
   } catch (const std::bad_alloc&) {
+    sat::abort_ranks_after("out of memory");
     std::fprintf(stderr, "sat: out of memory\n");
     return 1;
   } catch (const std::exception& e) {
+    sat::abort_ranks_after(e.what());
     std::fprintf(stderr, "sat: %s\n", e.what());
     return 1;
   }

@@ -55,6 +55,47 @@ CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, cons
   return score_captions(hyps, refs);
 }
 
+CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const FeatureCache* cache,
+                              const std::vector<float>& planes, Collective& ranks) {
+  const int n = (int)set.images.size();
+  const Share mine = share_of(n, ranks.size(), ranks.rank());
+  std::vector<std::vector<std::string>> words;
+  if (cache) {
+    const EncoderConfig cached = model.encoder_config.cache_config();  // a tuned model reads its frozen part's grids
+    const int L = cached.locations(), D = cached.feature_dim(), chunk = 32;
+    std::vector<float> grids((size_t)chunk * L * D);
+    for (int s = mine.begin; s < mine.end; s += chunk) {
+      const int m = std::min(chunk, mine.end - s);
+      for (int k = 0; k < m; ++k) {
+        int idx = cache->index_of(set.images[s + k].file_name);
+        if (idx < 0) fail(cache->path(), "feature cache has no features for image '" + set.images[s + k].file_name + "'");
+        cache->read(idx, grids.data() + (size_t)k * L * D);
+      }
+      for (auto& w : caption_grids(model, grids.data(), m, 1)) words.push_back(std::move(w));
+    }
+  } else if (mine.size() == n) {
+    words = caption_planes(model, planes, n, 1);
+  } else {
+    const size_t plane = 3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size;
+    std::vector<float> share(planes.begin() + mine.begin * plane, planes.begin() + mine.end * plane);
+    words = caption_planes(model, share, mine.size(), 1);
+  }
+  json captions = json::array();
+  for (auto& w : words) captions.push_back(join_words(w));
+  std::vector<std::string> parts = ranks.gather(captions.dump(), "the validation captions");
+  std::string scores;
+  if (ranks.leads()) {
+    std::vector<std::string> hyps;
+    for (auto& part : parts)
+      for (auto& h : json::parse(part)) hyps.push_back(h.get<std::string>());
+    std::vector<std::vector<std::string>> refs;
+    for (int i = 0; i < n; ++i) refs.push_back(set.references(i));
+    scores = score_captions(hyps, refs).to_json().dump();
+  }
+  ranks.broadcast(scores, "the validation scores");
+  return CaptionScores::from_json(json::parse(scores));
+}
+
 CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam) {
   const int n = (int)(planes.size() / (3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size));
   auto words = caption_planes(model, planes, n, beam);

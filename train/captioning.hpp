@@ -8,6 +8,7 @@
 
 #include "datasets/coco.hpp"
 #include "datasets/features.hpp"
+#include "train/data_parallel.hpp"
 #include "train/evaluate.hpp"
 #include "train/model.hpp"
 
@@ -25,6 +26,11 @@ CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::ve
 // The same from a feature cache holding every image of the set; results as in caption_and_score.
 CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam = 1,
                                 nlohmann::json* results = nullptr);
+// validate or validate_features (cache given) shared by the ranks of a data-parallel run: each rank captions its
+// share of the photos (greedy), rank 0 gathers and scores them, and every rank gets the scores (so all decide alike on
+// the best model and on stopping).
+CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const FeatureCache* cache,
+                              const std::vector<float>& planes, Collective& ranks);
 // Captions n grids (n x L x D floats).
 std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam);
 

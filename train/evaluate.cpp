@@ -20,6 +20,17 @@ json CaptionScores::to_json() const {
   return j;
 }
 
+CaptionScores CaptionScores::from_json(const json& j) {
+  CaptionScores s;
+  s.images = j.at("images");
+  for (int k = 0; k < 4; ++k) s.bleu[k] = j.at("Bleu_" + std::to_string(k + 1));
+  s.length_ratio = j.at("length_ratio");
+  s.rouge_l = j.at("ROUGE_L");
+  s.cider_d = j.at("CIDEr");
+  s.meteor = j.value("METEOR", -1.0);
+  return s;
+}
+
 std::string CaptionScores::table() const {
   char buf[512];
   std::string s;

@@ -18,6 +18,7 @@ struct CaptionScores {
   double rouge_l = 0;
   double cider_d = 0;
   nlohmann::json to_json() const;
+  static CaptionScores from_json(const nlohmann::json& j);  // what to_json wrote
   std::string table() const;  // aligned, one metric per line
 };
 

@@ -1,7 +1,9 @@
 #include "train/trainer.hpp"
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <cstdarg>
 #include <cstdio>
 #include <omp.h>
 #include <set>
@@ -109,7 +111,7 @@ namespace {
 struct ImageBank {
   int size = 0;
   std::vector<uint8_t> rgb;  // N x S x S x 3
-  void load(const CaptionSet& set, int S, const std::string& label) {
+  void load(const CaptionSet& set, int S, const std::string& label, bool show) {
     size = S;
     const int n = (int)set.images.size();
     rgb.resize((size_t)n * S * S * 3);
@@ -132,10 +134,10 @@ struct ImageBank {
       }
 #pragma omp atomic
       ++done;
-      if (omp_get_thread_num() == 0) bar.update(done, "images");
+      if (show && omp_get_thread_num() == 0) bar.update(done, "images");
     }
     if (!error.empty()) throw Error(error);
-    bar.finish("images decoded");
+    if (show) bar.finish("images decoded");
   }
   void planes(const std::vector<int>& idx, const EncoderConfig& cfg, std::vector<float>& out) const {
     const int S = size;
@@ -199,28 +201,40 @@ void save_checkpoint(const std::string& path, CaptionModel& model, const Adam& a
 }  // namespace
 
 SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, const std::vector<int>& images,
-                                    const CiderDScorer& cider, int samples, Rng& rng, DecoderCache& cache) {
+                                    const CiderDScorer& cider, int samples, uint64_t step_seed, int first,
+                                    Collective& ranks, DecoderCache& cache) {
   const int n = (int)images.size(), K = samples, B = n * K;
   const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
-  const Mat F = Eigen::Map<const Mat>(grids, (int64_t)n * L, D);  // the K samples of an image read its grid
-  std::vector<Hypothesis> drawn = sample_search(*model.decoder, F, n, model.max_len, rng, K);
-  std::vector<double> rewards(B);
-#pragma omp parallel for schedule(dynamic, 8)
-  for (int b = 0; b < B; ++b) rewards[b] = cider.score(model.vocab.decode(drawn[b].tokens), images[b / K]);
-  std::vector<double> advantage = leave_one_out_advantages(rewards, K);
-  std::vector<std::vector<int>> caps(B);
-  for (int b = 0; b < B; ++b) caps[b] = drawn[b].tokens;
-  CaptionBatch cb = CaptionBatch::from_ids(caps, model.max_len);
-  for (int b = 0; b < B; ++b)  // a sample cut at max_len drew no <end>: its log-probability has no <end> term
-    if (drawn[b].alphas.size() == drawn[b].tokens.size()) cb.mask[(size_t)b * cb.T + drawn[b].tokens.size()] = 0.f;
-  cb.row_weight.assign(advantage.begin(), advantage.end());
-  for (int b = 0; b < B; ++b) cb.grid.push_back(b / K);
-  // No dropout: the gradient is of the log-probability of the distribution the samples came from.
-  model.decoder->forward(F, cb, 0.f, false, nullptr, cache);
-  model.decoder->backward(cache, nullptr);
+  const Mat F = n ? Mat(Eigen::Map<const Mat>(grids, (int64_t)n * L, D)) : Mat();  // an image's K samples read its grid
   SelfCriticalStep r;
-  r.captions = B;
-  for (double x : rewards) r.mean_reward += x / B;
+  CaptionBatch cb;
+  if (n > 0) {
+    std::vector<uint64_t> seeds(B);
+    for (int b = 0; b < B; ++b) seeds[b] = row_seed(step_seed, (uint64_t)first * K + b);
+    std::vector<Hypothesis> drawn = sample_search(*model.decoder, F, n, model.max_len, seeds, K);
+    std::vector<double> rewards(B);
+#pragma omp parallel for schedule(dynamic, 8)
+    for (int b = 0; b < B; ++b) rewards[b] = cider.score(model.vocab.decode(drawn[b].tokens), images[b / K]);
+    std::vector<double> advantage = leave_one_out_advantages(rewards, K);
+    std::vector<std::vector<int>> caps(B);
+    for (int b = 0; b < B; ++b) caps[b] = drawn[b].tokens;
+    cb = CaptionBatch::from_ids(caps, model.max_len);
+    for (int b = 0; b < B; ++b)  // a sample cut at max_len drew no <end>: its log-probability has no <end> term
+      if (drawn[b].alphas.size() == drawn[b].tokens.size()) cb.mask[(size_t)b * cb.T + drawn[b].tokens.size()] = 0.f;
+    cb.row_weight.assign(advantage.begin(), advantage.end());
+    for (int b = 0; b < B; ++b) cb.grid.push_back(b / K);
+    r.captions = B;
+    for (double x : rewards) r.reward_sum += x;
+  }
+  // The tokens the whole global batch sampled normalize every rank's loss.
+  double tokens = n ? (double)cb.real_tokens() : 0.0;
+  ranks.sum(&tokens, 1, "the sampled captions' token count");
+  if (n > 0) {
+    cb.norm_tokens = (int64_t)tokens;
+    // No dropout: the gradient is of the log-probability of the distribution the samples came from.
+    model.decoder->forward(F, cb, 0.f, false, nullptr, cache);
+    model.decoder->backward(cache, nullptr);
+  }
   return r;
 }
 
@@ -228,8 +242,20 @@ static double metric_of(const CaptionScores& s, const std::string& metric) {
   return metric == "cider" ? s.cider_d : s.bleu[3];
 }
 
+// A message on stderr from the leading rank (the others stay quiet).
+__attribute__((format(printf, 2, 3))) static void note(bool lead, const char* format, ...) {
+  if (!lead) return;
+  va_list args;
+  va_start(args, format);
+  std::vfprintf(stderr, format, args);
+  va_end(args);
+}
+
 TrainSummary train(TrainOptions opt, const std::string& resume_path, const ResumeOverrides& more,
-                   int64_t stop_after_steps) {
+                   int64_t stop_after_steps, Collective* ranks_given) {
+  Collective alone;
+  Collective& ranks = ranks_given ? *ranks_given : alone;
+  const bool lead = ranks.leads(), parallel = ranks.size() > 1;
   std::unique_ptr<CaptionModel> model;
   TrainState st;
   Rng rng(opt.seed);
@@ -277,13 +303,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     for (int i = 0; i < opt.val_limit; ++i) names.push_back(val_set.images[i].file_name);
     val_set = val_set.subset(names, "--val-limit");
   }
-  make_dirs(opt.out);
+  if (lead) make_dirs(opt.out);  // only rank 0 writes into it
 
   if (!model && !opt.init_from.empty()) {
     model = CaptionModel::load(opt.init_from);
     model->half_precision = false;  // the weights keep training in float32
     model->info = json::object();
-    std::fprintf(stderr, "starting from %s\n", opt.init_from.c_str());
+    note(lead, "starting from %s\n", opt.init_from.c_str());
   }
   if (model && !opt.tune_from.empty() && model->encoder_config.tune_from != opt.tune_from)
     throw Error("train: --tune-from applies to a new model; " +
@@ -333,9 +359,16 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       adam.v[k] = ckpt.get("adam.v/" + params[k]->name, resume_path).value;
     }
     ckpt = TensorFile();
-    std::fprintf(stderr, "resuming %s at epoch %d, step %d\n", resume_path.c_str(), st.epoch + 1, st.step_in_epoch);
+    note(lead, "resuming %s at epoch %d, step %d\n", resume_path.c_str(), st.epoch + 1, st.step_in_epoch);
   }
-  std::fprintf(stderr, "train: %zu images, %zu captions; val: %zu images; vocabulary %d words; grid %dx%dx%d\n",
+  // Every rank built or loaded its model from the same options, seed and files: they must hold the same weights.
+  if (parallel && !ranks.same_everywhere(parameter_checksum(params), "the starting weights"))
+    throw Error("train: the ranks start from different weights (every rank needs the same options and files: is "
+                "--resume or --init-from on a disk they share?)");
+  if (parallel)
+    note(lead, "data-parallel: %d ranks share each batch of %d photos (gradients summed across ranks)\n", ranks.size(),
+         opt.batch_images);
+  note(lead, "train: %zu images, %zu captions; val: %zu images; vocabulary %d words; grid %dx%dx%d\n",
                train_set.images.size(), train_set.captions.size(), val_set.images.size(), model->vocab.size(),
                model->encoder_config.grid_h(), model->encoder_config.grid_w(), model->encoder_config.feature_dim());
 
@@ -351,7 +384,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     for (size_t k = 0; k < params.size(); ++k)
       for (auto& p : tuned->params())
         if (params[k] == &p) lr_scale[k] = opt.lr > 0 ? opt.tune_lr / opt.lr : 0.f;
-    std::fprintf(stderr, "fine-tuning the encoder after %s up to %s (%.2f GMAC per image), learning rate %g\n",
+    note(lead, "fine-tuning the encoder after %s up to %s (%.2f GMAC per image), learning rate %g\n",
                  model->encoder_config.tune_from.c_str(), model->encoder_config.cut.c_str(),
                  tuned->macs_per_image() / 1e9, opt.tune_lr);
   }
@@ -364,6 +397,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     if (opt.features.empty()) {
       opt.features = join_path(opt.out, "features.feat");
       if (!file_exists(opt.features)) {
+        if (parallel)
+          throw Error("train: " + opt.features + " is missing: under mpirun, make the feature cache first (sat extract, "
+                      "then --features), or run once in one process");
         std::vector<std::string> paths, names;
         std::set<std::string> seen;
         for (const CaptionSet* set : {&train_set, &val_set})
@@ -386,13 +422,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       val_feats = val_feats_own.get();
     }
     // Photos the cache left out as unreadable (sat extract --skip-bad) are left out here too, and said so.
-    auto without_skipped = [](CaptionSet& set, const FeatureCache& cache, const char* which) {
+    auto without_skipped = [lead](CaptionSet& set, const FeatureCache& cache, const char* which) {
       std::vector<std::string> keep;
       for (auto& img : set.images)
         if (!cache.was_skipped(img.file_name)) keep.push_back(img.file_name);
       if (keep.size() == set.images.size()) return;
-      std::fprintf(stderr, "%s: the feature cache lacks %zu of the %zu %s photos (unreadable when it was extracted); "
-                           "going on without them\n",
+      note(lead, "%s: the feature cache lacks %zu of the %zu %s photos (unreadable when it was extracted); "
+                 "going on without them\n",
                    cache.path().c_str(), set.images.size() - keep.size(), set.images.size(), which);
       if (keep.empty()) fail(cache.path(), std::string("the feature cache holds none of the ") + which + " photos");
       set = set.subset(keep, cache.path());
@@ -405,15 +441,16 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     train_feats->require(model->encoder_id(), train_names);
     val_feats->require(model->encoder_id(), val_names);
   } else {
-    train_bank.load(train_set, S, "loading train images");
-    val_bank.load(val_set, S, "loading val images");
+    train_bank.load(train_set, S, "loading train images", lead);
+    val_bank.load(val_set, S, "loading val images", lead);
+    if (parallel)
+      note(lead, "the small CNN's batch norm normalizes each rank's share of a batch by the share's own statistics "
+                 "(running statistics are averaged): the model differs from a single process's beyond rounding\n");
     std::vector<int> all(val_set.images.size());
     for (size_t i = 0; i < all.size(); ++i) all[i] = (int)i;
     val_bank.planes(all, model->encoder_config, val_planes);
   }
-  auto run_validation = [&]() {
-    return from_features ? validate_features(*model, val_set, *val_feats) : validate(*model, val_set, val_planes);
-  };
+  auto run_validation = [&]() { return validate_across(*model, val_set, val_feats, val_planes, ranks); };
   std::vector<int> train_record(train_set.images.size());
   for (size_t i = 0; from_features && i < train_record.size(); ++i)
     train_record[i] = train_feats->index_of(train_set.images[i].file_name);
@@ -438,9 +475,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     CaptionScores sc = run_validation();
     model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", build_commit()}, {"epoch", 0},
                    {"val_scores", sc.to_json()}, {"options", opt.to_json()}};
-    model->save(best_path);
-    std::fprintf(stderr, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
-                 best_path.c_str());
+    if (lead) model->save(best_path);
+    note(lead, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
+         best_path.c_str());
     summary.best_score = metric_of(sc, opt.metric);
     summary.metric = opt.metric;
     return summary;
@@ -458,14 +495,15 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
                 {"val_split", opt.val_split}, {"git_commit", build_commit()}, {"epoch", epoch},
                 {"val_scores", val_scores},   {"options", opt.to_json()}};
   };
-  // --keep-epochs: each epoch's model as model-epochN.sat, beside the best one.
+  // --keep-epochs: each epoch's model as model-epochN.sat, beside the best one (rank 0 writes it).
   auto keep_epoch = [&](int epoch, const json& val_scores) {
+    if (!lead) return;
     json best_info = model->info;  // the checkpoint goes on recording the best epoch's provenance
     model->info = epoch_info(epoch, val_scores);
     const std::string path = join_path(opt.out, "model-epoch" + std::to_string(epoch) + ".sat");
     model->save(path);
     model->info = best_info;
-    std::fprintf(stderr, "kept epoch %d: %s\n", epoch, path.c_str());
+    note(lead, "kept epoch %d: %s\n", epoch, path.c_str());
   };
   // A run resumed at an epoch's end with --keep-epochs newly asked: the checkpoint holds that epoch's model.
   if (opt.keep_epochs && !resume_path.empty() && st.step_in_epoch == 0 && !st.history.empty() &&
@@ -475,6 +513,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
 
   DecoderCache cache;
   int64_t steps_this_run = 0;
+  // What a step exchanges besides gradients and buffers: sums over the ranks' shares, for the log and the NaN check.
+  enum Stat { kCrossEntropySum, kTokens, kPenaltySum, kRows, kAdvantageCount, kAdvantageSum, kAdvantageSquares,
+              kRewardSum, kCaptions, kStats };
+  std::unique_ptr<StepExchange> exchange;  // parallel runs only (as large as the gradients)
+  if (parallel) exchange = std::make_unique<StepExchange>(params, kStats);
+  std::set<const Param*> decoder_params;  // a buffer's weight is its rank's share of the rows (decoder) or photos
+  for (Param* p : model->decoder->params()) decoder_params.insert(p);
   for (; st.epoch < opt.epochs; ++st.epoch, st.step_in_epoch = 0) {
     if (st.step_in_epoch == 0) st.epoch_seed = rng.engine();
     Rng order_rng(st.epoch_seed);
@@ -488,9 +533,11 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     double loss_sum = 0, pen_sum = 0, adv_var_sum = 0;
     int loss_count = 0;
     int64_t captions_done = 0;
+    auto t0 = std::chrono::steady_clock::now();
+    const double sum_seconds_before = ranks.sum_seconds;
     // hard attention also shows the spread of the REINFORCE weights: the estimator's variance
     auto epoch_stats = [&](double captions_per_second) {
-      char stats[160];
+      char stats[200];
       const int n = std::max(loss_count, 1);
       if (self_critical)
         std::snprintf(stats, sizeof stats, "reward %.3f (samples' CIDEr-D)  %.0f cap/s", loss_sum / n, captions_per_second);
@@ -500,95 +547,140 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       else
         std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_sum / n, pen_sum / n,
                       captions_per_second);
-      return std::string(stats);
+      std::string line = stats;
+      if (parallel) {
+        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+        std::snprintf(stats, sizeof stats, "  allreduce %.0f%%", 100 * (ranks.sum_seconds - sum_seconds_before) / secs);
+        line += stats;
+      }
+      return line;
     };
-    auto t0 = std::chrono::steady_clock::now();
     const int samples = model->decoder_config.hard() ? opt.hard_samples : 1;  // decoder rows per caption
     for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
-      std::vector<int> idx(order.begin() + (size_t)s * opt.batch_images,
-                           order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()));
+      // The global batch, and this rank's contiguous share of its photos (every rank draws the same numbers from
+      // rng, so the batch, the captions chosen and the step's seed are the same everywhere).
+      std::vector<int> batch(order.begin() + (size_t)s * opt.batch_images,
+                             order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()));
+      const Share mine = share_of((int)batch.size(), ranks.size(), ranks.rank());
+      const std::vector<int> idx(batch.begin() + mine.begin, batch.begin() + mine.end);
       const int n = (int)idx.size();
-      if (self_critical) {
+      auto load_grids = [&](bool training) {  // this rank's photos through the encoder (or the cache)
         if (from_features) {
           read_grids(idx, grid);
           if (tuned) {
-            tuned->forward(grid.data(), n, false, tuned_grid);  // the blocks stay as they are
+            tuned->forward(grid.data(), n, training, tuned_grid);
             grid.swap(tuned_grid);
           }
         } else {
           train_bank.planes(idx, model->encoder_config, planes);
-          model->encoder->forward(planes.data(), n, false, grid);  // the encoder stays as it is
+          model->encoder->forward(planes.data(), n, training, grid);
         }
-        SelfCriticalStep r = self_critical_step(*model, grid.data(), idx, *cider, opt.scst_samples, rng, cache);
-        Adam::clip_grad_norm(params, opt.clip);
-        adam.update(params, lr, &lr_scale);
-        for (auto* p : params) p->zero_grad();
-        loss_sum += r.mean_reward;
-        ++loss_count;
-        captions_done += r.captions;
+      };
+      const uint64_t step_seed = rng.engine();  // dropout masks, glimpses and samples: one stream per caption
+      std::vector<double> stats(kStats, 0.0);
+      double my_rows = 0, all_rows = 0;  // decoder rows: this rank's and the global batch's
+      if (self_critical) {
+        if (n > 0) load_grids(false);  // the encoder stays as it is
+        SelfCriticalStep r = self_critical_step(*model, grid.data(), idx, *cider, opt.scst_samples, step_seed,
+                                                mine.begin, ranks, cache);
+        stats[kRewardSum] = r.reward_sum;
+        stats[kCaptions] = r.captions;
+        my_rows = n, all_rows = (double)batch.size();
       } else {
-      std::vector<std::vector<int>> caps;
-      std::vector<int> cap_image;
-      for (int k = 0; k < n; ++k) {
-        std::vector<int> ci = train_set.images[idx[k]].caption_indices;
-        if (opt.captions_per_image > 0 && (int)ci.size() > opt.captions_per_image) {
-          shuffle(ci, rng);
-          ci.resize(opt.captions_per_image);
+        // The global batch's captions (hard attention: several glimpse samples of each), in photo order; this rank's
+        // rows are those of its photos. Each row's random stream is seeded by its place in the global batch.
+        std::vector<std::vector<int>> caps;
+        std::vector<int> cap_image;  // the row's photo, its place in the global batch
+        for (int k = 0; k < (int)batch.size(); ++k) {
+          std::vector<int> ci = train_set.images[batch[k]].caption_indices;
+          if (opt.captions_per_image > 0 && (int)ci.size() > opt.captions_per_image) {
+            shuffle(ci, rng);
+            ci.resize(opt.captions_per_image);
+          }
+          for (int c : ci)
+            for (int r = 0; r < samples; ++r) caps.push_back(caption_ids[c]), cap_image.push_back(k);
         }
-        for (int c : ci)
-          for (int r = 0; r < samples; ++r)
-            caps.push_back(caption_ids[c]), cap_image.push_back(k);  // hard: several glimpse samples per caption
-      }
-      if (caps.empty()) continue;
-      if (from_features) {
-        read_grids(idx, grid);
-        if (tuned) {
-          tuned->forward(grid.data(), n, true, tuned_grid);
-          grid.swap(tuned_grid);
+        if (caps.empty()) continue;  // alike on every rank
+        int64_t global_tokens = 0;   // as CaptionBatch::from_ids masks them: the words kept, and <end>
+        for (auto& c : caps) global_tokens += std::min((int)c.size(), opt.max_len) + 1;
+        const int first = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.begin) - cap_image.begin());
+        const int last = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.end) - cap_image.begin());
+        const int B = last - first;
+        if (B > 0) {
+          load_grids(true);
+          F = Eigen::Map<Mat>(grid.data(), (int64_t)n * L, D);
+          CaptionBatch cb = CaptionBatch::from_ids({caps.begin() + first, caps.begin() + last}, opt.max_len);
+          for (int r = first; r < last; ++r) {
+            cb.grid.push_back(cap_image[r] - mine.begin);  // the captions of an image read its grid once
+            cb.row_seed.push_back(row_seed(step_seed, r));
+          }
+          cb.norm_tokens = global_tokens;
+          cb.norm_rows = (int)caps.size();
+          if (model->decoder_config.hard()) {
+            cb.samples = samples;
+            const double progress =
+                opt.hard_soft_warmup > 0 ? (st.epoch + (double)s / steps_per_epoch) / opt.hard_soft_warmup : 1.0;
+            model->decoder->set_hard_soft_prob(
+                (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
+          }
+          DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, nullptr, cache);
+          const bool encoder_learns = !from_features || tuned;
+          model->decoder->backward(cache, encoder_learns ? &dF : nullptr);
+          if (encoder_learns) {
+            // dF: one block per image, summed over its captions by the decoder
+            if (tuned) tuned->backward(dF.data());
+            else model->encoder->backward(dF.data());
+          }
+          stats[kCrossEntropySum] = loss.cross_entropy * loss.tokens;
+          stats[kTokens] = (double)loss.tokens;
+          stats[kPenaltySum] = loss.penalty * B;
+          stats[kAdvantageCount] = (double)loss.advantage_count;
+          stats[kAdvantageSum] = loss.advantage_mean * loss.advantage_count;
+          stats[kAdvantageSquares] =
+              (loss.advantage_var + loss.advantage_mean * loss.advantage_mean) * loss.advantage_count;
         }
-      } else {
-        train_bank.planes(idx, model->encoder_config, planes);
-        model->encoder->forward(planes.data(), n, true, grid);
+        stats[kRows] = B;
+        stats[kCaptions] = B;
+        my_rows = B, all_rows = (double)caps.size();
       }
-      const int B = (int)caps.size();
-      F = Eigen::Map<Mat>(grid.data(), (int64_t)n * L, D);
-      CaptionBatch cb = CaptionBatch::from_ids(caps, opt.max_len);
-      cb.grid = cap_image;  // the captions of an image read its grid once
-      if (model->decoder_config.hard()) {
-        cb.samples = samples;
-        const double progress = opt.hard_soft_warmup > 0 ? (st.epoch + (double)s / steps_per_epoch) / opt.hard_soft_warmup : 1.0;
-        model->decoder->set_hard_soft_prob(
-            (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
-      }
-      DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, &rng, cache);
-      const bool encoder_learns = !from_features || tuned;
-      model->decoder->backward(cache, encoder_learns ? &dF : nullptr);
-      if (encoder_learns) {
-        // dF: one block per image, summed over its captions by the decoder
-        if (tuned) tuned->backward(dF.data());
-        else model->encoder->backward(dF.data());
+      if (parallel) {  // the global batch's gradient, buffers and statistics, alike on every rank
+        std::vector<float> buffer_weight(params.size());
+        for (size_t k = 0; k < params.size(); ++k)
+          buffer_weight[k] = (float)(decoder_params.count(params[k]) ? my_rows / all_rows : (double)n / batch.size());
+        exchange->pack(params, buffer_weight, stats);
+        ranks.sum(exchange->data(), exchange->size(), "the gradients of step " + std::to_string(st.global_step + 1));
+        exchange->unpack(params, stats);
       }
       Adam::clip_grad_norm(params, opt.clip);
       adam.update(params, lr, &lr_scale);
       for (auto* p : params) p->zero_grad();
-      if (!std::isfinite(loss.total())) throw Error("train: loss became " + std::to_string(loss.total()) + " at step " +
-                                                    std::to_string(st.global_step) + " (try a lower --lr)");
-      loss_sum += loss.cross_entropy;
-      pen_sum += loss.penalty;
-      adv_var_sum += loss.advantage_var;
-      ++loss_count;
-      captions_done += B;
+      if (self_critical) {
+        loss_sum += stats[kRewardSum] / std::max(stats[kCaptions], 1.0);
+      } else {
+        const double cross_entropy = stats[kTokens] > 0 ? stats[kCrossEntropySum] / stats[kTokens] : 0.0;
+        const double penalty = stats[kRows] > 0 ? stats[kPenaltySum] / stats[kRows] : 0.0;
+        if (!std::isfinite(cross_entropy + penalty))
+          throw Error("train: loss became " + std::to_string(cross_entropy + penalty) + " at step " +
+                      std::to_string(st.global_step) + " (try a lower --lr)");
+        loss_sum += cross_entropy;
+        pen_sum += penalty;
+        if (stats[kAdvantageCount] > 0) {
+          const double mean = stats[kAdvantageSum] / stats[kAdvantageCount];
+          adv_var_sum += std::max(0.0, stats[kAdvantageSquares] / stats[kAdvantageCount] - mean * mean);
+        }
       }
+      ++loss_count;
+      captions_done += (int64_t)stats[kCaptions];
       ++st.global_step;
       st.step_in_epoch = s + 1;
       double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      bar.update(s + 1, epoch_stats(captions_done / std::max(secs, 1e-9)));
-      if (opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
+      if (lead) bar.update(s + 1, epoch_stats(captions_done / std::max(secs, 1e-9)));
+      if (lead && opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
         save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
       if (stop_after_steps > 0 && ++steps_this_run == stop_after_steps && s + 1 < steps_per_epoch) {
-        save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
-        std::fprintf(stderr, "\nstopped after %lld steps (epoch %d, step %d); continue with --resume %s\n",
-                     (long long)stop_after_steps, st.epoch + 1, st.step_in_epoch, ckpt_path.c_str());
+        if (lead) save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
+        note(lead, "\nstopped after %lld steps (epoch %d, step %d); continue with --resume %s\n",
+             (long long)stop_after_steps, st.epoch + 1, st.step_in_epoch, ckpt_path.c_str());
         summary.best_score = st.best_score;
         summary.best_epoch = st.best_epoch;
         summary.metric = opt.metric;
@@ -596,21 +688,26 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       }
     }
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    bar.finish(epoch_stats(captions_done / std::max(secs, 1e-9)));
+    if (lead) bar.finish(epoch_stats(captions_done / std::max(secs, 1e-9)));
+    // Every rank stepped alike from the same sums: a rank whose weights drifted would go on training another model.
+    if (parallel &&
+        !ranks.same_everywhere(parameter_checksum(params), "the weights after epoch " + std::to_string(st.epoch + 1)))
+      throw Error("train: the ranks' weights differ after epoch " + std::to_string(st.epoch + 1) +
+                  " (their sums of the gradients differed)");
 
     CaptionScores sc = run_validation();
     const double score = metric_of(sc, opt.metric);
     bool improved = score > st.best_score;
     st.history.push_back({{"epoch", st.epoch + 1}, {self_critical ? "reward" : "loss", loss_count ? loss_sum / loss_count : 0.0},
                           {"val", sc.to_json()}});
-    std::fprintf(stderr, "epoch %d: val BLEU-4 %.4f  CIDEr-D %.4f  ROUGE-L %.4f%s\n", st.epoch + 1, sc.bleu[3], sc.cider_d,
-                 sc.rouge_l, improved ? "  (best so far, saved)" : "");
+    note(lead, "epoch %d: val BLEU-4 %.4f  CIDEr-D %.4f  ROUGE-L %.4f%s\n", st.epoch + 1, sc.bleu[3], sc.cider_d,
+         sc.rouge_l, improved ? "  (best so far, saved)" : "");
     if (improved) {
       st.best_score = score;
       st.best_epoch = st.epoch + 1;
       st.bad_epochs = 0;
       model->info = epoch_info(st.epoch + 1, sc.to_json());
-      model->save(best_path);
+      if (lead) model->save(best_path);
     } else {
       st.bad_epochs++;
     }
@@ -621,10 +718,10 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     next.epoch = st.epoch + 1;
     next.step_in_epoch = 0;
     if (stop) next.epoch = opt.epochs;
-    save_checkpoint(ckpt_path, *model, adam, opt, next, rng);
+    if (lead) save_checkpoint(ckpt_path, *model, adam, opt, next, rng);
     summary.epochs_run++;
     if (stop) {
-      std::fprintf(stderr, "early stop: no improvement for %d epochs\n", opt.patience);
+      note(lead, "early stop: no improvement for %d epochs\n", opt.patience);
       break;
     }
   }

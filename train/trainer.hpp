@@ -12,6 +12,7 @@
 #include "datasets/features.hpp"
 #include "train/evaluate.hpp"
 #include "train/captioning.hpp"
+#include "train/data_parallel.hpp"
 #include "train/model.hpp"
 
 namespace sat {
@@ -77,13 +78,17 @@ struct TrainOptions {
 
 // One self-critical step's gradient (added to the decoder's parameter gradients): `samples` captions drawn per
 // image (grids: images.size() grids of L x D; images: their indices in the scorer's reference set), rewarded by
-// CIDEr-D, each weighted by its reward minus the mean reward of the image's other samples.
+// CIDEr-D, each weighted by its reward minus the mean reward of the image's other samples. The images are this
+// rank's share of a global batch, starting at its image `first`: each sample draws its words from its own stream
+// (seeded by step_seed and the sample's place in the global batch), and the loss is normalized by the global batch's
+// sampled tokens (summed across the ranks), so the ranks' gradients add up to the global batch's.
 struct SelfCriticalStep {
-  double mean_reward = 0;
+  double reward_sum = 0;  // over this rank's samples
   int captions = 0;
 };
 SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, const std::vector<int>& images,
-                                    const CiderDScorer& cider, int samples, Rng& rng, DecoderCache& cache);
+                                    const CiderDScorer& cider, int samples, uint64_t step_seed, int first,
+                                    Collective& ranks, DecoderCache& cache);
 
 struct TrainSummary {
   int epochs_run = 0;
@@ -103,8 +108,12 @@ struct ResumeOverrides {
 // Starts a fresh run in opt.out, or continues the checkpoint at resume_path (whose options win, but for `more`).
 // stop_after_steps > 0 ends this run after that many optimizer steps with a checkpoint (as an interruption would),
 // so --resume can pick it up.
+// ranks (data-parallel training; null: this process alone): every rank runs this with the same options and data.
+// Each global batch of opt.batch_images photos is split into the ranks' contiguous shares, their gradients are
+// summed into the global batch's and every rank steps Adam alike; the ranks share validation, rank 0 prints and
+// writes every file. The model is the one a single process makes, up to the order of floating-point sums.
 TrainSummary train(TrainOptions opt, const std::string& resume_path = "", const ResumeOverrides& more = {},
-                   int64_t stop_after_steps = 0);
+                   int64_t stop_after_steps = 0, Collective* ranks = nullptr);
 
 // Loads a caption set from a data dir or COCO JSON (+ image folder) and an optional split list.
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split);
