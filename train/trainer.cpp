@@ -311,6 +311,30 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     model->info = json::object();
     note(lead, "starting from %s\n", opt.init_from.c_str());
   }
+  if (model && resume_path.empty() && !opt.tune_from.empty() && model->encoder_config.pretrained() &&
+      !model->encoder_config.tuned() && !model->encoder_weights_path.empty()) {
+    // A frozen model goes on training with its encoder's top units fine-tuned: the units after --tune-from start
+    // from the weights file the model names, the decoder from the model's trained weights.
+    auto tuned = pretrained_encoder_model(model->encoder_weights_path, model->encoder_config.cut,
+                                          model->encoder_config.input_size, false, false);
+    tuned->encoder_config.tune_from = opt.tune_from;
+    tuned->vocab = model->vocab;
+    tuned->decoder_config = model->decoder_config;
+    tuned->max_len = model->max_len, tuned->beam = model->beam;
+    tuned->length_norm = model->length_norm, tuned->no_repeat_ngram = model->no_repeat_ngram;
+    try {
+      tuned->build();
+    } catch (const Error& e) {
+      throw Error("train: --tune-from " + opt.tune_from + " with " + opt.init_from + ": " + e.what());
+    }
+    std::vector<Param*> from = model->decoder->params(), to = tuned->decoder->params();
+    if (from.size() != to.size()) throw Error("train: " + opt.init_from + ": its decoder does not rebuild alike");
+    for (size_t k = 0; k < from.size(); ++k) to[k]->value = from[k]->value;
+    tuned->info = json::object();
+    model = std::move(tuned);
+    note(lead, "fine-tuning the encoder after %s, from the weights in %s\n", opt.tune_from.c_str(),
+         model->encoder_weights_path.c_str());
+  }
   if (model && !opt.tune_from.empty() && model->encoder_config.tune_from != opt.tune_from)
     throw Error("train: --tune-from applies to a new model; " +
                 (resume_path.empty() ? opt.init_from : resume_path) + " " +
