@@ -119,7 +119,7 @@ BH=$(bleu "$WORK/compact.sat")
 python3 -c "import sys; sys.exit(0 if abs($BH - $B1) < 0.01 else 1)" && pass "compact model scores as the original (BLEU-4 $BH vs $B1)" || fail "compact BLEU-4 $BH vs $B1"
 # --- self-critical fine-tuning: sampled captions rewarded by CIDEr-D raise the model's CIDEr-D --------------------
 # (--lr 1e-4: at 5e-5 two seeds gave +0.10 and +0.15 from one trained model, and -0.02 from another trained by the
-# same command (its threads sum in another order); at 1e-4 the same seeds gave +0.27 and +0.29)
+# same command in CI; at 1e-4 the same seeds gave +0.27 and +0.29)
 cider() { "$SAT" eval --model "$1" --data "$WORK/val" --beam 1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["CIDEr"])'; }
 python3 -c 'import json,sys; [print(i["file_name"]) for i in json.load(open(sys.argv[1]))["images"][:300]]' "$WORK/train/captions.json" > "$WORK/scst_split.txt"
 "$SAT" train --init-from "$MODEL" --objective cider --data "$WORK/train" --train-split "$WORK/scst_split.txt" \
