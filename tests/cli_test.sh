@@ -293,6 +293,20 @@ if [ "$MODE" = all ]; then  # fine-tuning (not bad input)
   pass "sat extract --raw writes the cache a fine-tuned ResNet model reads" || fail "extract --raw"
 expect_error "fine-tuned ResNet with a normalized cache" "^sat: $WORK/rn.feat: feature cache was made by a different encoder" \
   "$SAT" eval --model "$WORK/rn_tune/model.sat" --data "$WORK/val" --features "$WORK/rn.feat"
+# a frozen model goes on training with block3's last unit fine-tuned: before any step it captions as the frozen one
+"$SAT" train --data "$WORK/val" --val-data "$WORK/val" --encoder "$RESNET" --cut block3 --encoder-size 96 \
+  --out "$WORK/rn3" --epochs 1 --embed 32 --hidden 32 --attn 32 --val-limit 20 >/dev/null 2>&1 &&
+  "$SAT" train --init-from "$WORK/rn3/model.sat" --tune-from block3/unit_22 --data "$WORK/val" --val-data "$WORK/val" \
+    --features "$WORK/rn_raw.feat" --out "$WORK/rn3_t0" --epochs 0 >/dev/null 2>&1 &&
+  "$SAT" model info "$WORK/rn3_t0/model.sat" | grep -q "fine-tuned after block3/unit_22" &&
+  "$SAT" eval --model "$WORK/rn3/model.sat" --data "$WORK/val" --results-out "$WORK/rn3.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn3_t0/model.sat" --data "$WORK/val" --results-out "$WORK/rn3_t0.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn3.json" "$WORK/rn3_t0.json" &&
+  "$SAT" train --init-from "$WORK/rn3/model.sat" --tune-from block3/unit_22 --tune-lr 1e-4 --lr 1e-4 --data "$WORK/val" \
+    --val-data "$WORK/val" --features "$WORK/rn_raw.feat" --out "$WORK/rn3_t1" --epochs 1 --val-limit 20 >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn3_t1/model.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" >/dev/null 2>&1 &&
+  pass "a frozen ResNet model fine-tunes block3's last unit from --init-from (captions as before at step 0)" ||
+  fail "--init-from a frozen model with --tune-from"
 fi  # MODE = all: ResNet fine-tuning
 # a model naming weights that are nowhere: another sha256 (a substituted file), another file name (a missing file)
 rename_weights() { python3 - "$1" "$2" "$3" "$4" <<'PY'
