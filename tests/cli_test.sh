@@ -299,6 +299,7 @@ expect_error "fine-tuned ResNet with a normalized cache" "^sat: $WORK/rn.feat: f
   "$SAT" train --init-from "$WORK/rn3/model.sat" --tune-from block3/unit_22 --data "$WORK/val" --val-data "$WORK/val" \
     --features "$WORK/rn_raw.feat" --out "$WORK/rn3_t0" --epochs 0 >/dev/null 2>&1 &&
   "$SAT" model info "$WORK/rn3_t0/model.sat" | grep -q "fine-tuned after block3/unit_22" &&
+  "$SAT" model info "$WORK/rn3_t0/model.sat" | grep -q "^started_from: $WORK/rn3/model.sat: command sat train .*--cut block3 " &&
   "$SAT" eval --model "$WORK/rn3/model.sat" --data "$WORK/val" --results-out "$WORK/rn3.json" >/dev/null 2>&1 &&
   "$SAT" eval --model "$WORK/rn3_t0/model.sat" --data "$WORK/val" --results-out "$WORK/rn3_t0.json" >/dev/null 2>&1 &&
   cmp -s "$WORK/rn3.json" "$WORK/rn3_t0.json" &&

@@ -119,7 +119,7 @@ void add_model_commands(CLI::App& app) {
                 s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
-                            "compacted", "search_set"}) {
+                            "compacted", "search_set", "started_from"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }

@@ -34,7 +34,7 @@ json TrainOptions::to_json() const {
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
           {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
           {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
-          {"local_sigma", local_sigma}, {"init_from", init_from}, {"objective", objective}, {"scst_samples", scst_samples},
+          {"local_sigma", local_sigma}, {"init_from", init_from}, {"started_from", started_from}, {"objective", objective}, {"scst_samples", scst_samples},
           {"checkpoint_every", checkpoint_every}, {"keep_epochs", keep_epochs}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
@@ -69,6 +69,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.entropy_weight = j.value("entropy_weight", 0.002f);
     o.local_sigma = j.value("local_sigma", 0.f);
     o.init_from = j.value("init_from", std::string());
+    o.started_from = j.value("started_from", std::string());
     o.objective = j.value("objective", std::string("xe"));
     o.scst_samples = j.value("scst_samples", 5);
   } catch (const std::exception& e) {
@@ -198,6 +199,22 @@ void save_checkpoint(const std::string& path, CaptionModel& model, const Adam& a
   save_safetensors(path, tf);
 }
 
+// One line on how a model was made, from its info: the model --init-from names, its training command, recipe and
+// epoch, the steps after training (averaged, compacted, search settings), and where it started from in turn.
+std::string provenance_of(const std::string& path, const json& info) {
+  std::string out = path;
+  const char* sep = ": ";
+  for (const char* key : {"command", "recipe", "epoch", "averaged", "compacted", "search_set", "started_from"}) {
+    if (!info.is_object() || !info.contains(key)) continue;
+    const json& v = info[key];
+    const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
+    if (text.empty()) continue;
+    out += sep + std::string(key) + " " + text;
+    sep = "; ";
+  }
+  return out;
+}
+
 }  // namespace
 
 SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, const std::vector<int>& images,
@@ -308,6 +325,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   if (!model && !opt.init_from.empty()) {
     model = CaptionModel::load(opt.init_from);
     model->half_precision = false;  // the weights keep training in float32
+    opt.started_from = provenance_of(opt.init_from, model->info);
     model->info = json::object();
     note(lead, "starting from %s\n", opt.init_from.c_str());
   }
@@ -498,7 +516,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   if (opt.epochs == 0 && resume_path.empty()) {  // the untrained baseline: initialized weights, scored once
     CaptionScores sc = run_validation();
     model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", build_commit()}, {"epoch", 0},
-                   {"val_scores", sc.to_json()}, {"options", opt.to_json()}};
+                   {"val_scores", sc.to_json()}, {"options", opt.to_json()}, {"started_from", opt.started_from}};
     if (lead) model->save(best_path);
     note(lead, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
          best_path.c_str());
@@ -517,7 +535,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     return json{{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
                 {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
                 {"val_split", opt.val_split}, {"git_commit", build_commit()}, {"epoch", epoch},
-                {"val_scores", val_scores},   {"options", opt.to_json()}};
+                {"val_scores", val_scores},   {"options", opt.to_json()}, {"started_from", opt.started_from}};
   };
   // --keep-epochs: each epoch's model as model-epochN.sat, beside the best one (rank 0 writes it).
   auto keep_epoch = [&](int epoch, const json& val_scores) {

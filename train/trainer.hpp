@@ -53,6 +53,9 @@ struct TrainOptions {
   int max_len = 20, min_count = 1;
   // Start from a trained model file (its weights, vocabulary and sizes) instead of a fresh one.
   std::string init_from;
+  // Set by the trainer from --init-from's model: how that model was made (its command, recipe, epoch, and where it
+  // started from in turn), recorded in every model the run writes.
+  std::string started_from;
   // Training objective: "xe" (cross-entropy on the reference captions, teacher forcing) or "cider"
   // (self-critical: scst_samples captions sampled per image, reward CIDEr-D against the image's references with
   // the training split's document frequencies, baseline the mean reward of the image's other samples).
