@@ -45,6 +45,7 @@ void StepExchange::pack(const std::vector<Param*>& params, const std::vector<flo
   for (size_t k = 0; k < params.size(); ++k) {
     const Param& p = *params[k];
     float* dst = buffer_.data() + offset_[k];
+    if (p.size() == 0) continue;  // an empty tensor's data() may be null: memcpy must not see it
     if (p.trainable) {
       std::memcpy(dst, p.grad.data(), sizeof(float) * p.size());
     } else {
@@ -59,6 +60,7 @@ void StepExchange::unpack(const std::vector<Param*>& params, std::vector<double>
   if (params.size() != offset_.size()) throw Error("step exchange: unpacked into another parameter list");
   for (size_t k = 0; k < params.size(); ++k) {
     Param& p = *params[k];
+    if (p.size() == 0) continue;
     const float* src = buffer_.data() + offset_[k];
     std::memcpy(p.trainable ? p.grad.data() : p.value.data(), src, sizeof(float) * p.size());
   }
