@@ -279,6 +279,24 @@ else
   "$SAT" eval --model "$WORK/rn/model.sat" --data "$WORK/val" --results-out "$WORK/rn_images.json" >/dev/null 2>&1 &&
   cmp -s "$WORK/rn_cache.json" "$WORK/rn_images.json" && pass "ResNet model: captions from its cache equal captions from images" ||
   fail "ResNet model from cache vs images"
+# The encoder's arithmetic (f32, bf16, auto: bf16 where the CPU has it natively) stored in the model; the cache
+# records what made it, and captions from a cache equal captions from images in the same arithmetic.
+"$SAT" model set "$WORK/rn/model.sat" --out "$WORK/rn_auto.sat" --encoder-precision auto >/dev/null &&
+  "$SAT" model info "$WORK/rn_auto.sat" | grep -qE "^encoder arithmetic: (bf16|f32) \(the model's choice: auto;" &&
+  "$SAT" model info "$WORK/rn/model.sat" | grep -q "^encoder arithmetic: f32 (the model's choice: f32;" &&
+  "$SAT" --encoder-precision auto extract --data "$WORK/val" --out "$WORK/rn_auto.feat" --encoder "$RESNET" --cut block3/unit_22 --size 96 >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn_auto.sat" --data "$WORK/val" --features "$WORK/rn_auto.feat" --results-out "$WORK/rna_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn_auto.sat" --data "$WORK/val" --results-out "$WORK/rna_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rna_cache.json" "$WORK/rna_images.json" &&
+  "$SAT" --encoder-precision f32 eval --model "$WORK/rn_auto.sat" --data "$WORK/val" --results-out "$WORK/rnf_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn_images.json" "$WORK/rnf_images.json" &&
+  pass "model set --encoder-precision auto: stored; captions from its cache equal captions from images; --encoder-precision f32 overrides it" ||
+  fail "encoder precision"
+expect_error "unknown encoder precision" "^sat: unknown encoder precision 'fp8' \(f32, bf16 or auto\)$" \
+  "$SAT" --encoder-precision fp8 caption "$IMG" --model "$WORK/rn/model.sat"
+expect_error "encoder precision for a model without a pretrained encoder" "^sat: $MODEL: has no pretrained encoder" \
+  "$SAT" model set "$MODEL" --out "$WORK/never.sat" --encoder-precision bf16
+[ ! -e "$WORK/never.sat" ] || fail "model set wrote a file after an error"
 if [ "$MODE" = all ]; then  # fine-tuning (not bad input)
 # fine-tuning block3's last unit on block3/unit_22's raw output (the cache the trainer extracts itself)
 "$SAT" train --data "$WORK/val" --val-data "$WORK/val" --encoder "$RESNET" --cut block3 --tune-from block3/unit_22 \

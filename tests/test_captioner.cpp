@@ -250,7 +250,9 @@ TEST_CASE("captioner: bad images and models throw sat::Error with the CLI's one-
     CHECK(cli.rfind(file + ": ", 0) == 0);
     CHECK(error_of([&] { sat::Captioner c(file); }) == cli);
   }
-  CHECK_THROWS_AS(sat::Captioner(kSynthModel, sat::LoadOptions{"", -1}), sat::Error);
+  CHECK_THROWS_AS(sat::Captioner(kSynthModel, sat::LoadOptions{"", -1, ""}), sat::Error);
+  CHECK(error_of([&] { sat::Captioner c(kSynthModel, sat::LoadOptions{"", 0, "fp8"}); }) ==
+        "unknown encoder precision 'fp8' (f32, bf16 or auto)");
   // the Captioner that saw all of this still captions
   CHECK(captioner.caption_file(kScene).text == sat::Captioner(kSynthModel).caption_file(kScene).text);
   for (const std::string& f : {text, cut, short_model}) std::remove(f.c_str());
@@ -258,7 +260,7 @@ TEST_CASE("captioner: bad images and models throw sat::Error with the CLI's one-
 
 TEST_CASE("captioner: threads sharing one Captioner get the captions one thread gets") {
   for (const std::string& path : {kSynthModel, kInceptionModel}) {
-    sat::Captioner captioner(path, sat::LoadOptions{"", 2});
+    sat::Captioner captioner(path, sat::LoadOptions{"", 2, ""});
     std::vector<cv::Mat> images = synth_scenes(path == kSynthModel ? 8 : 2);
     images.push_back(cv::imread(kScene));
     images.push_back(cv::imread(kPhoto));
@@ -290,11 +292,20 @@ TEST_CASE("captioner: the default ResNet-101 model finds the shared weights, or 
     MESSAGE("skipped: " << weights_dir << "/resnet_v2_101 not present (the shared ResNet-101 v2 weights)");
     return;
   }
-  sat::Captioner captioner(model, sat::LoadOptions{weights_dir, 0});
+  sat::Captioner captioner(model, sat::LoadOptions{weights_dir, 0, ""});
   CHECK(captioner.info().encoder_weights == weights_dir + "/resnet_v2_101/resnet_v2_101.safetensors");
   const sat::CaptionResult c = captioner.caption_file(kPhoto);
   const sat::Hypothesis h = cli_hypothesis(model, kPhoto);
   CHECK(c.logprob == h.logprob);
   CHECK(c.words.size() == h.tokens.size());
+  CHECK(captioner.info().encoder_precision == "f32");
   MESSAGE(model << ": " << c.text);
+  if (sat::cpu_has_native_bf16()) {  // the encoder in bfloat16: a caption, with the grid rounded (vision/onednn.hpp)
+    sat::Captioner half(model, sat::LoadOptions{weights_dir, 0, "auto"});
+    CHECK(half.info().encoder_precision == "bf16");
+    const sat::CaptionResult b = half.caption_file(kPhoto);
+    CHECK(!b.words.empty());
+    CHECK(b.logprob != c.logprob);
+    MESSAGE(model << " (bf16 encoder): " << b.text);
+  }
 }

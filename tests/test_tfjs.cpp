@@ -191,6 +191,27 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
         for (size_t i = 0; i < expect.v.size(); ++i) worst = std::max(worst, (double)std::fabs(grid[n * expect.v.size() + i] - expect.v[i]));
       CHECK(worst < 1e-4);
     }
+    // bfloat16 (vision/onednn.hpp): the same concatenation (byte offsets into a shared buffer) at half the width.
+    // Inputs, weights and each layer's output are rounded to 8 significant bits (relative error up to 2^-9), the
+    // sums are float32: three layers deep, a few tenths of a percent of the largest value (measured: see MESSAGE).
+    if (!cpu_has_native_bf16()) {
+      MESSAGE("bf16 skipped: this CPU has no native bfloat16 (oneDNN: " << precision_name(resolve(PrecisionChoice::auto_)) << ")");
+      return;
+    }
+    PretrainedEncoder half(net.graph, net.weights, 14, "t", Precision::bf16);
+    CHECK(half.precision() == Precision::bf16);
+    double largest = 0;
+    for (float v : expect.v) largest = std::max(largest, (double)std::fabs(v));
+    for (int batch : {1, 2}) {
+      half.forward(planes.data(), batch, grid);
+      REQUIRE(grid.size() == batch * expect.v.size());
+      double worst = 0;
+      for (int n = 0; n < batch; ++n)
+        for (size_t i = 0; i < expect.v.size(); ++i) worst = std::max(worst, (double)std::fabs(grid[n * expect.v.size() + i] - expect.v[i]));
+      MESSAGE("bf16 batch " << batch << ": max |bf16 - reference| " << worst << " of largest " << largest);
+      CHECK(worst < 1e-2 * largest);
+      CHECK(worst > 0);  // it did run in bfloat16
+    }
   };
   check(import_tfjs(dir));
 

@@ -1,4 +1,5 @@
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <omp.h>
 #include <oneapi/dnnl/dnnl.h>
@@ -234,16 +235,24 @@ void add_bench_commands(CLI::App& app) {
     } catch (const Error& e) {
       fail(path, e.what());
     }
-    PretrainedEncoder enc(net.graph.cut(grid_node), net.weights, pa->size, path);
+    // --encoder-precision (a global flag) chooses the arithmetic; f32 when not given
+    const Precision precision = resolve(encoder_precision_is_set() ? encoder_precision_setting() : PrecisionChoice::f32);
+    PretrainedEncoder enc(net.graph.cut(grid_node), net.weights, pa->size, path, precision);
     const double gmac = enc.macs_per_image() / 1e9;
     const double peak = pa->peak ? measure_peak_gflops() : 0;
+    const double bf16_peak = pa->peak && precision == Precision::bf16 ? measure_bf16_peak_gflops() : 0;
     const std::string name = net.external_file.empty() ? "InceptionV3" : "ResNet v2 (" + net.external_file + ")";
     if (!pa->json)
-      std::printf("%s -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s, %s activations)\n",
+      std::printf("%s -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s, %s %s activations%s)\n",
                   name.c_str(), pa->cut.c_str(), pa->size, pa->size, enc.grid_h(),
                   enc.grid_w(), enc.channels(), gmac,
-                  dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads", activation_layout_name());
+                  dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads", precision_name(precision),
+                  activation_tag(precision) == dnnl::memory::format_tag::nChw16c ? "nChw16c"
+                  : activation_tag(precision) == dnnl::memory::format_tag::nChw8c ? "nChw8c" : "nhwc",
+                  precision == Precision::bf16 ? (cpu_has_amx() ? ", AMX" : cpu_has_native_bf16() ? ", AVX512-BF16" : ", emulated") : "");
     if (peak > 0 && !pa->json) std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
+    if (bf16_peak > 0 && !pa->json)
+      std::printf("  machine bf16 peak, measured: %.1f GFLOPS (%s)\n", bf16_peak, kBf16PeakMethod);
     for (const auto& cfg : EncoderConfig::parse_blocks(pa->batches)) {
       const int n = cfg.out_channels;
       Rng rng(3);
@@ -262,11 +271,15 @@ void add_bench_commands(CLI::App& app) {
       double mean = seconds_since(t0) / batches, ips = n / mean;
       if (pa->json)
         std::printf("{\"peer\": \"sat\", \"batch\": %d, \"images_per_s\": %.3f, \"best_images_per_s\": %.3f, "
-                    "\"gflops\": %.2f, \"gmac_per_image\": %.4f, \"peak_gflops\": %.2f}\n",
-                    n, ips, n / best, 2 * gmac * ips, gmac, peak);
+                    "\"gflops\": %.2f, \"gmac_per_image\": %.4f, \"peak_gflops\": %.2f, \"bf16_peak_gflops\": %.2f, "
+                    "\"precision\": \"%s\"}\n",
+                    n, ips, n / best, 2 * gmac * ips, gmac, peak, bf16_peak, precision_name(precision));
       else if (peak > 0)
-        std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS, %.0f%% of the peak\n", n,
-                    mean * 1e3, ips, n / best, 2 * gmac * ips, 100 * 2 * gmac * ips / peak);
+        std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS, %.0f%% of the FP32 peak%s\n",
+                    n, mean * 1e3, ips, n / best, 2 * gmac * ips, 100 * 2 * gmac * ips / peak,
+                    bf16_peak > 0 ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / bf16_peak)) +
+                                     "% of the bf16 peak").c_str()
+                                  : "");
       else
         std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS\n", n, mean * 1e3, ips,
                     n / best, 2 * gmac * ips);

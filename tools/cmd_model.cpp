@@ -29,6 +29,10 @@ static nlohmann::json model_summary(const std::string& path) {
   nlohmann::json enc = {{"kind", e.kind}, {"input_size", e.input_size}, {"grid", {e.grid_h(), e.grid_w()}},
                         {"feature_dim", e.feature_dim()}};
   if (e.pretrained()) enc["cut"] = e.cut;
+  if (e.pretrained()) {
+    enc["precision"] = precision_name(m->encoder_precision);  // stored: f32, bf16 or auto
+    enc["precision_in_use"] = precision_name(m->encoder_precision_in_use());
+  }
   if (!e.weights_file.empty())
     enc["weights"] = {{"file", e.weights_file}, {"sha256", e.weights_sha256}, {"found", m->encoder_weights_path}};
   if (m->tuned) {
@@ -79,6 +83,7 @@ void add_model_commands(CLI::App& app) {
     double length_norm = -1;  // < 0: unchanged
     int beam = 0;             // 0: unchanged
     int no_repeat = -1;       // < 0: unchanged
+    std::string precision;    // "": unchanged
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -104,6 +109,9 @@ void add_model_commands(CLI::App& app) {
       std::printf("encoder weights: %s (sha256 %s), not stored in the model: found at %s\n",
                   e["weights"]["file"].get<std::string>().c_str(), e["weights"]["sha256"].get<std::string>().c_str(),
                   e["weights"]["found"].get<std::string>().c_str());
+    if (e.contains("precision"))
+      std::printf("encoder arithmetic: %s (the model's choice: %s; --encoder-precision overrides it)\n",
+                  e["precision_in_use"].get<std::string>().c_str(), e["precision"].get<std::string>().c_str());
     if (e.contains("tune_from"))
       std::printf("encoder fine-tuned after %s: %lld parameters trained with the decoder (feature caches hold %s)\n",
                   e["tune_from"].get<std::string>().c_str(), e["tuned_parameters"].get<long long>(),
@@ -242,10 +250,18 @@ void add_model_commands(CLI::App& app) {
       ->check(CLI::Range(1, kMaxBeam));
   set->add_option("--no-repeat", a->no_repeat, "Captions never repeat an N-word phrase (0: off); choose it on dev data")
       ->check(CLI::Range(0, kMaxNoRepeat));
+  set->add_option("--encoder-precision", a->precision, "A pretrained encoder's arithmetic: f32, bf16 or auto (bf16 "
+                                                      "where the CPU computes it natively); choose it on dev data");
   set->callback([a] {
-    if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0)
-      throw CLI::RequiredError("--length-norm, --beam or --no-repeat");
+    if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0 && a->precision.empty())
+      throw CLI::RequiredError("--length-norm, --beam, --no-repeat or --encoder-precision");
+    std::optional<PrecisionChoice> precision;
+    if (!a->precision.empty()) precision = parse_precision(a->precision);
     auto m = CaptionModel::load(a->in);
+    if (precision) {
+      if (!m->encoder_config.pretrained()) fail(a->in, "has no pretrained encoder (--encoder-precision is for those)");
+      m->encoder_precision = *precision;
+    }
     if (a->length_norm >= 0) m->length_norm = a->length_norm;
     if (a->beam > 0) m->beam = a->beam;
     if (a->no_repeat >= 0) m->no_repeat_ngram = a->no_repeat;
@@ -253,8 +269,11 @@ void add_model_commands(CLI::App& app) {
     std::string before = m->info.value("search_set", "");
     m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
     m->save(a->out);
-    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s\n", a->in.c_str(), a->out.c_str(), m->beam,
-                m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str());
+    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s\n", a->in.c_str(), a->out.c_str(),
+                m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(),
+                m->encoder_config.pretrained()
+                    ? ("; encoder arithmetic " + std::string(precision_name(m->encoder_precision))).c_str()
+                    : "");
   });
 }
 

@@ -13,6 +13,9 @@ libopenblas0-pthread, else torch uses the reference BLAS).
   /usr/bin/python3 tools/resnet-reference.py grid WEIGHTS IMAGE [--cut block3] [--size 224]
   # speed: sat bench encoder, this trunk in PyTorch, and OpenCV dnn on its ONNX export, back to back, 2 threads each
   /usr/bin/python3 tools/resnet-reference.py bench WEIGHTS [--cut block3] [--size 224] [--batches 1,8] [--seconds 20]
+  # the same with sat's encoder in bfloat16 (--encoder-precision bf16) and PyTorch under CPU bf16 autocast (its
+  # convolutions in bf16 through its own oneDNN); OpenCV dnn has no bf16 CPU path and stays float32
+  /usr/bin/python3 tools/resnet-reference.py bench WEIGHTS --size 448 --precision bf16
 """
 import argparse
 import json
@@ -226,7 +229,8 @@ def cmd_bench(a):
     batches = [int(b) for b in a.batches.split(",")]
     tensors, _ = read_safetensors(a.weights)
     rows = {}
-    sat = subprocess.run([a.sat, "bench", "encoder", "--encoder", a.weights, "--cut", a.cut, "--size", str(a.size),
+    bf16 = a.precision == "bf16"
+    sat = subprocess.run([a.sat, "--encoder-precision", a.precision, "bench", "encoder", "--encoder", a.weights, "--cut", a.cut, "--size", str(a.size),
                           "--batches", a.batches, "--seconds", str(a.seconds), "--json"],
                          check=True, capture_output=True, text=True).stdout
     for line in sat.splitlines():
@@ -240,9 +244,10 @@ def cmd_bench(a):
         x = torch.rand(n, 3, a.size, a.size) * 2 - 1
 
         def run():
-            with torch.no_grad():
+            with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16, enabled=bf16):
                 trunk(x)
-        rows.setdefault("PyTorch %s" % torch.__version__, {})[n] = timed(run, n, a.seconds)
+        rows.setdefault("PyTorch %s%s" % (torch.__version__, " (bf16 autocast)" if bf16 else ""), {})[n] = \
+            timed(run, n, a.seconds)
 
     cv2.setNumThreads(2)
     with tempfile.TemporaryDirectory() as tmp:
@@ -260,7 +265,8 @@ def cmd_bench(a):
             net.forward()
         rows.setdefault("OpenCV %s dnn" % cv2.__version__, {})[n] = timed(run, n, a.seconds)
 
-    print("ResNet v2 trunk to %s at %dx%d, %.2f GMAC per image, 2 threads each" % (a.cut, a.size, a.size, gmac))
+    print("ResNet v2 trunk to %s at %dx%d, %.2f GMAC per image, 2 threads each; sat in %s" % (
+        a.cut, a.size, a.size, gmac, a.precision))
     for n in batches:
         peers = {k: v[n][0] for k, v in rows.items() if k != "sat"}
         best_peer = max(peers.values())
@@ -289,6 +295,7 @@ def main():
     b.add_argument("--size", type=int, default=224)
     b.add_argument("--batches", default="1,8")
     b.add_argument("--seconds", type=float, default=20)
+    b.add_argument("--precision", choices=["f32", "bf16"], default="f32")
     b.add_argument("--sat", default=os.path.join(TOP, "build", "sat"))
     a = ap.parse_args()
     {"grid": cmd_grid, "fixture": cmd_fixture, "bench": cmd_bench}[a.cmd](a)

@@ -136,7 +136,9 @@ CaptionResult Captioner::Impl::to_caption(const Hypothesis& h, bool attention) c
 Captioner::Captioner(const std::string& model_path, const LoadOptions& options) : impl_(std::make_unique<Impl>()) {
   if (options.threads < 0) throw Error("threads must be 0 (all cores) or more");
   ThreadCount team(options.threads);
-  impl_->model = CaptionModel::load(model_path, options.weights_dir);
+  std::optional<PrecisionChoice> precision;
+  if (!options.encoder_precision.empty()) precision = parse_precision(options.encoder_precision);
+  impl_->model = CaptionModel::load(model_path, options.weights_dir, precision);
   impl_->path = model_path;
   impl_->threads = options.threads;
 }
@@ -198,6 +200,7 @@ ModelInfo Captioner::info() const {
   info.length_norm = m.length_norm;
   info.no_repeat_ngram = m.no_repeat_ngram;
   info.attention = m.decoder_config.attention;
+  info.encoder_precision = precision_name(m.pretrained ? m.pretrained->precision() : Precision::f32);
   return info;
 }
 

@@ -36,6 +36,8 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
                    h.skipped.size(), paths.size());
   }
   h.encoder = model.encoder_config.to_json();
+  // the arithmetic it ran in (bf16 grids differ from f32's by rounding): on record, not part of the encoder's id
+  if (model.encoder_config.pretrained()) h.encoder["precision"] = precision_name(model.encoder_precision_in_use());
   h.encoder_id = model.encoder_id();
   h.grid_h = model.encoder_config.grid_h();
   h.grid_w = model.encoder_config.grid_w();

@@ -62,16 +62,24 @@ void CaptionModel::sync_tuned() {
     // the file's sha256): the encoder takes them instead of a copy (ResNet-101: 110 MB less to allocate and fill).
     if (!encoder_config.weights_file.empty())
       pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, std::move(encoder_weights),
-                                                       encoder_config.input_size, "encoder weights");
+                                                       encoder_config.input_size, "encoder weights",
+                                                       encoder_precision_in_use());
     else
       pretrained = std::make_unique<PretrainedEncoder>(encoder_config.graph, encoder_weights,
-                                                       encoder_config.input_size, "encoder weights");
+                                                       encoder_config.input_size, "encoder weights",
+                                                       encoder_precision_in_use());
     return;
   }
   NetGraph graph = encoder_config.graph;
   TensorFile weights = encoder_weights;
   tuned->write_back(graph, weights);
-  pretrained = std::make_unique<PretrainedEncoder>(graph, weights, encoder_config.input_size, "encoder weights");
+  pretrained = std::make_unique<PretrainedEncoder>(graph, weights, encoder_config.input_size, "encoder weights",
+                                                   encoder_precision_in_use());
+}
+
+Precision CaptionModel::encoder_precision_in_use() const {
+  if (encoder_precision_override) return resolve(*encoder_precision_override);
+  return resolve(encoder_precision_is_set() ? encoder_precision_setting() : encoder_precision);
 }
 
 Mat CaptionModel::features_from_cache(const float* grids, int n) {
@@ -136,6 +144,7 @@ TensorFile CaptionModel::to_tensor_file() const {
   tf.metadata["length_norm"] = nlohmann::json(length_norm).dump();
   tf.metadata["beam"] = std::to_string(beam);
   tf.metadata["no_repeat_ngram"] = std::to_string(no_repeat_ngram);
+  if (encoder_precision != PrecisionChoice::f32) tf.metadata["encoder_precision"] = precision_name(encoder_precision);
   tf.metadata["info"] = info.dump();
   auto* self = const_cast<CaptionModel*>(this);
   for (auto* p : self->params()) {
@@ -161,13 +170,15 @@ TensorFile CaptionModel::to_tensor_file() const {
 void CaptionModel::save(const std::string& path) const { save_safetensors(path, to_tensor_file()); }
 
 std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& tf, const std::string& path,
-                                                             const std::string& weights_dir) {
+                                                             const std::string& weights_dir,
+                                                             std::optional<PrecisionChoice> encoder_precision) {
   if (tf.metadata.count("format") == 0 || tf.metadata.at("format") != kFormat)
     fail(path, "not a sat caption model (no \"format\": \"" + std::string(kFormat) + "\" in its header)");
   if (tf.meta("version", path) != std::to_string(kVersion))
     fail(path, "model file version " + tf.meta("version", path) + " is not supported (expected " +
                    std::to_string(kVersion) + ")");
   auto m = std::make_unique<CaptionModel>();
+  m->encoder_precision_override = encoder_precision;
   try {
     m->encoder_config = EncoderConfig::from_json(parse_json_checked(tf.meta("encoder", path), path, "model header is malformed"));
     m->decoder_config = DecoderConfig::from_json(parse_json_checked(tf.meta("decoder", path), path, "model header is malformed"));
@@ -186,6 +197,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       if (m->no_repeat_ngram < 0 || m->no_repeat_ngram > kMaxNoRepeat)
         fail(path, "no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
     }
+    if (tf.metadata.count("encoder_precision")) m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
     m->info = parse_json_checked(tf.meta("info", path), path, "model header is malformed");
   } catch (const Error& e) {
     std::string msg = e.what();
@@ -223,8 +235,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   return m;
 }
 
-std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path, const std::string& weights_dir) {
-  return from_tensor_file(load_safetensors(path), path, weights_dir);
+std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path, const std::string& weights_dir,
+                                                 std::optional<PrecisionChoice> encoder_precision) {
+  return from_tensor_file(load_safetensors(path), path, weights_dir, encoder_precision);
 }
 
 std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths) {

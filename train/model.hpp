@@ -1,6 +1,7 @@
 // A captioning model: encoder + decoder + vocabulary, and the model file that holds all three.
 #pragma once
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -26,6 +27,13 @@ struct CaptionModel {
   double length_norm = 1.0;  // beam search: captions compete by log p / words^length_norm (chosen on dev data)
   int beam = 3;              // the search's width when the user does not choose one (1: greedy; chosen on dev data)
   int no_repeat_ngram = 0;   // both searches: no caption repeats an n-word phrase (0: off; see seq/search.hpp)
+  // A pretrained encoder's arithmetic (vision/onednn.hpp; sat model set --encoder-precision, chosen on dev data):
+  // the CLI's --encoder-precision overrides it. Files written before it existed use f32.
+  PrecisionChoice encoder_precision = PrecisionChoice::f32;
+  // This process's choice for this model (the library's LoadOptions::encoder_precision): not saved; before the
+  // CLI's --encoder-precision and the stored choice.
+  std::optional<PrecisionChoice> encoder_precision_override;
+  Precision encoder_precision_in_use() const;
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
@@ -57,8 +65,10 @@ struct CaptionModel {
   // weights_dir: where to look first for encoder weights the model names but does not hold (else --weights-dir's
   // folder, $SAT_WEIGHTS, the default; vision/pretrained.hpp).
   static std::unique_ptr<CaptionModel> from_tensor_file(const TensorFile& tf, const std::string& path,
-                                                        const std::string& weights_dir = "");
-  static std::unique_ptr<CaptionModel> load(const std::string& path, const std::string& weights_dir = "");
+                                                        const std::string& weights_dir = "",
+                                                        std::optional<PrecisionChoice> encoder_precision = {});
+  static std::unique_ptr<CaptionModel> load(const std::string& path, const std::string& weights_dir = "",
+                                            std::optional<PrecisionChoice> encoder_precision = {});
 
   // Decodes and preprocesses images into N x 3 x S x S planes.
   std::vector<float> load_planes(const std::vector<std::string>& paths) const;

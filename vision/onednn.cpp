@@ -4,6 +4,8 @@
 #include <chrono>
 #include <vector>
 
+#include "datasets/io.hpp"
+
 namespace sat {
 
 using namespace dnnl;
@@ -22,25 +24,63 @@ dnnl::stream& cpu_stream() {
 
 // A ResNet-like 3x3 convolution with every layout left to oneDNN: what it picks for the destination is what its
 // fast kernels on this CPU work in.
-static tag probe_activation_tag() {
+static tag probe_activation_tag(dt type) {
   const memory::dims src{1, 64, 28, 28}, w{64, 64, 3, 3}, dst{1, 64, 28, 28};
   convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct,
-                              memory::desc(src, dt::f32, tag::any), memory::desc(w, dt::f32, tag::any),
-                              memory::desc(dst, dt::f32, tag::any), {1, 1}, {1, 1}, {1, 1});
+                              memory::desc(src, type, tag::any), memory::desc(w, type, tag::any),
+                              memory::desc(dst, type, tag::any), {1, 1}, {1, 1}, {1, 1});
   convolution_forward::primitive_desc pd(d, cpu_engine());
   for (tag t : {tag::nChw16c, tag::nChw8c, tag::nhwc})
-    if (pd.dst_desc() == memory::desc(dst, dt::f32, t)) return t;
+    if (pd.dst_desc() == memory::desc(dst, type, t)) return t;
   return tag::nChw8c;
 }
 
-memory::format_tag activation_tag() {
-  static const tag t = probe_activation_tag();
-  return t;
+memory::format_tag activation_tag() { return activation_tag(Precision::f32); }
+int activation_block() { return activation_block(Precision::f32); }
+
+memory::format_tag activation_tag(Precision p) {
+  static const tag f32 = probe_activation_tag(dt::f32);
+  if (p == Precision::f32) return f32;
+  static const tag bf16 = [] {
+    try {
+      return probe_activation_tag(dt::bf16);
+    } catch (const dnnl::error&) {  // oneDNN 2.6 has bf16 convolutions on AVX-512 CPUs only
+      throw Error("this CPU has no bfloat16 convolutions (oneDNN needs AVX-512 for them); use --encoder-precision "
+                  "f32 or auto");
+    }
+  }();
+  return bf16;
 }
 
-int activation_block() {
-  const tag t = activation_tag();
+int activation_block(Precision p) {
+  const tag t = activation_tag(p);
   return t == tag::nChw16c ? 16 : t == tag::nChw8c ? 8 : 1;
+}
+
+bool cpu_has_amx() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_amx; }
+bool cpu_has_native_bf16() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_bf16; }
+
+Precision resolve(PrecisionChoice c) {
+  if (c == PrecisionChoice::auto_) return cpu_has_native_bf16() ? Precision::bf16 : Precision::f32;
+  return c == PrecisionChoice::bf16 ? Precision::bf16 : Precision::f32;
+}
+
+PrecisionChoice parse_precision(const std::string& s) {
+  if (s == "f32") return PrecisionChoice::f32;
+  if (s == "bf16") return PrecisionChoice::bf16;
+  if (s == "auto") return PrecisionChoice::auto_;
+  throw Error("unknown encoder precision '" + s + "' (f32, bf16 or auto)");
+}
+
+static bool g_precision_set = false;
+static PrecisionChoice g_precision = PrecisionChoice::f32;
+void set_encoder_precision(PrecisionChoice c) { g_precision = c, g_precision_set = true; }
+bool encoder_precision_is_set() { return g_precision_set; }
+PrecisionChoice encoder_precision_setting() { return g_precision; }
+
+const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "f32"; }
+const char* precision_name(PrecisionChoice p) {
+  return p == PrecisionChoice::auto_ ? "auto" : p == PrecisionChoice::bf16 ? "bf16" : "f32";
 }
 
 const char* activation_layout_name() {
@@ -57,6 +97,29 @@ double measure_peak_gflops() {
   for (int rep = 0; rep < 9; ++rep) {  // the first call warms up (page faults, thread pool)
     auto t0 = std::chrono::steady_clock::now();
     dnnl_sgemm('N', 'N', n, n, n, 1.f, a.data(), n, b.data(), n, 0.f, c.data(), n);
+    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    if (rep > 0) best = std::min(best, s);
+  }
+  return 2.0 * n * n * n / best / 1e9;
+}
+
+const char* const kBf16PeakMethod = "best of 8 oneDNN bf16 matmuls (float32 accumulation), 3072 x 3072 x 3072";
+
+double measure_bf16_peak_gflops() {
+  const memory::dim n = 3072;
+  auto& eng = cpu_engine();
+  const memory::desc a({n, n}, dt::bf16, tag::ab), b_any({n, n}, dt::bf16, tag::any), c({n, n}, dt::f32, tag::ab);
+  matmul::primitive_desc pd(matmul::desc(a, b_any, c), eng);
+  memory A(a, eng), B(pd.weights_desc(), eng), C(c, eng);
+  // bf16 1.0 is 0x3f80: any finite values do, the time does not depend on them
+  std::fill_n(static_cast<uint16_t*>(A.get_data_handle()), n * n, (uint16_t)0x3f80);
+  std::fill_n(static_cast<uint16_t*>(B.get_data_handle()), B.get_desc().get_size() / 2, (uint16_t)0x3f80);
+  matmul mm(pd);
+  double best = 1e30;
+  for (int rep = 0; rep < 9; ++rep) {  // the first call warms up
+    auto t0 = std::chrono::steady_clock::now();
+    mm.execute(cpu_stream(), {{DNNL_ARG_SRC, A}, {DNNL_ARG_WEIGHTS, B}, {DNNL_ARG_DST, C}});
+    cpu_stream().wait();
     const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     if (rep > 0) best = std::min(best, s);
   }

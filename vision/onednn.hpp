@@ -1,5 +1,7 @@
 // The one oneDNN CPU engine and stream the vision code shares, and the activation layout its convolutions prefer.
 #pragma once
+#include <string>
+
 #include <oneapi/dnnl/dnnl.hpp>
 
 namespace sat {
@@ -9,6 +11,27 @@ dnnl::stream& cpu_stream();
 // asked of oneDNN once. Every activation inside a network uses it, so no reorder runs between layers.
 dnnl::memory::format_tag activation_tag();
 int activation_block();  // its channel block: 16 or 8 (1 for a plain layout)
+
+// The arithmetic a pretrained (frozen) encoder runs in. f32: float32 throughout. bf16: activations and weights in
+// bfloat16 (8-bit mantissa), accumulated in float32 by the convolutions, bias and grid in float32; on a CPU with
+// AMX (Intel Sapphire Rapids and later) oneDNN runs it on the tile units, several times the float32 rate.
+// auto: bf16 where the CPU computes it natively (AMX or AVX512-BF16), else f32 (oneDNN would emulate it, slowly).
+enum class Precision { f32, bf16 };
+enum class PrecisionChoice { f32, bf16, auto_ };
+Precision resolve(PrecisionChoice c);
+PrecisionChoice parse_precision(const std::string& s);  // "f32", "bf16", "auto"; else an Error
+const char* precision_name(Precision p);
+const char* precision_name(PrecisionChoice p);
+bool cpu_has_native_bf16();  // AMX-BF16 or AVX512-BF16, as oneDNN sees the CPU
+bool cpu_has_amx();
+// The process's choice, set by the CLI's --encoder-precision (or LoadOptions): when set, it overrides the
+// precision a model file stores.
+void set_encoder_precision(PrecisionChoice c);
+bool encoder_precision_is_set();
+PrecisionChoice encoder_precision_setting();
+// The layout convolutions of that precision prefer (as activation_tag for f32) and its channel block.
+dnnl::memory::format_tag activation_tag(Precision p);
+int activation_block(Precision p);
 }  // namespace sat
 
 namespace sat {
@@ -17,4 +40,8 @@ const char* activation_layout_name();  // "nhwc", "nChw16c", "nChw8c"
 // uses), in GFLOP/s. Takes a few seconds.
 double measure_peak_gflops();
 extern const char* const kPeakMethod;
+// The same with bfloat16 inputs and float32 accumulation (a oneDNN matmul, AMX where the CPU has it): the
+// practical bf16 peak, in GFLOP/s.
+double measure_bf16_peak_gflops();
+extern const char* const kBf16PeakMethod;
 }  // namespace sat

@@ -278,8 +278,8 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
 }
 
 PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size,
-                                     const std::string& where)
-    : graph_(graph), weights_(std::move(weights)), input_size_(input_size) {
+                                     const std::string& where, Precision precision)
+    : graph_(graph), weights_(std::move(weights)), input_size_(input_size), precision_(precision) {
   const TensorFile& W = weights_;
   try {
     shapes_ = graph_.shapes(input_size, input_size);
@@ -318,7 +318,9 @@ struct PretrainedEncoder::Plan {
   std::vector<memory> out;  // per node: its output (a view into a pooled buffer, or into another node's buffer)
   std::vector<memory> conv_w, conv_b, scale, shift, mean, variance;
   std::vector<memory> image_copies;  // the image in the layout a first convolution prefers
-  std::list<FloatBuffer> weights;  // the convolutions' weights in their layouts (a list: addresses stay put)
+  // the convolutions' weights in their layouts and data type (a list: addresses stay put; bf16 takes half of a
+  // float per value)
+  std::list<FloatBuffer> weights;
   std::vector<FloatBuffer> pool;  // activation buffers, each reused by layers whose lifetimes do not overlap
   std::vector<std::pair<primitive, std::unordered_map<int, memory>>> steps;
 };
@@ -403,9 +405,12 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   const int count = (int)nodes.size();
   std::map<std::string, int> at;
   for (int i = 0; i < count; ++i) at[nodes[i].name] = i;
-  const tag act = activation_tag();
-  auto blocked = [&](int i) { return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, act); };
-  const BufferPlan B = plan_buffers(graph_, shapes_, n, activation_block());
+  const tag act = activation_tag(precision_);
+  const dt type = precision_ == Precision::bf16 ? dt::bf16 : dt::f32;
+  const size_t value_bytes = precision_ == Precision::bf16 ? 2 : 4;
+  auto blocked = [&](int i) { return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, type, act); };
+  auto floats_for = [](size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); };
+  const BufferPlan B = plan_buffers(graph_, shapes_, n, activation_block(precision_));
   auto root = [&](int i) {  // the node that owns the buffer i writes into, following chains of owners
     while (B.owner[i] != i) i = B.owner[i];
     return i;
@@ -457,7 +462,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       if (root(o) == o && last[o] == (int)p && slot_of[o] >= 0) slot_free[slot_of[o]] = true;
   }
   P.pool.resize(slot_bytes.size());
-  for (size_t s = 0; s < slot_bytes.size(); ++s) P.pool[s].resize(slot_bytes[s] / sizeof(float));
+  for (size_t s = 0; s < slot_bytes.size(); ++s) P.pool[s].resize(floats_for(slot_bytes[s]));
 
   const int S = input_size_;
   P.image = memory({{n, 3, S, S}, dt::f32, tag::nchw}, eng, nullptr);
@@ -472,7 +477,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
     int off = 0;
     for (int k = i; k != o; k = B.owner[k]) off += B.offset[k];
     const size_t hw = (size_t)shapes_[i].h * shapes_[i].w;
-    P.out[i] = memory(blocked(i), eng, P.pool[slot_of[o]].data() + (size_t)off * hw);
+    P.out[i] = memory(blocked(i), eng, reinterpret_cast<char*>(P.pool[slot_of[o]].data()) + (size_t)off * hw * value_bytes);
   }
 
   P.conv_w.resize(count);
@@ -487,7 +492,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       const int dst_node = B.sum_of[i] >= 0 ? B.sum_of[i] : i;
       const memory& dst = P.out[dst_node];
       const int CI = shapes_[src].c;
-      memory::desc w_md({s.c, CI, node.kh, node.kw}, dt::f32, tag::any), b_md({s.c}, dt::f32, tag::x);
+      memory::desc w_md({s.c, CI, node.kh, node.kw}, type, tag::any), b_md({s.c}, dt::f32, tag::x);
       primitive_attr attr;
       post_ops po;
       if (dst_node != i) po.append_sum(1.f);
@@ -496,7 +501,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       // The image comes in planar; a convolution reading it gets it in the layout it prefers (one reorder at the
       // edge: oneDNN's fast first-layer kernels do not all read planar input).
       const bool reads_image = nodes[src].op == "input";
-      const memory::desc src_md = reads_image ? memory::desc(P.image.get_desc().dims(), dt::f32, tag::any)
+      const memory::desc src_md = reads_image ? memory::desc(P.image.get_desc().dims(), type, tag::any)
                                               : P.out[src].get_desc();
       convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct, src_md, w_md, b_md,
                                   dst.get_desc(), {node.sh, node.sw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r});
@@ -511,7 +516,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       float* w_data = folded ? conv_w_.at(i).data() : weights_.tensors.at(node.kernel).value.data();
       float* b_data = folded ? conv_b_.at(i).data() : weights_.tensors.at(node.bias).value.data();
       memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
-      P.weights.emplace_back(pd.weights_desc().get_size() / sizeof(float));  // ours: allocated mapped in
+      P.weights.emplace_back(floats_for(pd.weights_desc().get_size()));  // ours: allocated mapped in
       P.conv_w[i] = memory(pd.weights_desc(), eng, P.weights.back().data());
       reorder(user_w, P.conv_w[i]).execute(cpu_stream(), user_w, P.conv_w[i]);
       P.conv_b[i] = memory(b_md, eng, b_data);

@@ -34,6 +34,9 @@ struct LoadOptions {
   std::string weights_dir;
   // Threads the encoder and the search use (OpenMP); 0: OpenMP's default (every core, or $OMP_NUM_THREADS).
   int threads = 0;
+  // A pretrained encoder's arithmetic: "f32", "bf16" (bfloat16 with float32 accumulation) or "auto" (bf16 where
+  // the CPU computes it natively); "" takes the model's stored choice. Anything else throws sat::Error.
+  std::string encoder_precision;
 };
 
 // How to search for a caption. Unset fields take the model's stored settings (chosen on dev data; see ModelInfo).
@@ -75,6 +78,7 @@ struct ModelInfo {
   double length_norm = 0;
   int no_repeat_ngram = 0;
   std::string attention;  // "soft", "local", "hard" or "none"
+  std::string encoder_precision;  // what the encoder computes in: "f32" or "bf16" ("f32" for a model's own CNN)
 };
 
 class SAT_API Captioner {
