@@ -1,14 +1,16 @@
 # Sourced by the Flickr8k recipes (tools/train-flickr8k-model.sh, tools/train-flickr8k-inception-model.sh): after a
 # run kept every epoch's model, choose and ship one, all on the 1000 dev photos.
-#   choose_and_ship SAT DATA FEATURES RUN_DIR OUT RECIPE
+#   choose_and_ship SAT DATA FEATURES RUN_DIR OUT RECIPE [ENCODER_PRECISION]
 #  1. candidates: every epoch (RUN_DIR/model-epochN.sat) and the weight averages of the last 2, 3 and 4 epochs
 #     (sat model average), the best by BLEU-4 with beam 3, length norm 1;
 #  2. compacted to float16 (sat model compact) with RECIPE plus the choice recorded;
 #  3. the search settings chosen by BLEU-4 and stored (sat model set): beam width (3, 5), length normalization
-#     (0, 0.5, 1), repeat blocking (none, or no 3-word phrase twice); its dev scores recorded (sat eval --record);
+#     (0, 0.5, 1), repeat blocking (none, or no 3-word phrase twice); with ENCODER_PRECISION (f32, bf16, auto), the
+#     encoder's arithmetic stored too (sat model set --encoder-precision); its dev scores recorded (sat eval
+#     --record: from FEATURES, or with ENCODER_PRECISION from the photos, encoded in that arithmetic);
 #  4. renamed onto OUT.
 choose_and_ship() {
-  local sat=$1 data=$2 features=$3 run=$4 out=$5 recipe=$6
+  local sat=$1 data=$2 features=$3 run=$4 out=$5 recipe=$6 precision=${7:-}
   dev_bleu4() {  # model [eval flags]: BLEU-4 on the 1000 dev photos
     local m=$1
     shift
@@ -50,7 +52,12 @@ choose_and_ship() {
     done
   done
   "$sat" model set "$out.new" --out "$out.new" --length-norm "$best_a" --beam "$best_k" --no-repeat "$best_r"
-  "$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --features "$features" --record
+  if [ -n "$precision" ]; then
+    "$sat" model set "$out.new" --out "$out.new" --encoder-precision "$precision"
+    "$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --record
+  else
+    "$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --features "$features" --record
+  fi
   mv "$out.new" "$out"
   echo "wrote $out"
 }
