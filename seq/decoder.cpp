@@ -341,9 +341,9 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   C.B = B, C.T = T, C.F = &F, C.batch = &batch, C.penalty_weight = penalty_weight;
   C.rows = batch.grid.empty() ? RowGrids::identity(B) : RowGrids(batch.grid, (int)grids);
   for (auto* v : {&C.h, &C.c}) v->assign(T + 1, Mat());
-  for (auto* v : {&C.alpha, &C.z, &C.beta, &C.zhat, &C.gates, &C.tanh_c, &C.hdrop_mask, &C.out_tanh, &C.odrop_mask,
-                  &C.probs})
+  for (auto* v : {&C.alpha, &C.z, &C.beta, &C.zhat, &C.gates, &C.tanh_c, &C.hdrop_mask, &C.out_tanh, &C.odrop_mask})
     v->assign(T, Mat());
+  C.od.resize((int64_t)T * B, cfg_.embed_dim);
   const bool luong = cfg_.luong();
   C.htilde.assign(luong ? T : 0, Mat());
   if (luong) C.zero_feed.setZero(B, n);
@@ -394,14 +394,18 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     if (!luong) pre.noalias() += C.zhat[t] * value_of(P(kOutContext));
     C.out_tanh[t] = pre.array().tanh().matrix();
     dropout_mask(C.odrop_mask[t], B, cfg_.embed_dim, draws);
-    Mat logits = C.out_tanh[t].cwiseProduct(C.odrop_mask[t]) * value_of(P(kOutW));
-    logits.rowwise() += value_of(P(kOutB)).row(0);
-    softmax_rows(logits);
-    C.probs[t] = std::move(logits);
+    C.od.middleRows((int64_t)t * B, B) = C.out_tanh[t].cwiseProduct(C.odrop_mask[t]);
+  }
+  // The output layer reads nothing the recurrence needs: every step's logits in one product of T*B rows (near the
+  // machine's peak, where T products of B rows are not).
+  C.probs.noalias() = C.od * value_of(P(kOutW));
+  C.probs.rowwise() += value_of(P(kOutB)).row(0);
+  softmax_rows(C.probs);
+  for (int t = 0; t < T; ++t) {
     for (int b = 0; b < B; ++b) {
       if (batch.mask[(size_t)b * T + t] == 0) continue;
       int y = batch.target[(size_t)b * T + t];
-      double lp = std::log(std::max(C.probs[t](b, y), 1e-30f));
+      double lp = std::log(std::max(C.probs((int64_t)t * B + b, y), 1e-30f));
       ce -= lp;
       if (!batch.row_weight.empty()) wce -= batch.row_weight[b] * lp;
       logp_caption[b] += lp;
@@ -516,36 +520,50 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   auto gE = grad_of(P(kEmbed));
   Mat dh_next = Mat::Zero(B, n), dc_next = Mat::Zero(B, n);
   Mat dfeed_next = Mat::Zero(B, luong ? n : 0);  // luong: gradient reaching h~_t through the next step's input
-  Mat emb(B, cfg_.embed_dim);
   Mat dcov_later = Mat::Zero(B, L);
-  for (int t = T - 1; t >= 0; --t) {
-    for (int b = 0; b < B; ++b) emb.row(b) = E.row(batch.input[(size_t)b * T + t]);
-    // softmax + cross-entropy
-    Mat dlogits = C.probs[t];
+  // softmax + cross-entropy, and the output layer, for all steps at once (as in forward)
+  Mat dlogits = C.probs;
+  for (int t = 0; t < T; ++t)
     for (int b = 0; b < B; ++b) {
       float m = batch.mask[(size_t)b * T + t] * inv_tokens;
       if (!batch.row_weight.empty()) m *= batch.row_weight[b];
-      dlogits.row(b) *= m;
-      dlogits(b, batch.target[(size_t)b * T + t]) -= m;
+      const int64_t r = (int64_t)t * B + b;
+      dlogits.row(r) *= m;
+      dlogits(r, batch.target[(size_t)b * T + t]) -= m;
     }
-    Mat od = C.out_tanh[t].cwiseProduct(C.odrop_mask[t]);
-    grad_of(P(kOutW)).noalias() += od.transpose() * dlogits;
-    grad_of(P(kOutB)).row(0) += dlogits.colwise().sum();
-    Mat dpre = (dlogits * value_of(P(kOutW)).transpose()).cwiseProduct(C.odrop_mask[t]);
-    dpre.array() *= 1.f - C.out_tanh[t].array().square();
-    Mat demb = dpre;
-    const Mat& out_hidden = luong ? C.htilde[t] : C.h[t + 1];
-    Mat hd = out_hidden.cwiseProduct(C.hdrop_mask[t]);
-    grad_of(P(kOutHidden)).noalias() += hd.transpose() * dpre;
-    if (!luong) grad_of(P(kOutContext)).noalias() += C.zhat[t].transpose() * dpre;
-    Mat dout_hidden = (dpre * value_of(P(kOutHidden)).transpose()).cwiseProduct(C.hdrop_mask[t]);
-    Mat dzhat = Mat::Zero(B, C.zhat[t].cols());
-    if (!luong) dzhat.noalias() += dpre * value_of(P(kOutContext)).transpose();
+  grad_of(P(kOutW)).noalias() += C.od.transpose() * dlogits;
+  grad_of(P(kOutB)).row(0) += dlogits.colwise().sum();
+  // Then the deep output layer pre = emb + hd W_oh (+ zhat W_oc), out = tanh(pre): its gradients do not depend on
+  // the recurrence either, so they too are products over all T*B rows; the loop below runs the recurrence only.
+  const int64_t TB = (int64_t)T * B;
+  const int En = cfg_.embed_dim, Z = C.zhat.empty() || C.zhat[0].size() == 0 ? 0 : (int)C.zhat[0].cols();
+  Mat dpre(TB, En), hd(TB, n), zhat_all(luong ? 0 : TB, Z), emb_all(TB, En);
+  dpre.noalias() = dlogits * value_of(P(kOutW)).transpose();
+  for (int t = 0; t < T; ++t) {
+    const int64_t r = (int64_t)t * B;
+    dpre.middleRows(r, B).array() *= C.odrop_mask[t].array() * (1.f - C.out_tanh[t].array().square());
+    hd.middleRows(r, B) = (luong ? C.htilde[t] : C.h[t + 1]).cwiseProduct(C.hdrop_mask[t]);
+    if (!luong) zhat_all.middleRows(r, B) = C.zhat[t];
+    for (int b = 0; b < B; ++b) emb_all.row(r + b) = E.row(batch.input[(size_t)b * T + t]);
+  }
+  grad_of(P(kOutHidden)).noalias() += hd.transpose() * dpre;
+  if (!luong) grad_of(P(kOutContext)).noalias() += zhat_all.transpose() * dpre;
+  Mat dout_hidden(TB, n), dzhat_out(luong ? 0 : TB, Z);
+  dout_hidden.noalias() = dpre * value_of(P(kOutHidden)).transpose();
+  for (int t = 0; t < T; ++t) dout_hidden.middleRows((int64_t)t * B, B).array() *= C.hdrop_mask[t].array();
+  if (!luong) dzhat_out.noalias() = dpre * value_of(P(kOutContext)).transpose();
+  Mat& demb = dpre;  // d emb = d pre + dgates W_emb^T (added after the loop)
 
+  // The LSTM's weight gradients are sums over steps of (input_t)^T dgates_t: the loop keeps dgates_t, the sums are
+  // one product each after it.
+  Mat dgates_all(TB, 4 * n);
+  for (int t = T - 1; t >= 0; --t) {
+    const int64_t r = (int64_t)t * B;
+    Mat dzhat = luong ? Mat::Zero(B, Z) : Mat(dzhat_out.middleRows(r, B));
     Mat dh = dh_next;
     if (luong) {
       // h~ = tanh(W_c [zhat; h] + b_c), read by the output and fed to the next step
-      Mat du = (dout_hidden + dfeed_next).array() * (1.f - C.htilde[t].array().square());
+      Mat du = (dout_hidden.middleRows(r, B) + dfeed_next).array() * (1.f - C.htilde[t].array().square());
       grad_of(P(combine_)).noalias() += C.zhat[t].transpose() * du;
       grad_of(P(combine_ + 1)).noalias() += C.h[t + 1].transpose() * du;
       grad_of(P(combine_ + 2)).row(0) += du.colwise().sum();
@@ -553,7 +571,7 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       dh.noalias() += du * value_of(P(combine_ + 1)).transpose();
       attend_backward(t, C.h[t + 1], dzhat, dS, dcov_later, C, dh, dF);
     } else {
-      dh += dout_hidden;
+      dh += dout_hidden.middleRows(r, B);
     }
 
     // LSTM cell
@@ -562,18 +580,12 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
          gg = g.rightCols(n).array();
     auto tc = C.tanh_c[t].array();
     Mat dc = dc_next.array() + dh.array() * o * (1.f - tc.square());
-    Mat dgates(B, 4 * n);
+    auto dgates = dgates_all.middleRows(r, B);
     dgates.leftCols(n) = (dc.array() * gg * i * (1.f - i)).matrix();
     dgates.middleCols(n, n) = (dc.array() * C.c[t].array() * f * (1.f - f)).matrix();
     dgates.middleCols(2 * n, n) = (dh.array() * tc * o * (1.f - o)).matrix();
     dgates.rightCols(n) = (dc.array() * i * (1.f - gg.square())).matrix();
     Mat dc_prev = (dc.array() * f).matrix();
-    const Mat& x = luong ? (t ? C.htilde[t - 1] : C.zero_feed) : C.zhat[t];
-    grad_of(P(kLstmWEmb)).noalias() += emb.transpose() * dgates;
-    grad_of(P(kLstmWCtx)).noalias() += x.transpose() * dgates;
-    grad_of(P(kLstmWHh)).noalias() += C.h[t].transpose() * dgates;
-    grad_of(P(kLstmB)).row(0) += dgates.colwise().sum();
-    demb.noalias() += dgates * value_of(P(kLstmWEmb)).transpose();
     Mat dh_prev = dgates * value_of(P(kLstmWHh)).transpose();
     if (luong) {
       dfeed_next = dgates * value_of(P(kLstmWCtx)).transpose();
@@ -581,10 +593,24 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       dzhat.noalias() += dgates * value_of(P(kLstmWCtx)).transpose();
       attend_backward(t, C.h[t], dzhat, dS, dcov_later, C, dh_prev, dF);
     }
-
-    for (int b = 0; b < B; ++b) gE.row(batch.input[(size_t)b * T + t]) += demb.row(b);
     dh_next = std::move(dh_prev);
     dc_next = std::move(dc_prev);
+  }
+  {
+    // the LSTM's inputs at every step, row-aligned with dgates_all: the context (or the fed-back h~) and h_t
+    Mat x_all(TB, luong ? n : Z), h_all(TB, n);
+    for (int t = 0; t < T; ++t) {
+      const int64_t r = (int64_t)t * B;
+      x_all.middleRows(r, B) = luong ? (t ? C.htilde[t - 1] : C.zero_feed) : C.zhat[t];
+      h_all.middleRows(r, B) = C.h[t];
+    }
+    grad_of(P(kLstmWEmb)).noalias() += emb_all.transpose() * dgates_all;
+    grad_of(P(kLstmWCtx)).noalias() += x_all.transpose() * dgates_all;
+    grad_of(P(kLstmWHh)).noalias() += h_all.transpose() * dgates_all;
+    grad_of(P(kLstmB)).row(0) += dgates_all.colwise().sum();
+    demb.noalias() += dgates_all * value_of(P(kLstmWEmb)).transpose();
+    for (int t = 0; t < T; ++t)
+      for (int b = 0; b < B; ++b) gE.row(batch.input[(size_t)b * T + t]) += demb.row((int64_t)t * B + b);
   }
   if (score_) score_->finish_backward(dF);
 

@@ -99,7 +99,10 @@ struct DecoderCache {
   float penalty_weight = 0;
   Mat mean_feat;
   std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state
-  std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c, hdrop_mask, out_tanh, odrop_mask, probs;
+  std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c, hdrop_mask, out_tanh, odrop_mask;
+  // The output layer over all steps at once (it feeds nothing back into the recurrence): T*B rows, step t's rows
+  // t*B .. t*B + B - 1. od: its input (out_tanh times odrop_mask), probs: the words' probabilities.
+  Mat od, probs;
   std::vector<Mat> htilde;  // luong: the attentional state h~_t (fed to the next step and to the output)
   Mat zero_feed;            // luong: h~_0
   Mat alpha_sum;  // B x L: sum over real steps
