@@ -301,14 +301,31 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCa
 }
 
 // One LSTM step: gates from (emb, x, h), then c and h. gates keeps the activated gates for backward.
+static void lstm_activate(Mat& g, const Mat& c, Mat& c_next, Mat* tanh_c, Mat& h_next);
 static void lstm_step(const Mat& emb, const Mat& x, const Mat& h, const Mat& c, const MatMap& Wemb, const MatMap& Wx,
                       const MatMap& Whh, const MatMap& bias, Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
-  const int n = (int)h.cols();
   Mat& g = gates;
   g.noalias() = emb * Wemb;
   g.noalias() += x * Wx;
   g.noalias() += h * Whh;
   g.rowwise() += bias.row(0);
+  lstm_activate(g, c, c_next, tanh_c, h_next);
+}
+
+// The same when the embedding's part of the gates (emb W_emb + bias) is already computed: emb_part.
+template <class Rows>
+static void lstm_step_from(const Rows& emb_part, const Mat& x, const Mat& h, const Mat& c, const MatMap& Wx,
+                           const MatMap& Whh, Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
+  Mat& g = gates;
+  g = emb_part;
+  g.noalias() += x * Wx;
+  g.noalias() += h * Whh;
+  lstm_activate(g, c, c_next, tanh_c, h_next);
+}
+
+// gates (pre-activation, i f o g) -> activated in place; c and h of the next step.
+static void lstm_activate(Mat& g, const Mat& c, Mat& c_next, Mat* tanh_c, Mat& h_next) {
+  const int n = (int)c.cols();
   g.leftCols(3 * n) = sigmoid(g.leftCols(3 * n));
   g.rightCols(n) = g.rightCols(n).array().tanh().matrix();
   c_next = (g.middleCols(n, n).array() * c.array() + g.leftCols(n).array() * g.rightCols(n).array()).matrix();
@@ -341,9 +358,12 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   C.B = B, C.T = T, C.F = &F, C.batch = &batch, C.penalty_weight = penalty_weight;
   C.rows = batch.grid.empty() ? RowGrids::identity(B) : RowGrids(batch.grid, (int)grids);
   for (auto* v : {&C.h, &C.c}) v->assign(T + 1, Mat());
-  for (auto* v : {&C.alpha, &C.z, &C.beta, &C.zhat, &C.gates, &C.tanh_c, &C.hdrop_mask, &C.out_tanh, &C.odrop_mask})
-    v->assign(T, Mat());
-  C.od.resize((int64_t)T * B, cfg_.embed_dim);
+  for (auto* v : {&C.alpha, &C.z, &C.beta, &C.zhat, &C.gates, &C.tanh_c}) v->assign(T, Mat());
+  const int64_t TB = (int64_t)T * B;
+  const int En = cfg_.embed_dim;
+  C.hd.resize(TB, n);
+  C.hdrop_mask.resize(TB, n);
+  C.odrop_mask.resize(TB, En);
   const bool luong = cfg_.luong();
   C.htilde.assign(luong ? T : 0, Mat());
   if (luong) C.zero_feed.setZero(B, n);
@@ -366,19 +386,27 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   DecoderLoss loss;
   double ce = 0, wce = 0, entropy = 0;
   int64_t hard_steps = 0;
-  Mat emb(B, cfg_.embed_dim);
+  // The words read at every step, and their part of the LSTM's gates, as one product over all T*B rows (step t's
+  // rows t*B .. t*B + B - 1): only the recurrent parts stay in the loop.
+  C.emb.resize(TB, En);
+  for (int t = 0; t < T; ++t)
+    for (int b = 0; b < B; ++b) C.emb.row((int64_t)t * B + b) = E.row(batch.input[(size_t)b * T + t]);
+  Mat emb_gates;
+  emb_gates.noalias() = C.emb * value_of(P(kLstmWEmb));
+  emb_gates.rowwise() += value_of(P(kLstmB)).row(0);
+  Mat mask;
   for (int t = 0; t < T; ++t) {
-    for (int b = 0; b < B; ++b) emb.row(b) = E.row(batch.input[(size_t)b * T + t]);
+    const int64_t r = (int64_t)t * B;
     const Mat* out_hidden;  // what the output layer reads: h_t (bahdanau) or h~_t (luong)
     if (!luong) {
       attend_step(t, C.h[t], cov, draws, C, entropy, hard_steps);
-      lstm_step(emb, C.zhat[t], C.h[t], C.c[t], value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)),
-                value_of(P(kLstmWHh)), value_of(P(kLstmB)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      lstm_step_from(emb_gates.middleRows(r, B), C.zhat[t], C.h[t], C.c[t], value_of(P(kLstmWCtx)),
+                     value_of(P(kLstmWHh)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
       out_hidden = &C.h[t + 1];
     } else {
       const Mat& feed = t ? C.htilde[t - 1] : C.zero_feed;
-      lstm_step(emb, feed, C.h[t], C.c[t], value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
-                value_of(P(kLstmB)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      lstm_step_from(emb_gates.middleRows(r, B), feed, C.h[t], C.c[t], value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
+                     C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
       attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
       Mat u = C.zhat[t] * value_of(P(combine_));
       u.noalias() += C.h[t + 1] * value_of(P(combine_ + 1));
@@ -387,17 +415,24 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       out_hidden = &C.htilde[t];
     }
 
-    dropout_mask(C.hdrop_mask[t], B, n, draws);
-    Mat hd = out_hidden->cwiseProduct(C.hdrop_mask[t]);
-    Mat pre = emb;
-    pre.noalias() += hd * value_of(P(kOutHidden));
-    if (!luong) pre.noalias() += C.zhat[t] * value_of(P(kOutContext));
-    C.out_tanh[t] = pre.array().tanh().matrix();
-    dropout_mask(C.odrop_mask[t], B, cfg_.embed_dim, draws);
-    C.od.middleRows((int64_t)t * B, B) = C.out_tanh[t].cwiseProduct(C.odrop_mask[t]);
+    // the masks are drawn here, in the order every step draws its random numbers
+    dropout_mask(mask, B, n, draws);
+    C.hdrop_mask.middleRows(r, B) = mask;
+    C.hd.middleRows(r, B) = out_hidden->cwiseProduct(mask);
+    dropout_mask(mask, B, En, draws);
+    C.odrop_mask.middleRows(r, B) = mask;
   }
-  // The output layer reads nothing the recurrence needs: every step's logits in one product of T*B rows (near the
-  // machine's peak, where T products of B rows are not).
+  // The deep output layer and the words' probabilities read nothing the recurrence needs: every step's at once, in
+  // products of T*B rows (near the machine's peak, where T products of B rows are not).
+  Mat pre = C.emb;
+  pre.noalias() += C.hd * value_of(P(kOutHidden));
+  if (!luong) {
+    C.zhat_all.resize(TB, C.zhat[0].cols());
+    for (int t = 0; t < T; ++t) C.zhat_all.middleRows((int64_t)t * B, B) = C.zhat[t];
+    pre.noalias() += C.zhat_all * value_of(P(kOutContext));
+  }
+  C.out_tanh = pre.array().tanh().matrix();
+  C.od = C.out_tanh.cwiseProduct(C.odrop_mask);
   C.probs.noalias() = C.od * value_of(P(kOutW));
   C.probs.rowwise() += value_of(P(kOutB)).row(0);
   softmax_rows(C.probs);
@@ -536,21 +571,15 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   // Then the deep output layer pre = emb + hd W_oh (+ zhat W_oc), out = tanh(pre): its gradients do not depend on
   // the recurrence either, so they too are products over all T*B rows; the loop below runs the recurrence only.
   const int64_t TB = (int64_t)T * B;
-  const int En = cfg_.embed_dim, Z = C.zhat.empty() || C.zhat[0].size() == 0 ? 0 : (int)C.zhat[0].cols();
-  Mat dpre(TB, En), hd(TB, n), zhat_all(luong ? 0 : TB, Z), emb_all(TB, En);
+  const int En = cfg_.embed_dim, Z = (int)C.zhat[0].cols();
+  Mat dpre(TB, En);
   dpre.noalias() = dlogits * value_of(P(kOutW)).transpose();
-  for (int t = 0; t < T; ++t) {
-    const int64_t r = (int64_t)t * B;
-    dpre.middleRows(r, B).array() *= C.odrop_mask[t].array() * (1.f - C.out_tanh[t].array().square());
-    hd.middleRows(r, B) = (luong ? C.htilde[t] : C.h[t + 1]).cwiseProduct(C.hdrop_mask[t]);
-    if (!luong) zhat_all.middleRows(r, B) = C.zhat[t];
-    for (int b = 0; b < B; ++b) emb_all.row(r + b) = E.row(batch.input[(size_t)b * T + t]);
-  }
-  grad_of(P(kOutHidden)).noalias() += hd.transpose() * dpre;
-  if (!luong) grad_of(P(kOutContext)).noalias() += zhat_all.transpose() * dpre;
+  dpre.array() *= C.odrop_mask.array() * (1.f - C.out_tanh.array().square());
+  grad_of(P(kOutHidden)).noalias() += C.hd.transpose() * dpre;
+  if (!luong) grad_of(P(kOutContext)).noalias() += C.zhat_all.transpose() * dpre;
   Mat dout_hidden(TB, n), dzhat_out(luong ? 0 : TB, Z);
   dout_hidden.noalias() = dpre * value_of(P(kOutHidden)).transpose();
-  for (int t = 0; t < T; ++t) dout_hidden.middleRows((int64_t)t * B, B).array() *= C.hdrop_mask[t].array();
+  dout_hidden.array() *= C.hdrop_mask.array();
   if (!luong) dzhat_out.noalias() = dpre * value_of(P(kOutContext)).transpose();
   Mat& demb = dpre;  // d emb = d pre + dgates W_emb^T (added after the loop)
 
@@ -604,7 +633,7 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       x_all.middleRows(r, B) = luong ? (t ? C.htilde[t - 1] : C.zero_feed) : C.zhat[t];
       h_all.middleRows(r, B) = C.h[t];
     }
-    grad_of(P(kLstmWEmb)).noalias() += emb_all.transpose() * dgates_all;
+    grad_of(P(kLstmWEmb)).noalias() += C.emb.transpose() * dgates_all;
     grad_of(P(kLstmWCtx)).noalias() += x_all.transpose() * dgates_all;
     grad_of(P(kLstmWHh)).noalias() += h_all.transpose() * dgates_all;
     grad_of(P(kLstmB)).row(0) += dgates_all.colwise().sum();

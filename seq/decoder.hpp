@@ -99,10 +99,12 @@ struct DecoderCache {
   float penalty_weight = 0;
   Mat mean_feat;
   std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state
-  std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c, hdrop_mask, out_tanh, odrop_mask;
-  // The output layer over all steps at once (it feeds nothing back into the recurrence): T*B rows, step t's rows
-  // t*B .. t*B + B - 1. od: its input (out_tanh times odrop_mask), probs: the words' probabilities.
-  Mat od, probs;
+  std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c;
+  // What feeds nothing back into the recurrence, over all steps at once: T*B rows, step t's rows t*B .. t*B + B - 1.
+  // emb: the words read; hdrop_mask, hd: the output layer's hidden input and its dropout (hd = h_t or h~_t times
+  // the mask); zhat_all: the contexts (bahdanau); out_tanh, odrop_mask, od: the deep output and its dropout
+  // (od = out_tanh times the mask); probs: the words' probabilities.
+  Mat emb, hdrop_mask, hd, zhat_all, out_tanh, odrop_mask, od, probs;
   std::vector<Mat> htilde;  // luong: the attentional state h~_t (fed to the next step and to the output)
   Mat zero_feed;            // luong: h~_0
   Mat alpha_sum;  // B x L: sum over real steps

@@ -170,12 +170,12 @@ TEST_CASE("data parallel: a caption's dropout masks and glimpses come from its o
   dec.forward(F, both, 0.f, true, nullptr, a);
   dec.forward(F.bottomRows(cfg.locations()), second, 0.f, true, nullptr, b);  // the second caption alone
   for (int t = 0; t < b.T; ++t) {
-    CHECK(a.hdrop_mask[t].row(1) == b.hdrop_mask[t].row(0));
-    CHECK(a.odrop_mask[t].row(1) == b.odrop_mask[t].row(0));
+    CHECK(a.hdrop_mask.row((int64_t)t * a.B + 1) == b.hdrop_mask.row((int64_t)t * b.B));
+    CHECK(a.odrop_mask.row((int64_t)t * a.B + 1) == b.odrop_mask.row((int64_t)t * b.B));
     CHECK(a.location[t][1] == b.location[t][0]);
     CHECK(a.soft_step[t][1] == b.soft_step[t][0]);
   }
-  CHECK(a.hdrop_mask[0].row(0) != a.hdrop_mask[0].row(1));  // rows do not share a stream
+  CHECK(a.hdrop_mask.row(0) != a.hdrop_mask.row(1));  // rows do not share a stream
   CHECK(row_seed(9, 1) != row_seed(10, 1));                  // nor do steps
   CaptionBatch short_of_seeds = both;
   short_of_seeds.row_seed.pop_back();
