@@ -130,6 +130,10 @@ def main():
         finally:
             proc.terminate()
             proc.wait(timeout=120)
+    b, one = results["sat serve, batches of up to 8"], results["sat serve, one image at a time"]
+    if a.cli_photos <= 0:  # --cli-photos 0: the server runs only
+        print(f"batching / one at a time: {b['rate'] / one['rate']:.2f}x throughput")
+        return
     # one process per photo: load, encode, search, exit
     start = time.perf_counter()
     times = []
@@ -141,7 +145,6 @@ def main():
     show("sat caption, one call per photo", {"wall": wall, "ok": len(times), "rate": len(times) / wall,
                                              "statuses": {"exit 0": len(times)}, "p50": percentile(times, 50),
                                              "p99": percentile(times, 99)})
-    b, one = results["sat serve, batches of up to 8"], results["sat serve, one image at a time"]
     print(f"batching / one at a time: {b['rate'] / one['rate']:.2f}x throughput")
 
 
