@@ -551,7 +551,6 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   // d penalty / d alpha_sum = -2 lambda (1 - S) / (B L)
   Mat dS = (-2.f * C.penalty_weight / ((float)normalizing_rows(batch) * L)) * (1.f - C.alpha_sum.array()).matrix();
 
-  auto E = value_of(P(kEmbed));
   auto gE = grad_of(P(kEmbed));
   Mat dh_next = Mat::Zero(B, n), dc_next = Mat::Zero(B, n);
   Mat dfeed_next = Mat::Zero(B, luong ? n : 0);  // luong: gradient reaching h~_t through the next step's input
@@ -626,13 +625,15 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
     dc_next = std::move(dc_prev);
   }
   {
-    // the LSTM's inputs at every step, row-aligned with dgates_all: the context (or the fed-back h~) and h_t
-    Mat x_all(TB, luong ? n : Z), h_all(TB, n);
+    // the LSTM's inputs at every step, row-aligned with dgates_all: h_t, and x_t: the contexts forward already
+    // gathered (bahdanau) or the fed-back h~ (luong)
+    Mat feed_all(luong ? TB : 0, n), h_all(TB, n);
     for (int t = 0; t < T; ++t) {
       const int64_t r = (int64_t)t * B;
-      x_all.middleRows(r, B) = luong ? (t ? C.htilde[t - 1] : C.zero_feed) : C.zhat[t];
+      if (luong) feed_all.middleRows(r, B) = t ? C.htilde[t - 1] : C.zero_feed;
       h_all.middleRows(r, B) = C.h[t];
     }
+    const Mat& x_all = luong ? feed_all : C.zhat_all;
     grad_of(P(kLstmWEmb)).noalias() += C.emb.transpose() * dgates_all;
     grad_of(P(kLstmWCtx)).noalias() += x_all.transpose() * dgates_all;
     grad_of(P(kLstmWHh)).noalias() += h_all.transpose() * dgates_all;

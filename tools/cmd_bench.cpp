@@ -236,7 +236,7 @@ void add_bench_commands(CLI::App& app) {
       fail(path, e.what());
     }
     // --encoder-precision (a global flag) chooses the arithmetic; f32 when not given
-    const Precision precision = resolve(encoder_precision_is_set() ? encoder_precision_setting() : PrecisionChoice::f32);
+    const Precision precision = resolve(encoder_precision_setting().value_or(PrecisionChoice::f32));
     PretrainedEncoder enc(net.graph.cut(grid_node), net.weights, pa->size, path, precision);
     const double gmac = enc.macs_per_image() / 1e9;
     const double peak = pa->peak ? measure_peak_gflops() : 0;
@@ -247,8 +247,7 @@ void add_bench_commands(CLI::App& app) {
                   name.c_str(), pa->cut.c_str(), pa->size, pa->size, enc.grid_h(),
                   enc.grid_w(), enc.channels(), gmac,
                   dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads", precision_name(precision),
-                  activation_tag(precision) == dnnl::memory::format_tag::nChw16c ? "nChw16c"
-                  : activation_tag(precision) == dnnl::memory::format_tag::nChw8c ? "nChw8c" : "nhwc",
+                  activation_layout_name(precision),
                   precision == Precision::bf16 ? (cpu_has_amx() ? ", AMX" : cpu_has_native_bf16() ? ", AVX512-BF16" : ", emulated") : "");
     if (peak > 0 && !pa->json) std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
     if (bf16_peak > 0 && !pa->json)

@@ -28,8 +28,8 @@ static nlohmann::json model_summary(const std::string& path) {
   const DecoderConfig& d = m->decoder_config;
   nlohmann::json enc = {{"kind", e.kind}, {"input_size", e.input_size}, {"grid", {e.grid_h(), e.grid_w()}},
                         {"feature_dim", e.feature_dim()}};
-  if (e.pretrained()) enc["cut"] = e.cut;
   if (e.pretrained()) {
+    enc["cut"] = e.cut;
     enc["precision"] = precision_name(m->encoder_precision);  // stored: f32, bf16 or auto
     enc["precision_in_use"] = precision_name(m->encoder_precision_in_use());
   }

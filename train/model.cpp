@@ -79,7 +79,7 @@ void CaptionModel::sync_tuned() {
 
 Precision CaptionModel::encoder_precision_in_use() const {
   if (encoder_precision_override) return resolve(*encoder_precision_override);
-  return resolve(encoder_precision_is_set() ? encoder_precision_setting() : encoder_precision);
+  return resolve(encoder_precision_setting().value_or(encoder_precision));
 }
 
 Mat CaptionModel::features_from_cache(const float* grids, int n) {

@@ -72,19 +72,17 @@ PrecisionChoice parse_precision(const std::string& s) {
   throw Error("unknown encoder precision '" + s + "' (f32, bf16 or auto)");
 }
 
-static bool g_precision_set = false;
-static PrecisionChoice g_precision = PrecisionChoice::f32;
-void set_encoder_precision(PrecisionChoice c) { g_precision = c, g_precision_set = true; }
-bool encoder_precision_is_set() { return g_precision_set; }
-PrecisionChoice encoder_precision_setting() { return g_precision; }
+static std::optional<PrecisionChoice> g_precision;
+void set_encoder_precision(PrecisionChoice c) { g_precision = c; }
+std::optional<PrecisionChoice> encoder_precision_setting() { return g_precision; }
 
 const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "f32"; }
 const char* precision_name(PrecisionChoice p) {
   return p == PrecisionChoice::auto_ ? "auto" : p == PrecisionChoice::bf16 ? "bf16" : "f32";
 }
 
-const char* activation_layout_name() {
-  const tag t = activation_tag();
+const char* activation_layout_name(Precision p) {
+  const tag t = activation_tag(p);
   return t == tag::nChw16c ? "nChw16c" : t == tag::nChw8c ? "nChw8c" : "nhwc";
 }
 

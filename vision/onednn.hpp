@@ -1,5 +1,6 @@
 // The one oneDNN CPU engine and stream the vision code shares, and the activation layout its convolutions prefer.
 #pragma once
+#include <optional>
 #include <string>
 
 #include <oneapi/dnnl/dnnl.hpp>
@@ -27,15 +28,14 @@ bool cpu_has_amx();
 // The process's choice, set by the CLI's --encoder-precision (or LoadOptions): when set, it overrides the
 // precision a model file stores.
 void set_encoder_precision(PrecisionChoice c);
-bool encoder_precision_is_set();
-PrecisionChoice encoder_precision_setting();
+std::optional<PrecisionChoice> encoder_precision_setting();  // empty until set
 // The layout convolutions of that precision prefer (as activation_tag for f32) and its channel block.
 dnnl::memory::format_tag activation_tag(Precision p);
 int activation_block(Precision p);
 }  // namespace sat
 
 namespace sat {
-const char* activation_layout_name();  // "nhwc", "nChw16c", "nChw8c"
+const char* activation_layout_name(Precision p = Precision::f32);  // "nhwc", "nChw16c", "nChw8c"
 // The machine's practical FP32 peak: the best of several oneDNN sgemm calls (3072 x 3072 x 3072, every thread oneDNN
 // uses), in GFLOP/s. Takes a few seconds.
 double measure_peak_gflops();
