@@ -67,67 +67,80 @@ class AdditiveScore final : public AttentionScore {
     UA_.rowwise() += value_of(params_[1]).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
     if (coverage_) dUA_step_.resize((int64_t)rows_.row_count() * L_, A_);
-    tanh_cache_.clear();
+    q_cache_.clear();
     h_cache_.clear();
+  }
+  // tanh(U a_i + b + W h + coverage_i w_c) for row b's L locations, into Tb (L x A). Forward and backward both call
+  // it, with the same buffer shape, so the backward pass recomputes exactly the values forward used: keeping them
+  // instead would write B x L x A floats per step (25 MB at the benchmark's shape) and read them back twice.
+  void activations(int b, const Mat& q, const Mat* coverage, Mat& Tb) const {
+    Tb = UA_.middleRows((int64_t)rows_.grid[b] * L_, L_).rowwise() + q.row(b);
+    if (coverage_) Tb.noalias() += coverage->row(b).transpose() * Eigen::Map<const Vec>(params_[4].value.data(), A_);
+    Tb = Tb.array().tanh().matrix();
   }
   void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) override {
     if (coverage_ && !coverage) throw Error("attention: this score needs the coverage");
     const int B = rows_.row_count();
     Mat q = h * value_of(params_[2]);  // B x A
-    Mat T((int64_t)B * L_, A_);
     e.resize(B, L_);
     Eigen::Map<const Eigen::VectorXf> v(params_[3].value.data(), A_);
-#pragma omp parallel for schedule(static)
-    for (int b = 0; b < B; ++b) {
-      auto Tb = T.middleRows((int64_t)b * L_, L_);
-      Tb = UA_.middleRows((int64_t)rows_.grid[b] * L_, L_).rowwise() + q.row(b);
-      if (coverage_) Tb.noalias() += coverage->row(b).transpose() * value_of(params_[4]);
-      Tb = Tb.array().tanh().matrix();
-      e.row(b).noalias() = (Tb * v).transpose();
+#pragma omp parallel
+    {
+      Mat Tb(L_, A_);
+#pragma omp for schedule(static)
+      for (int b = 0; b < B; ++b) {
+        activations(b, q, coverage, Tb);
+        e.row(b).noalias() = (Tb * v).transpose();
+      }
     }
     if (keep) {
-      if ((int)tanh_cache_.size() <= t) tanh_cache_.resize(t + 1), h_cache_.resize(t + 1), cov_cache_.resize(t + 1);
-      tanh_cache_[t] = std::move(T);
+      if ((int)q_cache_.size() <= t) q_cache_.resize(t + 1), h_cache_.resize(t + 1), cov_cache_.resize(t + 1);
+      q_cache_[t] = std::move(q);
       h_cache_[t] = h;
       if (coverage_) cov_cache_[t] = *coverage;
     }
   }
   void backward(int t, const Mat& de, Mat& dh, Mat* dF, Mat* dcoverage) override {
     const int B = rows_.row_count(), G = rows_.grid_count();
-    const Mat& T = tanh_cache_[t];
-    Eigen::Map<const Eigen::VectorXf> de_flat(de.data(), (int64_t)B * L_);
-    // dv += T^T de
-    Eigen::Map<Eigen::VectorXf>(params_[3].grad.data(), A_).noalias() += T.transpose() * de_flat;
-    Mat dq = Mat::Zero(B, A_);
-    // d(pre-tanh) = de_i * v * (1 - T^2); it feeds U a_i (summed over steps and over the rows reading the grid)
-    // and W h (summed over i). One pass over the rows: accumulate into dUA and dq as each row is made (memory
-    // bound otherwise). By grid, so that no two threads add into one grid's block.
+    const Mat& q = q_cache_[t];
+    const Mat* cov = coverage_ ? &cov_cache_[t] : nullptr;
+    Mat dq = Mat::Zero(B, A_), dv_rows(B, A_);
+    // Row by row, with its activations T recomputed (see activations): dv = sum_b de_b T_b, and d(pre-tanh) =
+    // de_i * v * (1 - T^2), which feeds U a_i (summed over steps and over the rows reading the grid) and W h (summed
+    // over i). One pass over the rows, accumulating into dUA and dq as each row is made; by grid, so that no two
+    // threads add into one grid's block, and dv by row, summed after in a fixed order.
     const float* vv = params_[3].value.data();
-#pragma omp parallel for schedule(dynamic)
-    for (int g = 0; g < G; ++g)
-      for (int b : rows_.rows[g]) {
-        float* dqb = dq.data() + (int64_t)b * A_;
-        for (int i = 0; i < L_; ++i) {
-          const int64_t r = (int64_t)b * L_ + i;
-          const float s = de(b, i);
-          const float* Tr = T.data() + r * A_;
-          float* dUr = dUA_.data() + ((int64_t)g * L_ + i) * A_;
-          float* step = coverage_ ? dUA_step_.data() + r * A_ : nullptr;
-          for (int a = 0; a < A_; ++a) {
-            const float d = s * vv[a] * (1.f - Tr[a] * Tr[a]);
-            dUr[a] += d;
-            dqb[a] += d;
+#pragma omp parallel
+    {
+      Mat Tb(L_, A_);
+#pragma omp for schedule(dynamic)
+      for (int g = 0; g < G; ++g)
+        for (int b : rows_.rows[g]) {
+          activations(b, q, cov, Tb);
+          dv_rows.row(b).noalias() = de.row(b) * Tb;
+          float* dqb = dq.data() + (int64_t)b * A_;
+          for (int i = 0; i < L_; ++i) {
+            const float s = de(b, i);
+            const float* Tr = Tb.data() + (int64_t)i * A_;
+            float* dUr = dUA_.data() + ((int64_t)g * L_ + i) * A_;
+            float* step = coverage_ ? dUA_step_.data() + ((int64_t)b * L_ + i) * A_ : nullptr;
+            for (int a = 0; a < A_; ++a) {
+              const float d = s * vv[a] * (1.f - Tr[a] * Tr[a]);
+              dUr[a] += d;
+              dqb[a] += d;
+            }
+            if (step)
+              for (int a = 0; a < A_; ++a) step[a] = s * vv[a] * (1.f - Tr[a] * Tr[a]);
           }
-          if (step)
-            for (int a = 0; a < A_; ++a) step[a] = s * vv[a] * (1.f - Tr[a] * Tr[a]);
         }
-      }
+    }
+    Eigen::Map<Eigen::RowVectorXf>(params_[3].grad.data(), A_) += dv_rows.colwise().sum();
     grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();
     if (coverage_) {
       // pre-tanh += c_bi * w_c: d w_c = sum_bi c_bi dpre_bi, d c_bi = dpre_bi . w_c
-      Eigen::Map<const Eigen::RowVectorXf> cov(cov_cache_[t].data(), (int64_t)B * L_);
-      grad_of(params_[4]).noalias() += cov * dUA_step_;
+      Eigen::Map<const Eigen::RowVectorXf> cov_flat(cov->data(), (int64_t)B * L_);
+      grad_of(params_[4]).noalias() += cov_flat * dUA_step_;
       Eigen::Map<const Eigen::VectorXf> wc(params_[4].value.data(), A_);
       Eigen::VectorXf dc = dUA_step_ * wc;
       if (dcoverage) *dcoverage = Eigen::Map<Mat>(dc.data(), B, L_);
@@ -144,7 +157,7 @@ class AdditiveScore final : public AttentionScore {
   bool coverage_ = false;
   const Mat* F_ = nullptr;
   Mat UA_, dUA_, dUA_step_;
-  std::vector<Mat> tanh_cache_, h_cache_, cov_cache_;
+  std::vector<Mat> q_cache_, h_cache_, cov_cache_;  // per step: W h, h, coverage
 };
 
 }  // namespace

@@ -26,6 +26,37 @@ namespace {
 double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
+
+// The matrix products of one training step (forward and backward, the features frozen), 2*M*N*K each, for an
+// attending decoder with the additive score in Bahdanau order (the benchmark's default); 0 for other kinds.
+// Elementwise work (activations, softmax, the attention's tanh, dropout, Adam) is not counted: this is what a
+// perfect matrix-product library would have to do, so FLOPs / time against the sgemm peak is a fair share.
+double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids) {
+  if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
+  const double TB = (double)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
+               A = c.attn_dim, V = c.vocab_size, G = grids, Z = D;
+  const double forward = TB * E * 4 * n      // the words' part of the gates, all steps at once
+                         + TB * Z * 4 * n    // the contexts' part, step by step
+                         + TB * n * 4 * n    // the recurrent part
+                         + G * L * D * A     // the grid's attention projection, once
+                         + TB * n * A        // the query projection
+                         + TB * L * A        // the scores e = tanh(.) v
+                         + TB * L * Z        // the contexts z = alpha F
+                         + TB * (n + Z) * E  // the deep output layer
+                         + TB * E * V        // the words' logits
+                         + 2 * G * D * n;    // the initial h and c
+  const double backward = 2 * TB * E * V          // the output layer's weight and input gradients
+                          + 2 * TB * (n + Z) * E  // the deep output's
+                          + TB * 4 * n * (n + Z)  // the gates' gradient into h and the context, step by step
+                          + TB * Z * L            // into the attention weights (dz F^T)
+                          + TB * L * A            // the score vector v's gradient
+                          + 2 * TB * n * A        // the query projection's weight and input gradients
+                          + TB * 4 * n * (E + Z + n)  // the LSTM's weight gradients, all steps at once
+                          + TB * 4 * n * E        // into the words' embeddings
+                          + G * L * D * A         // the grid projection's weight gradient
+                          + 2 * G * D * n;        // the initial state's weights
+  return 2 * (forward + backward);
+}
 }  // namespace
 
 void add_bench_commands(CLI::App& app) {
@@ -40,7 +71,7 @@ void add_bench_commands(CLI::App& app) {
     bool coverage = false;
     int hard_window = 1, hard_samples = 1;
     int per_image = 1;
-    bool json = false;
+    bool json = false, peak = false;
   };
   auto d = std::make_shared<DecArgs>();
   auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention "
@@ -66,6 +97,8 @@ void add_bench_commands(CLI::App& app) {
                   "grid (sat train's 5 captions per photo); 1 = every caption its own grid, as in the PyTorch peer")
       ->capture_default_str()->check(CLI::PositiveNumber);
   dec->add_flag("--json", d->json, "One JSON line (tools/mpi-scaling.sh reads it)");
+  dec->add_flag("--peak", d->peak, "Also count the step's matrix-product FLOPs and print their rate as a share of the "
+                "machine's FP32 peak (oneDNN sgemm, measured first)");
   dec->callback([d] {
     // Under mpirun each rank steps on its contiguous share of the batch's captions (as sat train shares photos) and
     // the ranks sum the packed gradients; alone, the step is timed with the bytes that sum would move.
@@ -143,13 +176,15 @@ void add_bench_commands(CLI::App& app) {
     const double compute = compute_total / d->iters, wait = wait_total / d->iters, sum = sum_total / d->iters;
     const double step = compute + wait + sum;
     if (!ranks->leads()) return;
+    // Whole-batch figures: this rank's share of the products times the ranks (equal shares up to one caption).
+    const double flops = decoder_step_flops(cfg, d->batch * K, d->steps, (d->batch + d->per_image - 1) / d->per_image);
     const int threads = omp_get_max_threads();
     if (d->json) {
       std::printf("{\"ranks\": %d, \"threads\": %d, \"batch\": %d, \"compute_ms\": %.3f, \"compute_best_ms\": %.3f, "
                   "\"wait_ms\": %.3f, \"allreduce_ms\": %.3f, \"allreduce_bytes\": %lld, \"gradient_floats\": %lld, "
-                  "\"captions_per_s\": %.3f}\n",
+                  "\"captions_per_s\": %.3f, \"gflop_per_step\": %.3f}\n",
                   ranks->size(), threads, d->batch, compute * 1e3, compute_best * 1e3, wait * 1e3, sum * 1e3,
-                  (long long)bytes, (long long)exchange.gradient_floats(), d->batch / step);
+                  (long long)bytes, (long long)exchange.gradient_floats(), d->batch / step, flops / 1e9);
       return;
     }
     std::printf("decoder train step (%s attention, %s score, %s order%s%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
@@ -169,6 +204,19 @@ void add_bench_commands(CLI::App& app) {
                   d->batch / compute_best);
       std::printf("  allreduce: none in one process; a data-parallel step sums %.2f MB (%lld gradient floats)\n",
                   bytes / 1e6, (long long)exchange.gradient_floats());
+    }
+    if (flops > 0)
+      std::printf("  matrix products: %.2f GFLOP per step (2*M*N*K, elementwise work not counted) -> %.1f GFLOPS "
+                  "(mean), %.1f (best)\n", flops / 1e9, flops / step / 1e9, flops / (compute_best + wait + sum) / 1e9);
+    if (d->peak) {
+      const double peak = measure_peak_gflops();
+      std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
+      if (flops > 0)
+        std::printf("  share of the peak: %.0f%% (mean), %.0f%% (best)\n", 100 * flops / step / 1e9 / peak,
+                    100 * flops / (compute_best + wait + sum) / 1e9 / peak);
+      else
+        std::printf("  share of the peak: not counted for this attention kind (the count covers the additive score "
+                    "in Bahdanau order)\n");
     }
   });
 

@@ -15,9 +15,14 @@
 #     shipped file's dev scores (sat eval --record),
 #  6. the encoder's arithmetic stored as $PRECISION (default auto: bfloat16 where the CPU computes it natively, 2x
 #     the speed at the same dev scores, README), the dev scores recorded from the photos encoded that way.
+# With $TUNE_AFTER (a unit, e.g. block3/unit_22), a second stage follows: the shipped model goes on training with
+# block3's units after that one fine-tuned (sat train --init-from --tune-from, on a cache of that unit's raw output,
+# $EPOCHS2 epochs at decoder rate $LR2 and encoder rate $TUNE_LR2), and steps 3-6 choose and ship again from its
+# epochs. The first stage's model is kept as $WORK/stage1.sat.
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
-# Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, WORK, SAT)
+# Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
+#        EPOCHS2, LR2, TUNE_LR2, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -29,6 +34,10 @@ dim=${DIM:-512}
 epochs=${EPOCHS:-9}
 lr=${LR:-4e-4}
 precision=${PRECISION:-auto}
+tune_after=${TUNE_AFTER:-}
+epochs2=${EPOCHS2:-4}
+lr2=${LR2:-1e-4}
+tune_lr2=${TUNE_LR2:-1e-4}
 work=${WORK:-runs/flickr8k-resnet}
 sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding does not touch the run)
 mkdir -p "$work"
@@ -51,6 +60,29 @@ else
     --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/model"
 fi
 source "$(dirname "${BASH_SOURCE[0]}")/flickr8k-choose.sh"
-choose_and_ship "$sat" "$data" "$features" "$work/model" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh (CUT=$cut SIZE=$size TUNE_FROM=$tune_from DIM=$dim EPOCHS=$epochs LR=$lr PRECISION=$precision: ResNet-101 v2 $cache_cut features at $size, then the command above" \
+settings="CUT=$cut SIZE=$size TUNE_FROM=$tune_from DIM=$dim EPOCHS=$epochs LR=$lr PRECISION=$precision"
+if [ ! -f "$work/stage1.sat" ]; then
+  choose_and_ship "$sat" "$data" "$features" "$work/model" models/flickr8k.sat \
+    "tools/train-flickr8k-model.sh ($settings: ResNet-101 v2 $cache_cut features at $size, then the command above" \
+    "$precision"
+  [ -z "$tune_after" ] && exit 0
+  cp models/flickr8k.sat "$work/stage1.sat.partial" && mv "$work/stage1.sat.partial" "$work/stage1.sat"
+fi
+[ -z "$tune_after" ] && exit 0
+# Stage 2: the first stage's model, its encoder's units after $tune_after fine-tuned with the decoder.
+raw=$work/$(echo "$tune_after" | tr / _)_$size.feat
+if [ ! -f "$raw" ]; then
+  "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
+    --encoder "$weights" --cut "$tune_after" --size "$size" --raw
+fi
+if [ -f "$work/stage2/checkpoint.sat" ]; then
+  "$sat" train --resume "$work/stage2/checkpoint.sat"
+else
+  "$sat" train --init-from "$work/stage1.sat" --tune-from "$tune_after" --tune-lr "$tune_lr2" \
+    --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
+    --epochs "$epochs2" --batch 16 --lr "$lr2" --lr-decay 0.8 --penalty 1 --patience "$epochs2" --val-limit 200 \
+    --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/stage2"
+fi
+choose_and_ship "$sat" "$data" "$raw" "$work/stage2" models/flickr8k.sat \
+  "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2: the first stage's model (its recipe: started_from) trained on with the units after $tune_after fine-tuned, from their raw output at $size, by the command above" \
   "$precision"
