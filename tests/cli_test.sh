@@ -375,6 +375,14 @@ done
   --hard-samples 4 --hard-soft-warmup 1 --epochs 2 --val-limit 20 --captions-per-image 1 >"$WORK/hard4.log" 2>&1 &&
   grep -q "epoch 2/2 .*reinforce var [0-9]" "$WORK/hard4.log" && pass "hard attention with 4 samples and a soft warm-up; the REINFORCE variance is logged" ||
   fail "hard attention with samples: $(tail -2 "$WORK/hard4.log")"
+# sat bench decoder counts the step's matrix products (B 4, L 9, D 6, E 5, H 7, A 3, V 11, T 2; one grid per
+# caption): forward 6792 multiply-adds, backward 11 952, so 37 488 FLOPs; and times them alone with --products.
+"$SAT" bench decoder --batch 4 --grid 3 --features 6 --embed 5 --hidden 7 --attn 3 --vocab 11 --steps 2 --iters 1 \
+  --products >"$WORK/bench.txt" 2>&1 &&
+  grep -q "matrix products: 0.00 GFLOP per step" "$WORK/bench.txt" && grep -q "the matrix products alone" "$WORK/bench.txt" &&
+  "$SAT" bench decoder --batch 4 --grid 3 --features 6 --embed 5 --hidden 7 --attn 3 --vocab 11 --steps 2 --iters 1 \
+    --json | grep -q '"flops_per_step": 37488}' && pass "bench decoder counts and times the step's products" ||
+  fail "bench decoder --products: $(cat "$WORK/bench.txt")"
 fi  # MODE = all: the attention kinds
 expect_error "soft-step probability out of range" "^sat: decoder config: hard_soft_prob must be in \[0, 1\]" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention hard --hard-soft-prob 1.5 --epochs 1
 expect_error "negative soft warm-up" "^sat: train: --hard-soft-warmup must be 0 or more" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention hard --hard-soft-warmup -1 --epochs 1

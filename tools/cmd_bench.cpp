@@ -8,6 +8,7 @@
 
 #include "datasets/features.hpp"
 #include "seq/decoder.hpp"
+#include "tools/bench_products.hpp"
 #include "tools/commands.hpp"
 #include "train/evaluate.hpp"
 #include "train/meteor.hpp"
@@ -71,7 +72,7 @@ void add_bench_commands(CLI::App& app) {
     bool coverage = false;
     int hard_window = 1, hard_samples = 1;
     int per_image = 1;
-    bool json = false, peak = false;
+    bool json = false, peak = false, products = false;
   };
   auto d = std::make_shared<DecArgs>();
   auto* dec = bench->add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention "
@@ -99,6 +100,8 @@ void add_bench_commands(CLI::App& app) {
   dec->add_flag("--json", d->json, "One JSON line (tools/mpi-scaling.sh reads it)");
   dec->add_flag("--peak", d->peak, "Also count the step's matrix-product FLOPs and print their rate as a share of the "
                 "machine's FP32 peak (oneDNN sgemm, measured first)");
+  dec->add_flag("--products", d->products, "Also time the step's matrix products alone (same shapes, Eigen calls and "
+                "threads, no elementwise work): the floor of the step's time");
   dec->callback([d] {
     // Under mpirun each rank steps on its contiguous share of the batch's captions (as sat train shares photos) and
     // the ranks sum the packed gradients; alone, the step is timed with the bytes that sum would move.
@@ -182,9 +185,9 @@ void add_bench_commands(CLI::App& app) {
     if (d->json) {
       std::printf("{\"ranks\": %d, \"threads\": %d, \"batch\": %d, \"compute_ms\": %.3f, \"compute_best_ms\": %.3f, "
                   "\"wait_ms\": %.3f, \"allreduce_ms\": %.3f, \"allreduce_bytes\": %lld, \"gradient_floats\": %lld, "
-                  "\"captions_per_s\": %.3f, \"gflop_per_step\": %.3f}\n",
+                  "\"captions_per_s\": %.3f, \"flops_per_step\": %.0f}\n",
                   ranks->size(), threads, d->batch, compute * 1e3, compute_best * 1e3, wait * 1e3, sum * 1e3,
-                  (long long)bytes, (long long)exchange.gradient_floats(), d->batch / step, flops / 1e9);
+                  (long long)bytes, (long long)exchange.gradient_floats(), d->batch / step, flops);
       return;
     }
     std::printf("decoder train step (%s attention, %s score, %s order%s%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
@@ -208,6 +211,14 @@ void add_bench_commands(CLI::App& app) {
     if (flops > 0)
       std::printf("  matrix products: %.2f GFLOP per step (2*M*N*K, elementwise work not counted) -> %.1f GFLOPS "
                   "(mean), %.1f (best)\n", flops / 1e9, flops / step / 1e9, flops / (compute_best + wait + sum) / 1e9);
+    if (d->products && flops > 0 && !parallel) {
+      const ProductTimes pt = time_decoder_products(cfg, d->batch, d->steps, grids, d->iters);
+      const double floor = pt.whole + pt.recurrent;
+      std::printf("  the matrix products alone (best of %d): %.1f ms = %.1f ms over all T*B rows + %.1f ms in the time "
+                  "loop -> at most %.1f captions/s, %.1f GFLOPS; the rest of the step takes %.1f ms (%.0f%%)\n",
+                  d->iters, floor * 1e3, pt.whole * 1e3, pt.recurrent * 1e3, d->batch / floor, flops / floor / 1e9,
+                  (compute_best - floor) * 1e3, 100 * (compute_best - floor) / compute_best);
+    }
     if (d->peak) {
       const double peak = measure_peak_gflops();
       std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);

@@ -43,25 +43,25 @@ sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding
 mkdir -p "$work"
 cache_cut=${tune_from:-$cut}
 features=$work/$(echo "$cache_cut" | tr / _)_$size.feat
-if [ ! -f "$features" ]; then
-  cat "$data/train.txt" "$data/dev.txt" >"$work/train_dev.txt"
-  "$sat" extract --data "$data" --images "$work/train_dev.txt" --out "$features" --encoder "$weights" \
-    --cut "$cache_cut" --size "$size" ${tune_from:+--raw}
-fi
-tune=()
-[ -n "$tune_from" ] && tune=(--tune-from "$tune_from" --tune-lr "$(python3 -c "print($lr / 5)")")
-if [ -f "$work/model/checkpoint.sat" ]; then
-  "$sat" train --resume "$work/model/checkpoint.sat"
-else
-  "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
-    --encoder "$weights" --cut "$cut" --encoder-size "$size" --features "$features" "${tune[@]}" \
-    --embed "$dim" --hidden "$dim" --attn "$dim" --dropout 0.5 --attention soft --score additive --min-count 5 \
-    --epochs "$epochs" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs" --val-limit 200 \
-    --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/model"
-fi
 source "$(dirname "${BASH_SOURCE[0]}")/flickr8k-choose.sh"
 settings="CUT=$cut SIZE=$size TUNE_FROM=$tune_from DIM=$dim EPOCHS=$epochs LR=$lr PRECISION=$precision"
-if [ ! -f "$work/stage1.sat" ]; then
+[ -f "$work/train_dev.txt" ] || cat "$data/train.txt" "$data/dev.txt" >"$work/train_dev.txt"
+if [ ! -f "$work/stage1.sat" ]; then  # stage 1 (a finished stage 1 is kept as stage1.sat)
+  if [ ! -f "$features" ]; then
+    "$sat" extract --data "$data" --images "$work/train_dev.txt" --out "$features" --encoder "$weights" \
+      --cut "$cache_cut" --size "$size" ${tune_from:+--raw}
+  fi
+  tune=()
+  [ -n "$tune_from" ] && tune=(--tune-from "$tune_from" --tune-lr "$(python3 -c "print($lr / 5)")")
+  if [ -f "$work/model/checkpoint.sat" ]; then
+    "$sat" train --resume "$work/model/checkpoint.sat"
+  else
+    "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
+      --encoder "$weights" --cut "$cut" --encoder-size "$size" --features "$features" "${tune[@]}" \
+      --embed "$dim" --hidden "$dim" --attn "$dim" --dropout 0.5 --attention soft --score additive --min-count 5 \
+      --epochs "$epochs" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs" --val-limit 200 \
+      --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/model"
+  fi
   choose_and_ship "$sat" "$data" "$features" "$work/model" models/flickr8k.sat \
     "tools/train-flickr8k-model.sh ($settings: ResNet-101 v2 $cache_cut features at $size, then the command above" \
     "$precision"

@@ -1,0 +1,93 @@
+// sat bench decoder --products: the matrix products of one decoder training step alone, with the shapes, layouts,
+// Eigen calls and threading the decoder uses, and nothing else (no activations, softmax, dropout or Adam). Its time is
+// a floor for the whole step: what the step would take if all elementwise work were free.
+#include "tools/bench_products.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <omp.h>
+
+#include "seq/tensor.hpp"
+
+namespace sat {
+
+namespace {
+
+Mat filled(int64_t rows, int64_t cols, float v) { return Mat::Constant(rows, cols, v); }
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, int iters) {
+  const int64_t TB = (int64_t)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
+                A = c.attn_dim, V = c.vocab_size, Z = D;
+  // Weights and activations with the decoder's shapes (row-major Mats; constant values: speed does not depend on them).
+  Mat Wemb = filled(E, 4 * n, 1e-3f), Wctx = filled(Z, 4 * n, 1e-3f), Whh = filled(n, 4 * n, 1e-3f),
+      Wq = filled(n, A, 1e-3f), U = filled(D, A, 1e-3f), Woh = filled(n, E, 1e-3f), Woc = filled(Z, E, 1e-3f),
+      Wout = filled(E, V, 1e-3f), Winit = filled(D, n, 1e-3f);
+  Mat gWemb = Wemb, gWctx = Wctx, gWhh = Whh, gWq = Wq, gU = U, gWoh = Woh, gWoc = Woc, gWout = Wout, gWinit = Winit;
+  Mat F = filled(G * L, D, 0.5f), emb = filled(TB, E, 0.1f), hd = filled(TB, n, 0.1f), zall = filled(TB, Z, 0.1f),
+      od = filled(TB, E, 0.1f), hall = filled(TB, n, 0.1f), mean = filled(G, D, 0.1f);
+  Mat gates_emb(TB, 4 * n), UA(G * L, A), pre(TB, E), probs(TB, V), init(G, n), dlogits = filled(TB, V, 1e-4f),
+      dpre(TB, E), dout(TB, n), dz_out(TB, Z), dgates_all = filled(TB, 4 * n, 1e-3f), demb(TB, E), dUA = UA;
+  Mat h = filled(B, n, 0.1f), x = filled(B, Z, 0.1f), g(B, 4 * n), q(B, A), e(B, L), alpha = filled(B, L, 1.f / L),
+      z(B, Z), dh(B, n), dz(B, Z), dalpha(B, L), dq = filled(B, A, 1e-3f), dv(B, A), Tact = filled(B * L, A, 0.5f);
+  Eigen::VectorXf v = Eigen::VectorXf::Constant(A, 1e-3f);
+  ProductTimes best{1e30, 1e30};
+  for (int it = 0; it <= iters; ++it) {
+    double t0 = now_seconds();
+    // Once per step, over all T*B rows (forward, then backward).
+    gates_emb.noalias() = emb * Wemb;
+    UA.noalias() = F * U;
+    init.noalias() = mean * Winit;
+    init.noalias() = mean * Winit;
+    pre.noalias() = hd * Woh;
+    pre.noalias() += zall * Woc;
+    probs.noalias() = od * Wout;
+    gWout.noalias() += od.transpose() * dlogits;
+    dpre.noalias() = dlogits * Wout.transpose();
+    gWoh.noalias() += hd.transpose() * dpre;
+    gWoc.noalias() += zall.transpose() * dpre;
+    dout.noalias() = dpre * Woh.transpose();
+    dz_out.noalias() = dpre * Woc.transpose();
+    gWemb.noalias() += emb.transpose() * dgates_all;
+    gWctx.noalias() += zall.transpose() * dgates_all;
+    gWhh.noalias() += hall.transpose() * dgates_all;
+    demb.noalias() += dgates_all * Wemb.transpose();
+    gU.noalias() += F.transpose() * dUA;
+    gWinit.noalias() += mean.transpose() * init;
+    gWinit.noalias() += mean.transpose() * init;
+    double t1 = now_seconds();
+    // Inside the time loop, T times over B rows: forward, then backward.
+    for (int t = 0; t < T; ++t) {
+      q.noalias() = h * Wq;
+#pragma omp parallel for schedule(static)
+      for (int b = 0; b < B; ++b) {
+        e.row(b).noalias() = (Tact.middleRows((int64_t)b * L, L) * v).transpose();
+        z.row(b).noalias() = alpha.row(b) * F.middleRows((int64_t)(b % G) * L, L);
+      }
+      g.noalias() = x * Wctx;
+      g.noalias() += h * Whh;
+    }
+    for (int t = 0; t < T; ++t) {
+      auto dgates = dgates_all.middleRows((int64_t)t * B, B);
+      dh.noalias() = dgates * Whh.transpose();
+      dz.noalias() = dgates * Wctx.transpose();
+#pragma omp parallel for schedule(static)
+      for (int b = 0; b < B; ++b) {
+        dalpha.row(b).noalias() = dz.row(b) * F.middleRows((int64_t)(b % G) * L, L).transpose();
+        dv.row(b).noalias() = e.row(b) * Tact.middleRows((int64_t)b * L, L);
+      }
+      gWq.noalias() += h.transpose() * dq;
+      dh.noalias() += dq * Wq.transpose();
+    }
+    double t2 = now_seconds();
+    if (it > 0) best.whole = std::min(best.whole, t1 - t0), best.recurrent = std::min(best.recurrent, t2 - t1);
+  }
+  return best;
+}
+
+}  // namespace sat
