@@ -15,7 +15,7 @@
 #     shipped file's dev scores (sat eval --record),
 #  6. the encoder's arithmetic stored as $PRECISION (default auto: bfloat16 where the CPU computes it natively, 2x
 #     the speed at the same dev scores, README), the dev scores recorded from the photos encoded that way.
-# With $TUNE_AFTER (a unit, e.g. block3/unit_22), a second stage follows: the shipped model goes on training with
+# With $TUNE_AFTER (a unit; default block3/unit_22, the shipped model), a second stage follows: the shipped model goes on training with
 # block3's units after that one fine-tuned (sat train --init-from --tune-from, on a cache of that unit's raw output,
 # $EPOCHS2 epochs at decoder rate $LR2 and encoder rate $TUNE_LR2), and steps 3-6 choose and ship again from its
 # epochs. The first stage's model is kept as $WORK/stage1.sat.
@@ -34,8 +34,8 @@ dim=${DIM:-512}
 epochs=${EPOCHS:-9}
 lr=${LR:-4e-4}
 precision=${PRECISION:-auto}
-tune_after=${TUNE_AFTER:-}
-epochs2=${EPOCHS2:-4}
+tune_after=${TUNE_AFTER-block3/unit_22}  # empty (TUNE_AFTER=): stage 1 only
+epochs2=${EPOCHS2:-8}
 lr2=${LR2:-1e-4}
 tune_lr2=${TUNE_LR2:-1e-4}
 work=${WORK:-runs/flickr8k-resnet}
@@ -75,8 +75,8 @@ if [ ! -f "$raw" ]; then
   "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
     --encoder "$weights" --cut "$tune_after" --size "$size" --raw
 fi
-if [ -f "$work/stage2/checkpoint.sat" ]; then
-  "$sat" train --resume "$work/stage2/checkpoint.sat"
+if [ -f "$work/stage2/checkpoint.sat" ]; then  # (a larger EPOCHS2 extends a finished run)
+  "$sat" train --resume "$work/stage2/checkpoint.sat" --more-epochs "$epochs2" --patience "$epochs2"
 else
   "$sat" train --init-from "$work/stage1.sat" --tune-from "$tune_after" --tune-lr "$tune_lr2" \
     --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
