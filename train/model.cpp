@@ -11,13 +11,13 @@ namespace sat {
 static const char* kFormat = "sat-caption-model";
 static const int kVersion = 1;
 
-void CaptionModel::build() {
+void CaptionModel::build(bool sync_encoder) {
   decoder_config.vocab_size = vocab.size();
   decoder_config.feature_dim = encoder_config.feature_dim();
   decoder_config.grid_h = encoder_config.grid_h();
   decoder_config.grid_w = encoder_config.grid_w();
   decoder_config = DecoderConfig::from_json(decoder_config.to_json());  // validates the attention choice
-  build_encoder();
+  build_encoder(sync_encoder);
   decoder = std::make_unique<Decoder>(decoder_config);
 }
 
@@ -39,7 +39,7 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
   return m;
 }
 
-void CaptionModel::build_encoder() {
+void CaptionModel::build_encoder(bool sync_encoder) {
   if (encoder_config.pretrained()) {
     if (encoder_weights.tensors.empty() && encoder_weights.quantized.empty())
       throw Error("the encoder's weights were already handed to a built encoder (build the model once)");
@@ -48,7 +48,7 @@ void CaptionModel::build_encoder() {
     if (encoder_config.tuned())
       tuned = std::make_unique<TunableBlocks>(encoder_config.graph, encoder_weights, encoder_config.tune_from,
                                               encoder_config.input_size, "encoder weights");
-    sync_tuned();
+    if (sync_encoder || !tuned) sync_tuned();
   } else {
     pretrained.reset();
     tuned.reset();
@@ -73,7 +73,7 @@ void CaptionModel::sync_tuned() {
   NetGraph graph = encoder_config.graph;
   TensorFile weights = encoder_weights;
   tuned->write_back(graph, weights);
-  pretrained = std::make_unique<PretrainedEncoder>(graph, weights, encoder_config.input_size, "encoder weights",
+  pretrained = std::make_unique<PretrainedEncoder>(graph, std::move(weights), encoder_config.input_size, "encoder weights",
                                                    encoder_precision_in_use());
 }
 
@@ -220,7 +220,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     }
   }
   try {
-    m->build();
+    m->build(false);  // a tuned encoder's network is built once, below, with the file's tuned weights
   } catch (const Error& e) {
     fail(path, e.what());
   }

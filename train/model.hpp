@@ -46,9 +46,10 @@ struct CaptionModel {
   std::unique_ptr<Decoder> decoder;
 
   // Builds encoder and decoder from the configs (decoder sizes that depend on the encoder are filled in).
-  // A pretrained encoder needs encoder_weights set first.
-  void build();
-  void build_encoder();
+  // A pretrained encoder needs encoder_weights set first. sync_encoder false: a tuned encoder's whole network is not
+  // built yet (the caller sets the tuned weights, then calls sync_tuned; loading a model file does).
+  void build(bool sync_encoder = true);
+  void build_encoder(bool sync_encoder = true);
   // Identifies what made a feature cache this model can read (config and weights of the encoder, or of its frozen
   // part when tuned): caches record it, and a cache from another encoder is refused.
   std::string encoder_id() const;
