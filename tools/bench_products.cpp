@@ -21,6 +21,34 @@ double now_seconds() {
 
 }  // namespace
 
+// The count of the products time_decoder_products runs (below): keep the two lists alike.
+double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids) {
+  if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
+  const double TB = (double)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
+               A = c.attn_dim, V = c.vocab_size, G = grids, Z = D;
+  const double forward = TB * E * 4 * n      // the words' part of the gates, all steps at once
+                         + TB * Z * 4 * n    // the contexts' part, step by step
+                         + TB * n * 4 * n    // the recurrent part
+                         + G * L * D * A     // the grid's attention projection, once
+                         + TB * n * A        // the query projection
+                         + TB * L * A        // the scores e = tanh(.) v
+                         + TB * L * Z        // the contexts z = alpha F
+                         + TB * (n + Z) * E  // the deep output layer
+                         + TB * E * V        // the words' logits
+                         + 2 * G * D * n;    // the initial h and c
+  const double backward = 2 * TB * E * V          // the output layer's weight and input gradients
+                          + 2 * TB * (n + Z) * E  // the deep output's
+                          + TB * 4 * n * (n + Z)  // the gates' gradient into h and the context, step by step
+                          + TB * Z * L            // into the attention weights (dz F^T)
+                          + TB * L * A            // the score vector v's gradient
+                          + 2 * TB * n * A        // the query projection's weight and input gradients
+                          + TB * 4 * n * (E + Z + n)  // the LSTM's weight gradients, all steps at once
+                          + TB * 4 * n * E        // into the words' embeddings
+                          + G * L * D * A         // the grid projection's weight gradient
+                          + 2 * G * D * n;        // the initial state's weights
+  return 2 * (forward + backward);
+}
+
 ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, int iters) {
   const int64_t TB = (int64_t)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
                 A = c.attn_dim, V = c.vocab_size, Z = D;

@@ -9,6 +9,12 @@ struct ProductTimes {
   double recurrent = 0;  // the T products of B rows each inside the time loop, forward and backward
 };
 
+// The matrix products of one training step (forward and backward, the features frozen), 2*M*N*K each, for an
+// attending decoder with the additive score in Bahdanau order (the benchmark's default); 0 for other kinds.
+// Elementwise work (activations, softmax, the attention's tanh, dropout, Adam) is not counted: this is what a
+// perfect matrix-product library would have to do, so FLOPs / time against the sgemm peak is a fair share.
+double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids);
+
 // Best of `iters` timed runs (after one warm-up) of the products a training step of the additive, Bahdanau-order
 // decoder `c` makes for B captions of T steps reading G grids, with the decoder's shapes, Eigen calls and threads.
 ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, int iters);

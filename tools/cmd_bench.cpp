@@ -28,36 +28,6 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
   return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-// The matrix products of one training step (forward and backward, the features frozen), 2*M*N*K each, for an
-// attending decoder with the additive score in Bahdanau order (the benchmark's default); 0 for other kinds.
-// Elementwise work (activations, softmax, the attention's tanh, dropout, Adam) is not counted: this is what a
-// perfect matrix-product library would have to do, so FLOPs / time against the sgemm peak is a fair share.
-double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids) {
-  if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
-  const double TB = (double)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
-               A = c.attn_dim, V = c.vocab_size, G = grids, Z = D;
-  const double forward = TB * E * 4 * n      // the words' part of the gates, all steps at once
-                         + TB * Z * 4 * n    // the contexts' part, step by step
-                         + TB * n * 4 * n    // the recurrent part
-                         + G * L * D * A     // the grid's attention projection, once
-                         + TB * n * A        // the query projection
-                         + TB * L * A        // the scores e = tanh(.) v
-                         + TB * L * Z        // the contexts z = alpha F
-                         + TB * (n + Z) * E  // the deep output layer
-                         + TB * E * V        // the words' logits
-                         + 2 * G * D * n;    // the initial h and c
-  const double backward = 2 * TB * E * V          // the output layer's weight and input gradients
-                          + 2 * TB * (n + Z) * E  // the deep output's
-                          + TB * 4 * n * (n + Z)  // the gates' gradient into h and the context, step by step
-                          + TB * Z * L            // into the attention weights (dz F^T)
-                          + TB * L * A            // the score vector v's gradient
-                          + 2 * TB * n * A        // the query projection's weight and input gradients
-                          + TB * 4 * n * (E + Z + n)  // the LSTM's weight gradients, all steps at once
-                          + TB * 4 * n * E        // into the words' embeddings
-                          + G * L * D * A         // the grid projection's weight gradient
-                          + 2 * G * D * n;        // the initial state's weights
-  return 2 * (forward + backward);
-}
 }  // namespace
 
 void add_bench_commands(CLI::App& app) {
@@ -177,7 +147,7 @@ void add_bench_commands(CLI::App& app) {
         sum_total += sum;
     }
     const double compute = compute_total / d->iters, wait = wait_total / d->iters, sum = sum_total / d->iters;
-    const double step = compute + wait + sum;
+    const double step = compute + wait + sum, best_step = compute_best + wait + sum;
     if (!ranks->leads()) return;
     // Whole-batch figures: this rank's share of the products times the ranks (equal shares up to one caption).
     const double flops = decoder_step_flops(cfg, d->batch * K, d->steps, (d->batch + d->per_image - 1) / d->per_image);
@@ -210,7 +180,7 @@ void add_bench_commands(CLI::App& app) {
     }
     if (flops > 0)
       std::printf("  matrix products: %.2f GFLOP per step (2*M*N*K, elementwise work not counted) -> %.1f GFLOPS "
-                  "(mean), %.1f (best)\n", flops / 1e9, flops / step / 1e9, flops / (compute_best + wait + sum) / 1e9);
+                  "(mean), %.1f (best)\n", flops / 1e9, flops / step / 1e9, flops / best_step / 1e9);
     if (d->products && flops > 0 && !parallel) {
       const ProductTimes pt = time_decoder_products(cfg, d->batch, d->steps, grids, d->iters);
       const double floor = pt.whole + pt.recurrent;
@@ -224,7 +194,7 @@ void add_bench_commands(CLI::App& app) {
       std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
       if (flops > 0)
         std::printf("  share of the peak: %.0f%% (mean), %.0f%% (best)\n", 100 * flops / step / 1e9 / peak,
-                    100 * flops / (compute_best + wait + sum) / 1e9 / peak);
+                    100 * flops / best_step / 1e9 / peak);
       else
         std::printf("  share of the peak: not counted for this attention kind (the count covers the additive score "
                     "in Bahdanau order)\n");
