@@ -37,10 +37,10 @@ Hypothesis finish(Hypothesis h, bool with_end, double length_norm = 1.0) {
 
 // One caption per image, word by word: pick(log-probabilities, live row r, the hypothesis' own row) chooses row r's
 // next word.
-template <typename Pick>
-std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int max_len, Pick pick, int copies = 1,
+template <typename Dec, typename Pick>
+std::vector<Hypothesis> one_path_search(Dec& dec, const Mat& F, int N, int max_len, Pick pick, int copies = 1,
                                         int no_repeat_ngram = 0) {
-  Decoder::State st;
+  typename Dec::State st;
   dec.begin(F, N, st, copies);
   N *= copies;
   std::vector<Hypothesis> out(N);
@@ -79,7 +79,8 @@ std::vector<Hypothesis> one_path_search(Decoder& dec, const Mat& F, int N, int m
 }
 }  // namespace
 
-std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len, int no_repeat_ngram) {
+template <typename Dec>
+static std::vector<Hypothesis> greedy_search_over(Dec& dec, const Mat& F, int N, int max_len, int no_repeat_ngram) {
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
   return one_path_search(
       dec, F, N, max_len,
@@ -125,12 +126,13 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
       [&streams](const Mat& logp, int r, int row) { return draw_word(logp, r, streams[row].uniform()); }, copies);
 }
 
-std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
-                                    int no_repeat_ngram) {
+template <typename Dec>
+static std::vector<Hypothesis> beam_search_over(Dec& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
+                                                int no_repeat_ngram) {
   if (beam < 1) throw Error("beam size must be at least 1");
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
   if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
-  Decoder::State st;
+  typename Dec::State st;
   dec.begin(F, N, st);
   const int V = dec.config().vocab_size;
   // Live hypotheses, grouped by image; row r of the decoder state is live[r].
@@ -215,6 +217,21 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
     });
   }
   return out;
+}
+
+std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len, int no_repeat_ngram) {
+  return greedy_search_over(dec, F, N, max_len, no_repeat_ngram);
+}
+std::vector<Hypothesis> greedy_search(DecoderEnsemble& dec, const Mat& F, int N, int max_len, int no_repeat_ngram) {
+  return greedy_search_over(dec, F, N, max_len, no_repeat_ngram);
+}
+std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
+                                    int no_repeat_ngram) {
+  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
+}
+std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
+                                    double length_norm, int no_repeat_ngram) {
+  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
 }
 
 }  // namespace sat

@@ -4,6 +4,7 @@
 #include <vector>
 
 #include "seq/decoder.hpp"
+#include "seq/ensemble.hpp"
 
 namespace sat {
 
@@ -33,5 +34,9 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
 // 0 the plain log-probability (shorter captions win more often).
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0,
                                     int no_repeat_ngram = 0);
+// The same searches over an ensemble's mean distribution (seq/ensemble.hpp).
+std::vector<Hypothesis> greedy_search(DecoderEnsemble& dec, const Mat& F, int N, int max_len, int no_repeat_ngram = 0);
+std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
+                                    double length_norm = 1.0, int no_repeat_ngram = 0);
 
 }  // namespace sat

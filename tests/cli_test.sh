@@ -326,6 +326,29 @@ expect_error "fine-tuned ResNet with a normalized cache" "^sat: $WORK/rn.feat: f
   "$SAT" eval --model "$WORK/rn3_t1/model.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" >/dev/null 2>&1 &&
   pass "a frozen ResNet model fine-tunes block3's last unit from --init-from (captions as before at step 0)" ||
   fail "--init-from a frozen model with --tune-from"
+# An ensemble: a second decoder trained afresh over rn3_t1's encoder (its fine-tuned unit kept as it is), then both
+# searched as one model; the same model twice captions exactly as the model alone.
+"$SAT" train --init-from "$WORK/rn3_t1/model.sat" --fresh-decoder --tune-lr 0 --seed 5 --data "$WORK/val" \
+  --val-data "$WORK/val" --features "$WORK/rn_raw.feat" --out "$WORK/rn3_m2" --epochs 1 --val-limit 20 >"$WORK/m2.log" 2>&1 &&
+  grep -q "its decoder starts afresh (seed 5)" "$WORK/m2.log" && grep -q "run as they are" "$WORK/m2.log" &&
+  "$SAT" model ensemble "$WORK/rn3_t1/model.sat" "$WORK/rn3_m2/model.sat" --out "$WORK/ens.sat" >/dev/null &&
+  "$SAT" model info "$WORK/ens.sat" | grep -q "^ensemble of 2 decoders" &&
+  "$SAT" eval --model "$WORK/ens.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" --results-out "$WORK/ens_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/ens.sat" --data "$WORK/val" --results-out "$WORK/ens_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/ens_cache.json" "$WORK/ens_images.json" &&
+  "$SAT" model ensemble "$WORK/rn3_t1/model.sat" "$WORK/rn3_t1/model.sat" --out "$WORK/ens_self.sat" >/dev/null &&
+  "$SAT" eval --model "$WORK/ens_self.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" --results-out "$WORK/ens_self.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn3_t1/model.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" --results-out "$WORK/rn3_t1.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/ens_self.json" "$WORK/rn3_t1.json" &&
+  pass "an ensemble of a model and a fresh decoder over its encoder: captions from cache equal those from images; a model twice captions as itself" ||
+  fail "ensemble: $(tail -2 "$WORK/m2.log")"
+expect_error "ensemble of models over different encoders" "^sat: $WORK/rn3/model.sat: the encoder differs from $WORK/rn3_t1/model.sat's" \
+  "$SAT" model ensemble "$WORK/rn3_t1/model.sat" "$WORK/rn3/model.sat" --out "$WORK/never.sat"
+expect_error "training from an ensemble" "^sat: $WORK/ens.sat: is an ensemble of 2 decoders" \
+  "$SAT" train --init-from "$WORK/ens.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" --out "$WORK/never" --epochs 1
+expect_error "a fresh decoder without a model" "^sat: train: --fresh-decoder needs --init-from" \
+  "$SAT" train --fresh-decoder --data "$WORK/val" --out "$WORK/never" --epochs 1
+[ ! -e "$WORK/never.sat" ] || fail "model ensemble wrote a file after an error"
 fi  # MODE = all: ResNet fine-tuning
 # a model naming weights that are nowhere: another sha256 (a substituted file), another file name (a missing file)
 rename_weights() { python3 - "$1" "$2" "$3" "$4" <<'PY'

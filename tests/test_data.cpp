@@ -274,6 +274,68 @@ TEST_CASE("model files: averaging weights (sat model average); models that diffe
         std::string::npos);
 }
 
+TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as built; other encoders are refused") {
+  TempDir dir;
+  CaptionModel a, b;
+  build_tiny_model(a);
+  b.encoder_config = a.encoder_config;
+  b.vocab = a.vocab;
+  b.decoder_config = a.decoder_config;
+  b.decoder_config.hidden_dim = 10;  // members may differ in size
+  b.max_len = a.max_len;
+  b.build();
+  Rng rng_a(5), rng_b(6);
+  a.init(rng_a);
+  b.decoder->init(rng_b);
+  auto &pa = a.encoder->params(), &pb = b.encoder->params();  // the same encoder: b's decoder was trained over a's
+  for (size_t k = 0; k < pa.size(); ++k) pb[k].value = pa[k].value;
+  a.save(dir.file("a.sat"));
+  b.save(dir.file("b.sat"));
+  auto ens = ensemble_models({dir.file("a.sat"), dir.file("b.sat")});
+  CHECK(ens->members() == 2);
+  ens->half_precision = true;
+  ens->save(dir.file("ens.sat"));
+  auto loaded = CaptionModel::load(dir.file("ens.sat"));
+  REQUIRE(loaded->members() == 2);
+  CHECK(loaded->more_members[0]->config().hidden_dim == 10);
+  auto src = b.decoder->params(), dst = loaded->more_members[0]->params();
+  REQUIRE(src.size() == dst.size());
+  for (size_t k = 0; k < src.size(); ++k)  // stored as float16 like the first member
+    for (int64_t i = 0; i < src[k]->size(); ++i)
+      if (dst[k]->value[i] != half_to_float(float_to_half(src[k]->value[i]))) FAIL_CHECK(src[k]->name << "[" << i << "]");
+  // the file's ensemble searches as the members' mean distribution
+  const int n = 4;
+  Mat F = Mat::Random((int64_t)n * a.encoder_config.locations(), a.encoder_config.feature_dim());
+  std::vector<Decoder*> members = loaded->member_decoders();
+  DecoderEnsemble by_hand(members);
+  auto expect = beam_search(by_hand, F, n, 3, loaded->max_len, loaded->length_norm, loaded->no_repeat_ngram);
+  auto got = loaded->search(F, n, 3);
+  for (int i = 0; i < n; ++i) CHECK(got[i].tokens == expect[i].tokens);
+  // an ensemble of ensembles brings every member; it is not trained or averaged
+  CHECK(ensemble_models({dir.file("ens.sat"), dir.file("a.sat")})->members() == 3);
+  CHECK(error_of([&] { average_models({dir.file("ens.sat"), dir.file("a.sat")}); }) ==
+        dir.file("ens.sat") + ": is an ensemble: average its members' own files");
+  // another encoder (a CNN trained with its own decoder) or vocabulary cannot be shared
+  CaptionModel c;
+  build_tiny_model(c);
+  Rng rng_c(7);
+  c.init(rng_c);
+  c.save(dir.file("c.sat"));
+  CHECK(error_of([&] { ensemble_models({dir.file("a.sat"), dir.file("c.sat")}); })
+            .rfind(dir.file("c.sat") + ": the encoder's weights differ from " + dir.file("a.sat") + "'s", 0) == 0);
+  c.vocab = Vocab::build({{"a", "green", "star"}, {"a", "blue", "square"}}, 1);
+  c.save(dir.file("words.sat"));
+  CHECK(error_of([&] { ensemble_models({dir.file("a.sat"), dir.file("words.sat")}); })
+            .rfind(dir.file("words.sat") + ": the vocabulary differs", 0) == 0);
+  CHECK(error_of([&] { ensemble_models({dir.file("a.sat")}); }) == "model ensemble: give at least two model files");
+  // a damaged ensemble header names the file
+  TensorFile tf = load_safetensors(dir.file("ens.sat"));
+  tf.metadata["ensemble"] = "{}";
+  save_safetensors(dir.file("bad.sat"), tf);
+  CHECK(error_of([&] { CaptionModel::load(dir.file("bad.sat")); }) ==
+        dir.file("bad.sat") + ": model header is malformed (\"ensemble\" must list the decoders after the first)");
+}
+
 TEST_CASE("images: only photo formats reach the decoders; other files are one-line errors") {
   const std::string dir = "/tmp/sat_test_images_" + std::to_string(getpid());
   make_dirs(dir);

@@ -6,35 +6,15 @@
 
 #include "seq/decoder.hpp"
 #include "seq/search.hpp"
+#include "tests/decoder_fixtures.hpp"
 #include "tests/gradcheck.hpp"
 #include "train/optimizer.hpp"
 
 using namespace sat;
+using sat::test::random_features;
+using sat::test::small_config;
 
 namespace {
-
-DecoderConfig small_config(float dropout, bool coverage = false, const std::string& score = "additive",
-                           const std::string& attention = "soft") {
-  DecoderConfig c;
-  c.coverage = coverage;
-  c.score = score;
-  c.attention = attention;
-  c.vocab_size = 11;
-  c.embed_dim = 6;
-  c.hidden_dim = 7;
-  c.attn_dim = 5;
-  c.feature_dim = 4;
-  c.grid_h = 2;
-  c.grid_w = 3;
-  c.dropout = dropout;
-  return c;
-}
-
-Mat random_features(int B, const DecoderConfig& c, Rng& rng) {
-  Mat F((int64_t)B * c.locations(), c.feature_dim);
-  for (int64_t i = 0; i < F.size(); ++i) F.data()[i] = (float)rng.normal();
-  return F;
-}
 
 CaptionBatch small_batch() {
   // Different lengths, so masking is exercised.

@@ -1,5 +1,5 @@
-// sat model info / compact / set / average / diff: what a model file holds, a smaller copy of it for shipping, its
-// search setting, the mean of several, and how far two are apart.
+// sat model info / compact / set / average / ensemble / diff: what a model file holds, a smaller copy of it for
+// shipping, its search setting, the mean of several, several searched as one, and how far two are apart.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -41,13 +41,15 @@ static nlohmann::json model_summary(const std::string& path) {
     enc["tune_from"] = e.tune_from;
     enc["tuned_parameters"] = tuned_params;
   }
-  int64_t decoder_params = 0;
-  for (auto* p : m->decoder->params()) decoder_params += p->size();
+  int64_t decoder_params = 0;  // every member's, for an ensemble
+  for (auto* dec : m->member_decoders())
+    for (auto* p : dec->params()) decoder_params += p->size();
   return {{"file", path},
           {"bytes", file_bytes(path)},
           {"encoder", enc},
           {"decoder", d.to_json()},
           {"decoder_parameters", decoder_params},
+          {"decoders", m->members()},
           {"decoder_storage", m->half_precision ? "float16" : "float32"},
           {"vocabulary", m->vocab.size()},
           {"max_len", m->max_len},
@@ -122,12 +124,15 @@ void add_model_commands(CLI::App& app) {
                 d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
                 d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
                 s["decoder_storage"].get<std::string>().c_str());
+    if (s["decoders"].get<int>() > 1)
+      std::printf("ensemble of %d decoders over that encoder (word distributions averaged; the parameters above "
+                  "count all of them)\n", s["decoders"].get<int>());
     std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s\n",
                 s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
                 s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
-                            "compacted", "search_set", "started_from"}) {
+                            "ensembled", "members", "compacted", "search_set", "started_from"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }
@@ -181,6 +186,34 @@ void add_model_commands(CLI::App& app) {
     m->info.erase("val_scores");
     m->save(a->out);
     std::printf("%zu models -> %s: weights averaged\n", a->inputs.size(), a->out.c_str());
+  });
+
+  auto* ensemble = model->add_subcommand(
+      "ensemble", "Write one model whose decoders are those of several models over the same encoder and vocabulary "
+                  "(members trained with sat train --init-from M --fresh-decoder --tune-lr 0); captioning averages "
+                  "their word distributions. The result records the command and each member's provenance");
+  ensemble->add_option("models", a->inputs, "Model files (the first one's encoder and settings are kept)")
+      ->required()
+      ->expected(2, -1);
+  ensemble->add_option("--out", a->out, "Model file to write")->required();
+  ensemble->callback([a] {
+    auto m = ensemble_models(a->inputs);
+    nlohmann::json members = nlohmann::json::array();
+    for (auto& path : a->inputs) {
+      const nlohmann::json info = CaptionModel::load(path)->info;
+      nlohmann::json one = {{"file", path}};
+      for (const char* key : {"command", "epoch", "averaged", "git_commit"})
+        if (info.contains(key)) one[key] = info[key];
+      members.push_back(one);
+    }
+    m->info["members"] = members;
+    m->info["ensembled"] = command_line();
+    m->info.erase("epoch");  // the first member's epoch, greedy validation and dev scores describe it alone
+    m->info.erase("val_scores");
+    m->info.erase("scores");
+    m->info.erase("scores_command");
+    m->save(a->out);
+    std::printf("%zu models -> %s: an ensemble of %d decoders\n", a->inputs.size(), a->out.c_str(), m->members());
   });
 
   auto tolerance = std::make_shared<double>(1e-3);

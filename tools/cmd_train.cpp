@@ -26,7 +26,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--tune-from", o->tune_from,
                   "With --encoder: fine-tune the layers after this one up to --cut (e.g. --cut mixed7 --tune-from "
                   "mixed5); the feature cache holds this layer's grids");
-  cmd->add_option("--tune-lr", o->tune_lr, "Learning rate of the fine-tuned encoder layers (decays like --lr)")
+  cmd->add_option("--tune-lr", o->tune_lr, "Learning rate of the fine-tuned encoder layers (decays like --lr; 0: they stay as they are)")
       ->capture_default_str();
   cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")->capture_default_str();
   cmd->add_option("--features", o->features, "With --encoder: feature cache of the images (default: <out>/features.feat, "
@@ -54,6 +54,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")->capture_default_str();
   cmd->add_option("--init-from", o->init_from, "Start from this trained model file (weights, vocabulary, sizes; "
                                               "the model options above are then ignored)");
+  cmd->add_flag("--fresh-decoder", o->fresh_decoder, "With --init-from: keep that model's encoder (its fine-tuned "
+                "layers too), vocabulary and sizes, but start the decoder from --seed: another member for sat model "
+                "ensemble");
   cmd->add_option("--objective", o->objective, "xe: cross-entropy on the references; cider: self-critical training "
                                                "(needs --init-from): sampled captions rewarded by CIDEr-D")
       ->capture_default_str()

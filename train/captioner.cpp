@@ -106,9 +106,7 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
       const int m = std::min(kMaxBatch, n - start);
       const std::vector<float> chunk(planes.begin() + start * plane, planes.begin() + (start + m) * plane);
       const Mat F = model->encode(chunk, m);
-      auto found = s.beam <= 1 ? greedy_search(*model->decoder, F, m, model->max_len, s.no_repeat_ngram)
-                               : beam_search(*model->decoder, F, m, s.beam, model->max_len, s.length_norm,
-                                             s.no_repeat_ngram);
+      auto found = model->search(F, m, s.beam, s.length_norm, s.no_repeat_ngram);
       for (auto& h : found) hyps.push_back(std::move(h));
     }
   }

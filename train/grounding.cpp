@@ -38,8 +38,14 @@ GroundingResult eval_grounding(CaptionModel& model, const CaptionSet& set, int b
     const int B = (int)caps.size();
     CaptionBatch cb = CaptionBatch::from_ids(caps, model.max_len);
     for (int b = 0; b < B; ++b) cb.grid.push_back(image_of[b] - (int)s);  // the captions of an image share its grid
+    // The attention the caption gets (an ensemble's: the mean of its members')
     DecoderCache cache;
     model.decoder->forward(grid, cb, 0.f, false, nullptr, cache);
+    for (auto& member : model.more_members) {
+      DecoderCache theirs;
+      member->forward(grid, cb, 0.f, false, nullptr, theirs);
+      for (size_t t = 0; t < cache.alpha.size(); ++t) cache.alpha[t] += theirs.alpha[t];
+    }
     for (int b = 0; b < B; ++b) {
       const ImageEntry& img = set.images[image_of[b]];
       int W = img.width > 0 ? img.width : model.encoder_config.input_size;

@@ -11,6 +11,15 @@ namespace sat {
 static const char* kFormat = "sat-caption-model";
 static const int kVersion = 1;
 
+// Where an ensemble's k-th decoder (k >= 2) keeps its tensors in the model file.
+static std::string member_prefix(int k) { return "member" + std::to_string(k) + "/"; }
+
+std::vector<Decoder*> CaptionModel::member_decoders() {
+  std::vector<Decoder*> out{decoder.get()};
+  for (auto& d : more_members) out.push_back(d.get());
+  return out;
+}
+
 void CaptionModel::build(bool sync_encoder) {
   decoder_config.vocab_size = vocab.size();
   decoder_config.feature_dim = encoder_config.feature_dim();
@@ -157,6 +166,20 @@ TensorFile CaptionModel::to_tensor_file() const {
     if (tuned)
       for (auto& p : tuned->params()) tf.half.insert(p.name);
   }
+  if (!more_members.empty()) {
+    nlohmann::json configs = nlohmann::json::array();
+    for (size_t k = 0; k < more_members.size(); ++k) {
+      configs.push_back(more_members[k]->config().to_json());
+      const std::string prefix = member_prefix((int)k + 2);
+      for (auto* p : more_members[k]->params()) {
+        Param copy(prefix + p->name, p->shape, false);
+        copy.value = p->value;
+        if (half_precision) tf.half.insert(copy.name);
+        tf.tensors.emplace(copy.name, std::move(copy));
+      }
+    }
+    tf.metadata["ensemble"] = configs.dump();
+  }
   if (!encoder_config.weights_file.empty()) return tf;  // named by file and sha256, found at load
   for (auto& [name, p] : encoder_weights.tensors) {
     Param copy(name, p.shape, false);
@@ -231,6 +254,37 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     p->value = src.value;
     if (tf.half.count(p->name)) m->half_precision = true;
   }
+  if (tf.metadata.count("ensemble")) {  // the decoders after the first (sat model ensemble)
+    nlohmann::json configs = parse_json_checked(tf.metadata.at("ensemble"), path, "model header is malformed");
+    if (!configs.is_array() || configs.empty())
+      fail(path, "model header is malformed (\"ensemble\" must list the decoders after the first)");
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const int member = (int)k + 2;
+      DecoderConfig dc;
+      try {
+        dc = DecoderConfig::from_json(configs[k]);
+      } catch (const std::exception& e) {
+        fail(path, "ensemble member " + std::to_string(member) + ": " + e.what());
+      }
+      if (dc.vocab_size != m->vocab.size() || dc.feature_dim != m->decoder_config.feature_dim ||
+          dc.grid_h != m->decoder_config.grid_h || dc.grid_w != m->decoder_config.grid_w)
+        fail(path, "ensemble member " + std::to_string(member) + " reads another vocabulary or grid than the encoder gives");
+      auto dec = std::make_unique<Decoder>(dc);
+      for (auto* p : dec->params()) {
+        const std::string name = member_prefix(member) + p->name;
+        const Param& src = tf.get(name, path);
+        if (src.shape != p->shape)
+          fail(path, "tensor '" + name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
+        p->value = src.value;
+      }
+      m->more_members.push_back(std::move(dec));
+    }
+    try {
+      DecoderEnsemble check(m->member_decoders());
+    } catch (const Error& e) {
+      fail(path, e.what());
+    }
+  }
   if (m->tuned) m->sync_tuned();
   return m;
 }
@@ -243,9 +297,11 @@ std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path, const 
 std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths) {
   if (paths.empty()) throw Error("model average: no model files");
   auto out = CaptionModel::load(paths[0]);
+  if (out->members() > 1) fail(paths[0], "is an ensemble: average its members' own files");
   std::vector<Param*> sum = out->params();
   for (size_t k = 1; k < paths.size(); ++k) {
     auto m = CaptionModel::load(paths[k]);
+    if (m->members() > 1) fail(paths[k], "is an ensemble: average its members' own files");
     auto differs = [&](const std::string& what) {
       fail(paths[k], what + " differs from " + paths[0] + "'s: only models that differ in their weights average");
     };
@@ -289,8 +345,52 @@ Mat CaptionModel::encode(const std::vector<float>& planes, int n) {
 }
 
 std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam) {
-  return beam <= 1 ? greedy_search(*decoder, F, n, max_len, no_repeat_ngram)
-                   : beam_search(*decoder, F, n, beam, max_len, length_norm, no_repeat_ngram);
+  return search(F, n, beam, length_norm, no_repeat_ngram);
+}
+
+std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, double norm, int no_repeat) {
+  if (more_members.empty())
+    return beam <= 1 ? greedy_search(*decoder, F, n, max_len, no_repeat)
+                     : beam_search(*decoder, F, n, beam, max_len, norm, no_repeat);
+  DecoderEnsemble all(member_decoders());
+  return beam <= 1 ? greedy_search(all, F, n, max_len, no_repeat)
+                   : beam_search(all, F, n, beam, max_len, norm, no_repeat);
+}
+
+std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& paths) {
+  if (paths.size() < 2) throw Error("model ensemble: give at least two model files");
+  auto out = CaptionModel::load(paths[0]);
+  out->half_precision = false;  // the members' weights as loaded; compact again to store float16
+  const std::string first_id = out->encoder_id();
+  std::vector<Param*> first_tuned;
+  if (out->tuned)
+    for (auto& p : out->tuned->params()) first_tuned.push_back(&p);
+  for (size_t k = 1; k < paths.size(); ++k) {
+    auto m = CaptionModel::load(paths[k]);
+    auto differs = [&](const std::string& what) {  // what: "the vocabulary differs", ...
+      fail(paths[k], what + " from " + paths[0] + "'s: an ensemble's members share their encoder and "
+                     "vocabulary (train members with sat train --init-from " + paths[0] + " --fresh-decoder --tune-lr 0)");
+    };
+    if (m->vocab.words != out->vocab.words) differs("the vocabulary differs");
+    if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder differs");
+    if (m->encoder_id() != first_id) differs("the encoder's weights differ");
+    if (out->tuned) {  // fine-tuned layers: the very same weights
+      std::vector<Param*> theirs;
+      for (auto& p : m->tuned->params()) theirs.push_back(&p);
+      if (theirs.size() != first_tuned.size()) differs("the fine-tuned encoder layers differ");
+      for (size_t i = 0; i < theirs.size(); ++i)
+        if (theirs[i]->name != first_tuned[i]->name || theirs[i]->value != first_tuned[i]->value)
+          differs("the fine-tuned encoder weight " + theirs[i]->name + " differs");
+    }
+    out->more_members.push_back(std::move(m->decoder));
+    for (auto& d : m->more_members) out->more_members.push_back(std::move(d));
+  }
+  try {
+    DecoderEnsemble check(out->member_decoders());
+  } catch (const Error& e) {
+    throw Error("model ensemble: " + std::string(e.what()));
+  }
+  return out;
 }
 
 }  // namespace sat

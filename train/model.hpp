@@ -44,6 +44,12 @@ struct CaptionModel {
   std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained" (with the tuned blocks' current weights)
   std::unique_ptr<TunableBlocks> tuned;           // kind "pretrained" with tune_from: the layers being trained
   std::unique_ptr<Decoder> decoder;
+  // An ensemble (sat model ensemble): more decoders over the same encoder grid and vocabulary, each with its own
+  // config and weights, stored as member2/..., member3/...; the searches average their word distributions with
+  // `decoder`'s (seq/ensemble.hpp). Empty: one decoder. Training and averaging take single models only.
+  std::vector<std::unique_ptr<Decoder>> more_members;
+  int members() const { return 1 + (int)more_members.size(); }
+  std::vector<Decoder*> member_decoders();  // decoder, then more_members
 
   // Builds encoder and decoder from the configs (decoder sizes that depend on the encoder are filled in).
   // A pretrained encoder needs encoder_weights set first. sync_encoder false: a tuned encoder's whole network is not
@@ -79,12 +85,20 @@ struct CaptionModel {
   Mat encode(const std::vector<float>& planes, int n);
   // Captions n images' features: greedy when beam is 1, else beam search with the model's length_norm.
   std::vector<Hypothesis> search(const Mat& F, int n, int beam);
+  // The same with other search settings (every member of an ensemble together).
+  std::vector<Hypothesis> search(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram);
 };
 
 // Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs
 // of one run, say). They must differ in their weights only: encoder, decoder, vocabulary and the frozen encoder
 // must be the same, else the error names the file that differs. The result keeps the first model's settings.
 std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths);
+
+// An ensemble of the models at `paths` (at least two): the first model's encoder, vocabulary and settings, every
+// model's decoder (an ensemble given brings all its members). They must share the encoder exactly (its config,
+// its frozen weights and any fine-tuned layers' weights: members trained with sat train --init-from M
+// --fresh-decoder --tune-lr 0 do) and the vocabulary, else the error names the file that differs.
+std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& paths);
 
 // A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`
 // (0: the file's default). What sat extract runs and sat train --encoder starts from. raw: the cut layer's own

@@ -34,7 +34,7 @@ json TrainOptions::to_json() const {
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
           {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
           {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
-          {"local_sigma", local_sigma}, {"init_from", init_from}, {"started_from", started_from}, {"objective", objective}, {"scst_samples", scst_samples},
+          {"local_sigma", local_sigma}, {"init_from", init_from}, {"fresh_decoder", fresh_decoder}, {"started_from", started_from}, {"objective", objective}, {"scst_samples", scst_samples},
           {"checkpoint_every", checkpoint_every}, {"keep_epochs", keep_epochs}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
@@ -69,6 +69,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.entropy_weight = j.value("entropy_weight", 0.002f);
     o.local_sigma = j.value("local_sigma", 0.f);
     o.init_from = j.value("init_from", std::string());
+    o.fresh_decoder = j.value("fresh_decoder", false);
     o.started_from = j.value("started_from", std::string());
     o.objective = j.value("objective", std::string("xe"));
     o.scst_samples = j.value("scst_samples", 5);
@@ -324,10 +325,20 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
 
   if (!model && !opt.init_from.empty()) {
     model = CaptionModel::load(opt.init_from);
+    if (model->members() > 1)
+      fail(opt.init_from, "is an ensemble of " + std::to_string(model->members()) +
+                              " decoders: train from one of its members' own files");
     model->half_precision = false;  // the weights keep training in float32
     opt.started_from = provenance_of(opt.init_from, model->info);
     model->info = json::object();
     note(lead, "starting from %s\n", opt.init_from.c_str());
+    if (opt.fresh_decoder) {
+      model->decoder->init(rng);
+      note(lead, "its decoder starts afresh (seed %llu); its encoder and vocabulary are kept\n",
+           (unsigned long long)opt.seed);
+    }
+  } else if (opt.fresh_decoder && resume_path.empty()) {
+    throw Error("train: --fresh-decoder needs --init-from MODEL (whose encoder and vocabulary it keeps)");
   }
   if (model && resume_path.empty() && !opt.tune_from.empty() && model->encoder_config.pretrained() &&
       !model->encoder_config.tuned() && !model->encoder_weights_path.empty()) {
@@ -421,14 +432,20 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   const EncoderConfig cache_cfg = model->encoder_config.cache_config();
   const int cache_L = cache_cfg.locations(), cache_D = cache_cfg.feature_dim();
   TunableBlocks* tuned = model->tuned.get();
+  const bool tail_learns = tuned && opt.tune_lr > 0;  // --tune-lr 0: the tuned blocks run forward only
+  if (opt.tune_lr < 0) throw Error("train: --tune-lr must not be negative");
   std::vector<float> lr_scale(params.size(), 1.f);  // tuned blocks step at tune_lr, the rest at lr
   if (tuned) {
     for (size_t k = 0; k < params.size(); ++k)
       for (auto& p : tuned->params())
         if (params[k] == &p) lr_scale[k] = opt.lr > 0 ? opt.tune_lr / opt.lr : 0.f;
-    note(lead, "fine-tuning the encoder after %s up to %s (%.2f GMAC per image), learning rate %g\n",
-                 model->encoder_config.tune_from.c_str(), model->encoder_config.cut.c_str(),
-                 tuned->macs_per_image() / 1e9, opt.tune_lr);
+    if (tail_learns)
+      note(lead, "fine-tuning the encoder after %s up to %s (%.2f GMAC per image), learning rate %g\n",
+           model->encoder_config.tune_from.c_str(), model->encoder_config.cut.c_str(), tuned->macs_per_image() / 1e9,
+           opt.tune_lr);
+    else
+      note(lead, "the encoder's layers after %s up to %s run as they are (%.2f GMAC per image; --tune-lr 0)\n",
+           model->encoder_config.tune_from.c_str(), model->encoder_config.cut.c_str(), tuned->macs_per_image() / 1e9);
   }
   ImageBank train_bank, val_bank;
   std::vector<float> val_planes;
@@ -610,7 +627,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
         if (from_features) {
           read_grids(idx, grid);
           if (tuned) {
-            tuned->forward(grid.data(), n, training, tuned_grid);
+            tuned->forward(grid.data(), n, training && tail_learns, tuned_grid);
             grid.swap(tuned_grid);
           }
         } else {
@@ -666,7 +683,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
                 (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
           }
           DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, nullptr, cache);
-          const bool encoder_learns = !from_features || tuned;
+          const bool encoder_learns = !from_features || tail_learns;
           model->decoder->backward(cache, encoder_learns ? &dF : nullptr);
           if (encoder_learns) {
             // dF: one block per image, summed over its captions by the decoder

@@ -34,6 +34,7 @@ struct TrainOptions {
   std::string val_features; // validation feature cache (default: the same file)
   // Fine-tune the encoder's layers after this one (e.g. mixed5, with --cut mixed7): the cache holds this layer's
   // grids, the layers up to --cut train with the decoder at tune_lr (decaying like lr). Empty: the encoder is frozen.
+  // tune_lr 0: the tuned layers stay as they are (they run forward only, at every step).
   std::string tune_from;
   float tune_lr = 1e-4f;
   std::string blocks = "16,32,64,128";
@@ -53,6 +54,9 @@ struct TrainOptions {
   int max_len = 20, min_count = 1;
   // Start from a trained model file (its weights, vocabulary and sizes) instead of a fresh one.
   std::string init_from;
+  // With init_from: keep its encoder (tuned blocks included), vocabulary and decoder sizes, but start the decoder's
+  // weights afresh from seed: another member for an ensemble over the same encoder (sat model ensemble).
+  bool fresh_decoder = false;
   // Set by the trainer from --init-from's model: how that model was made (its command, recipe, epoch, and where it
   // started from in turn), recorded in every model the run writes.
   std::string started_from;

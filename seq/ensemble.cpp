@@ -1,0 +1,68 @@
+#include "seq/ensemble.hpp"
+
+#include <cmath>
+#include <limits>
+
+namespace sat {
+
+DecoderEnsemble::DecoderEnsemble(std::vector<Decoder*> members) : members_(std::move(members)) {
+  if (members_.empty()) throw Error("ensemble: no decoders");
+  const DecoderConfig& first = members_[0]->config();
+  for (size_t k = 0; k < members_.size(); ++k) {
+    for (size_t j = 0; j < k; ++j)
+      if (members_[j] == members_[k])
+        throw Error("ensemble: members " + std::to_string(j + 1) + " and " + std::to_string(k + 1) +
+                    " are the same decoder object (each member searches with its own)");
+    const DecoderConfig& c = members_[k]->config();
+    if (c.hard()) throw Error("ensemble: member " + std::to_string(k + 1) + " uses hard attention, which an ensemble cannot average");
+    if (c.vocab_size != first.vocab_size || c.feature_dim != first.feature_dim || c.grid_h != first.grid_h ||
+        c.grid_w != first.grid_w)
+      throw Error("ensemble: member " + std::to_string(k + 1) + " reads another vocabulary or grid than member 1");
+    if (c.attends() != first.attends())
+      throw Error("ensemble: member " + std::to_string(k + 1) + (c.attends() ? " attends" : " does not attend") +
+                  " and member 1 " + (first.attends() ? "does" : "does not"));
+  }
+  member_logp_.resize(members_.size());
+}
+
+void DecoderEnsemble::begin(const Mat& F, int N, State& st, int copies) {
+  st.members.assign(members_.size(), Decoder::State());
+  st.location.clear();
+  for (size_t k = 0; k < members_.size(); ++k) members_[k]->begin(F, N, st.members[k], copies);
+}
+
+void mean_of_distributions(const std::vector<Mat>& logps, Mat& out) {
+  const int64_t B = logps[0].rows(), V = logps[0].cols();
+  const float k = (float)logps.size();
+  constexpr float kNone = -std::numeric_limits<float>::infinity();
+  out.resize(B, V);
+  for (int64_t b = 0; b < B; ++b)
+    for (int64_t w = 0; w < V; ++w) {
+      float top = kNone;
+      for (const Mat& lp : logps) top = std::max(top, lp(b, w));
+      if (top == kNone) {
+        out(b, w) = kNone;
+        continue;
+      }
+      float sum = 0;
+      for (const Mat& lp : logps) sum += std::exp(lp(b, w) - top);
+      out(b, w) = top + std::log(sum / k);  // K identical members: exactly their own log-probability
+    }
+}
+
+void DecoderEnsemble::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha) {
+  for (size_t k = 0; k < members_.size(); ++k) {
+    members_[k]->step(tokens, st.members[k], member_logp_[k], member_alpha_);
+    if (k == 0) alpha = member_alpha_;
+    else alpha += member_alpha_;
+  }
+  if (members_.size() > 1) alpha /= (float)members_.size();
+  if (members_.size() == 1) logprobs = member_logp_[0];
+  else mean_of_distributions(member_logp_, logprobs);
+}
+
+void DecoderEnsemble::select_rows(State& st, const std::vector<int>& rows) {
+  for (size_t k = 0; k < members_.size(); ++k) members_[k]->select_rows(st.members[k], rows);
+}
+
+}  // namespace sat
