@@ -1,6 +1,8 @@
 # Sourced by the Flickr8k recipes (tools/train-flickr8k-model.sh, tools/train-flickr8k-inception-model.sh): after a
 # run kept every epoch's model, choose and ship one, all on the 1000 dev photos.
-#   choose_and_ship SAT DATA FEATURES RUN_DIR OUT RECIPE [ENCODER_PRECISION]
+#   choose_and_ship SAT DATA FEATURES RUN_DIR OUT RECIPE [ENCODER_PRECISION]: choose_epoch, then ship
+#   choose_epoch SAT DATA FEATURES RUN_DIR: sets `chosen` (step 1)
+#   ship SAT DATA FEATURES MODEL OUT RECIPE [ENCODER_PRECISION]: steps 2-4 for one model (an ensemble too)
 #  1. candidates: every epoch (RUN_DIR/model-epochN.sat) and the weight averages of the last 2, 3 and 4 epochs
 #     (sat model average), the best by BLEU-4 with beam 3, length norm 1;
 #  2. compacted to float16 (sat model compact) with RECIPE plus the choice recorded;
@@ -9,16 +11,17 @@
 #     encoder's arithmetic stored too (sat model set --encoder-precision); its dev scores recorded (sat eval
 #     --record: from FEATURES, or with ENCODER_PRECISION from the photos, encoded in that arithmetic);
 #  4. renamed onto OUT.
-choose_and_ship() {
-  local sat=$1 data=$2 features=$3 run=$4 out=$5 recipe=$6 precision=${7:-}
-  dev_bleu4() {  # model [eval flags]: BLEU-4 on the 1000 dev photos
-    local m=$1
-    shift
-    "$sat" eval --model "$m" --data "$data" --split "$data/dev.txt" --features "$features" "$@" --json \
-      | python3 -c 'import json, sys; print(json.load(sys.stdin)["Bleu_4"])'
-  }
-  better() { python3 -c "import sys; sys.exit(0 if $1 > $2 else 1)"; }
-  local epochs last k e avg m b4 a r
+dev_bleu4() {  # sat data features model [eval flags]: BLEU-4 on the 1000 dev photos
+  local sat=$1 data=$2 features=$3 m=$4
+  shift 4
+  "$sat" eval --model "$m" --data "$data" --split "$data/dev.txt" --features "$features" "$@" --json \
+    | python3 -c 'import json, sys; print(json.load(sys.stdin)["Bleu_4"])'
+}
+better() { python3 -c "import sys; sys.exit(0 if $1 > $2 else 1)"; }
+
+choose_epoch() {
+  local sat=$1 data=$2 features=$3 run=$4
+  local epochs last k e avg m b4
   epochs=$(ls "$run"/model-epoch*.sat | sed 's/.*model-epoch\([0-9]*\)\.sat/\1/' | sort -n)
   last=$(echo "$epochs" | tail -n 1)
   local candidates=()
@@ -32,20 +35,24 @@ choose_and_ship() {
     fi
     candidates+=("$avg")
   done
-  local best_model="" best_b4=-1
+  local best_b4=-1
+  chosen=""
   for m in "${candidates[@]}"; do
-    b4=$(dev_bleu4 "$m" --beam 3 --length-norm 1)
+    b4=$(dev_bleu4 "$sat" "$data" "$features" "$m" --beam 3 --length-norm 1)
     echo "$(basename "$m"): dev BLEU-4 $b4 (beam 3)"
-    if better "$b4" "$best_b4"; then best_model=$m best_b4=$b4; fi
+    if better "$b4" "$best_b4"; then chosen=$m best_b4=$b4; fi
   done
-  "$sat" model compact "$best_model" --out "$out.new" \
-    --recipe "$recipe; $(basename "$best_model") chosen by dev BLEU-4 with beam 3)"
-  local best_a=1 best_k=3 best_r=0
-  best_b4=-1
+}
+
+ship() {
+  local sat=$1 data=$2 features=$3 model=$4 out=$5 recipe=$6 precision=${7:-}
+  local k a r b4
+  "$sat" model compact "$model" --out "$out.new" --recipe "$recipe"
+  local best_a=1 best_k=3 best_r=0 best_b4=-1
   for r in 0 3; do
     for k in 3 5; do
       for a in 0 0.5 1; do
-        b4=$(dev_bleu4 "$out.new" --beam $k --length-norm $a --no-repeat $r)
+        b4=$(dev_bleu4 "$sat" "$data" "$features" "$out.new" --beam $k --length-norm $a --no-repeat $r)
         echo "beam $k, length normalization $a, no repeated $r-word phrase: dev BLEU-4 $b4"
         if better "$b4" "$best_b4"; then best_a=$a best_k=$k best_r=$r best_b4=$b4; fi
       done
@@ -60,4 +67,11 @@ choose_and_ship() {
   fi
   mv "$out.new" "$out"
   echo "wrote $out"
+}
+
+choose_and_ship() {
+  local sat=$1 data=$2 features=$3 run=$4 out=$5 recipe=$6 precision=${7:-}
+  choose_epoch "$sat" "$data" "$features" "$run"
+  ship "$sat" "$data" "$features" "$chosen" "$out" "$recipe; $(basename "$chosen") chosen by dev BLEU-4 with beam 3)" \
+    "$precision"
 }

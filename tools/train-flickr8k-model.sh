@@ -19,10 +19,15 @@
 # block3's units after that one fine-tuned (sat train --init-from --tune-from, on a cache of that unit's raw output,
 # $EPOCHS2 epochs at decoder rate $LR2 and encoder rate $TUNE_LR2), and steps 3-6 choose and ship again from its
 # epochs. The first stage's model is kept as $WORK/stage1.sat.
+# With $MEMBERS > 0 (after a second stage), a third: $MEMBERS more decoders trained afresh over the second stage's
+# encoder, its fine-tuned unit kept as it is (sat train --init-from $WORK/stage2.sat --fresh-decoder --tune-lr 0
+# --seed 2, 3, ...; $EPOCHS3 epochs at $LR, the first stage's schedule), each member's epoch chosen as in step 3;
+# then the second stage's model and the members are joined (sat model ensemble: the searches average their word
+# distributions) and steps 4-6 ship the ensemble. The second stage's model is kept as $WORK/stage2.sat.
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
-#        EPOCHS2, LR2, TUNE_LR2, WORK, SAT)
+#        EPOCHS2, LR2, TUNE_LR2, MEMBERS, EPOCHS3, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -38,6 +43,8 @@ tune_after=${TUNE_AFTER-block3/unit_22}  # empty (TUNE_AFTER=): stage 1 only
 epochs2=${EPOCHS2:-8}
 lr2=${LR2:-1e-4}
 tune_lr2=${TUNE_LR2:-1e-4}
+members=${MEMBERS:-0}
+epochs3=${EPOCHS3:-8}
 work=${WORK:-runs/flickr8k-resnet}
 sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding does not touch the run)
 mkdir -p "$work"
@@ -75,14 +82,38 @@ if [ ! -f "$raw" ]; then
   "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
     --encoder "$weights" --cut "$tune_after" --size "$size" --raw
 fi
-if [ -f "$work/stage2/checkpoint.sat" ]; then  # (a larger EPOCHS2 extends a finished run)
-  "$sat" train --resume "$work/stage2/checkpoint.sat" --more-epochs "$epochs2" --patience "$epochs2"
-else
-  "$sat" train --init-from "$work/stage1.sat" --tune-from "$tune_after" --tune-lr "$tune_lr2" \
-    --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
-    --epochs "$epochs2" --batch 16 --lr "$lr2" --lr-decay 0.8 --penalty 1 --patience "$epochs2" --val-limit 200 \
-    --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/stage2"
+if [ ! -f "$work/stage2.sat" ]; then  # stage 2 (a finished stage 2 is kept as stage2.sat)
+  if [ -f "$work/stage2/checkpoint.sat" ]; then  # (a larger EPOCHS2 extends a finished run)
+    "$sat" train --resume "$work/stage2/checkpoint.sat" --more-epochs "$epochs2" --patience "$epochs2"
+  else
+    "$sat" train --init-from "$work/stage1.sat" --tune-from "$tune_after" --tune-lr "$tune_lr2" \
+      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
+      --epochs "$epochs2" --batch 16 --lr "$lr2" --lr-decay 0.8 --penalty 1 --patience "$epochs2" --val-limit 200 \
+      --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/stage2"
+  fi
+  choose_and_ship "$sat" "$data" "$raw" "$work/stage2" models/flickr8k.sat \
+    "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2: the first stage's model (its recipe: started_from) trained on with the units after $tune_after fine-tuned, from their raw output at $size, by the command above" \
+    "$precision"
+  [ "$members" -gt 0 ] || exit 0
+  cp models/flickr8k.sat "$work/stage2.sat.partial" && mv "$work/stage2.sat.partial" "$work/stage2.sat"
 fi
-choose_and_ship "$sat" "$data" "$raw" "$work/stage2" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2: the first stage's model (its recipe: started_from) trained on with the units after $tune_after fine-tuned, from their raw output at $size, by the command above" \
+[ "$members" -gt 0 ] || exit 0
+# Stage 3: more decoders over the second stage's encoder, then all of them as one model.
+ensemble=("$work/stage2.sat")
+for ((i = 2; i <= members + 1; i++)); do
+  run=$work/member$i
+  if [ -f "$run/checkpoint.sat" ]; then
+    "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs3" --patience "$epochs3"
+  else
+    "$sat" train --init-from "$work/stage2.sat" --fresh-decoder --tune-lr 0 --seed "$i" \
+      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
+      --epochs "$epochs3" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs3" --val-limit 200 \
+      --metric bleu4 --checkpoint-every 100 --keep-epochs --out "$run"
+  fi
+  choose_epoch "$sat" "$data" "$raw" "$run"
+  ensemble+=("$chosen")
+done
+"$sat" model ensemble "${ensemble[@]}" --out "$work/ensemble.sat"
+ship "$sat" "$data" "$raw" "$work/ensemble.sat" models/flickr8k.sat \
+  "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2 MEMBERS=$members EPOCHS3=$epochs3: the second stage's model and $members decoders trained afresh over its encoder (their commands: members), each member's epoch chosen by dev BLEU-4 with beam 3, joined by sat model ensemble)" \
   "$precision"
