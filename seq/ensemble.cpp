@@ -5,6 +5,9 @@
 
 namespace sat {
 
+// Up to this many rows a step runs the members side by side (one per thread) rather than one after another.
+constexpr int kRowsSideBySide = 64;
+
 DecoderEnsemble::DecoderEnsemble(std::vector<Decoder*> members) : members_(std::move(members)) {
   if (members_.empty()) throw Error("ensemble: no decoders");
   const DecoderConfig& first = members_[0]->config();
@@ -51,13 +54,15 @@ void mean_of_distributions(const std::vector<Mat>& logps, Mat& out) {
 }
 
 void DecoderEnsemble::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha) {
-  for (size_t k = 0; k < members_.size(); ++k) {
-    members_[k]->step(tokens, st.members[k], member_logp_[k], member_alpha_);
-    if (k == 0) alpha = member_alpha_;
-    else alpha += member_alpha_;
-  }
-  if (members_.size() > 1) alpha /= (float)members_.size();
-  if (members_.size() == 1) logprobs = member_logp_[0];
+  const int K = size();
+  member_alpha_.resize(K);
+  const bool side_by_side = K > 1 && (int)tokens.size() <= kRowsSideBySide;
+#pragma omp parallel for schedule(static, 1) if (side_by_side)
+  for (int k = 0; k < K; ++k) members_[k]->step(tokens, st.members[k], member_logp_[k], member_alpha_[k]);
+  alpha = member_alpha_[0];
+  for (int k = 1; k < K; ++k) alpha += member_alpha_[k];
+  if (K > 1) alpha /= (float)K;
+  if (K == 1) logprobs = member_logp_[0];
   else mean_of_distributions(member_logp_, logprobs);
 }
 

@@ -24,14 +24,14 @@ class DecoderEnsemble {
   // As Decoder::begin: F is N*L x D, read in place by every member until the search ends.
   void begin(const Mat& F, int N, State& st, int copies = 1);
   // logprobs: B x V, log of the members' mean probability (computed from their log-probabilities without
-  // underflow: max + log mean exp(lp - max)). alpha: B x L, the members' mean attention.
+  // underflow: max + log mean exp(lp - max)). alpha: B x L, the members' mean attention. With few rows (a photo's
+  // beams) the members step side by side, one per thread: their own products are too small to share out well.
   void step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha);
   void select_rows(State& st, const std::vector<int>& rows);
 
  private:
   std::vector<Decoder*> members_;
-  std::vector<Mat> member_logp_;  // per member, the last step's B x V
-  Mat member_alpha_;
+  std::vector<Mat> member_logp_, member_alpha_;  // per member, the last step's B x V and B x L
 };
 
 // The mean of K distributions given as log-probabilities (each B x V), as log-probabilities: rows where every
