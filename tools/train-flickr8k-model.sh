@@ -19,8 +19,8 @@
 # block3's units after that one fine-tuned (sat train --init-from --tune-from, on a cache of that unit's raw output,
 # $EPOCHS2 epochs at decoder rate $LR2 and encoder rate $TUNE_LR2), and steps 3-6 choose and ship again from its
 # epochs. The first stage's model is kept as $WORK/stage1.sat.
-# With $MEMBERS > 0 (after a second stage), a third: $MEMBERS more decoders trained afresh over the second stage's
-# encoder, its fine-tuned unit kept as it is (sat train --init-from $WORK/stage2.sat --fresh-decoder --tune-lr 0
+# With $MEMBERS > 0 (default 1, the shipped model; after a second stage), a third: $MEMBERS more decoders trained
+# afresh over the second stage's encoder, its fine-tuned unit kept as it is (sat train --init-from $WORK/stage2.sat --fresh-decoder --tune-lr 0
 # --seed 2, 3, ...; $EPOCHS3 epochs at $LR, the first stage's schedule), each member's epoch chosen as in step 3;
 # then the second stage's model and the members are joined (sat model ensemble: the searches average their word
 # distributions) and steps 4-6 ship the ensemble. The second stage's model is kept as $WORK/stage2.sat.
@@ -43,7 +43,7 @@ tune_after=${TUNE_AFTER-block3/unit_22}  # empty (TUNE_AFTER=): stage 1 only
 epochs2=${EPOCHS2:-8}
 lr2=${LR2:-1e-4}
 tune_lr2=${TUNE_LR2:-1e-4}
-members=${MEMBERS:-0}
+members=${MEMBERS:-1}
 epochs3=${EPOCHS3:-8}
 work=${WORK:-runs/flickr8k-resnet}
 sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding does not touch the run)
@@ -115,5 +115,5 @@ for ((i = 2; i <= members + 1; i++)); do
 done
 "$sat" model ensemble "${ensemble[@]}" --out "$work/ensemble.sat"
 ship "$sat" "$data" "$raw" "$work/ensemble.sat" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2 MEMBERS=$members EPOCHS3=$epochs3: the second stage's model and $members decoders trained afresh over its encoder (their commands: members), each member's epoch chosen by dev BLEU-4 with beam 3, joined by sat model ensemble)" \
+  "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2 MEMBERS=$members EPOCHS3=$epochs3: the second stage's model and MEMBERS more decoders trained afresh over its encoder (their commands: members), each member's epoch chosen by dev BLEU-4 with beam 3, joined by sat model ensemble)" \
   "$precision"
