@@ -54,9 +54,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")->capture_default_str();
   cmd->add_option("--init-from", o->init_from, "Start from this trained model file (weights, vocabulary, sizes; "
                                               "the model options above are then ignored)");
-  cmd->add_flag("--fresh-decoder", o->fresh_decoder, "With --init-from: keep that model's encoder (its fine-tuned "
-                "layers too), vocabulary and sizes, but start the decoder from --seed: another member for sat model "
-                "ensemble");
+  cmd->add_flag("--fresh-decoder", o->fresh_decoder, "With --init-from: keep that model's encoder, vocabulary and "
+                "sizes, but start the decoder from --seed: with a pretrained encoder and --tune-lr 0 (its fine-tuned "
+                "layers stay as they are), another member for sat model ensemble (a small CNN encoder trains on, so "
+                "its members differ in their encoders)");
   cmd->add_option("--objective", o->objective, "xe: cross-entropy on the references; cider: self-critical training "
                                                "(needs --init-from): sampled captions rewarded by CIDEr-D")
       ->capture_default_str()
