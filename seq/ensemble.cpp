@@ -1,6 +1,7 @@
 #include "seq/ensemble.hpp"
 
 #include <cmath>
+#include <exception>
 #include <limits>
 
 namespace sat {
@@ -57,8 +58,18 @@ void DecoderEnsemble::step(const std::vector<int>& tokens, State& st, Mat& logpr
   const int K = size();
   member_alpha_.resize(K);
   const bool side_by_side = K > 1 && (int)tokens.size() <= kRowsSideBySide;
+  // An exception must not leave an OpenMP region: each member's is kept and the first rethrown after it.
+  std::vector<std::exception_ptr> failed(K);
 #pragma omp parallel for schedule(static, 1) if (side_by_side)
-  for (int k = 0; k < K; ++k) members_[k]->step(tokens, st.members[k], member_logp_[k], member_alpha_[k]);
+  for (int k = 0; k < K; ++k) {
+    try {
+      members_[k]->step(tokens, st.members[k], member_logp_[k], member_alpha_[k]);
+    } catch (...) {
+      failed[k] = std::current_exception();
+    }
+  }
+  for (auto& e : failed)
+    if (e) std::rethrow_exception(e);
   alpha = member_alpha_[0];
   for (int k = 1; k < K; ++k) alpha += member_alpha_[k];
   if (K > 1) alpha /= (float)K;

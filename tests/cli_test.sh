@@ -342,6 +342,13 @@ expect_error "fine-tuned ResNet with a normalized cache" "^sat: $WORK/rn.feat: f
   cmp -s "$WORK/ens_self.json" "$WORK/rn3_t1.json" &&
   pass "an ensemble of a model and a fresh decoder over its encoder: captions from cache equal those from images; a model twice captions as itself" ||
   fail "ensemble: $(tail -2 "$WORK/m2.log")"
+# --fresh-decoder starts the decoder as a new model's (every weight and bias from the seed), whatever it was before
+"$SAT" train --data "$WORK/val" --val-data "$WORK/val" --encoder "$RESNET" --cut block3 --encoder-size 96 \
+  --features "$WORK/rn3/features.feat" --out "$WORK/rn3_zero" --epochs 0 --embed 32 --hidden 32 --attn 32 --seed 5 >/dev/null 2>&1 &&
+  "$SAT" train --init-from "$WORK/rn3/model.sat" --fresh-decoder --seed 5 --data "$WORK/val" --val-data "$WORK/val" \
+    --features "$WORK/rn3/features.feat" --out "$WORK/rn3_fresh" --epochs 0 >/dev/null 2>&1 &&
+  "$SAT" model diff "$WORK/rn3_zero/model.sat" "$WORK/rn3_fresh/model.sat" --tolerance 0 >/dev/null &&
+  pass "--fresh-decoder: the decoder a new model with the same seed starts from" || fail "--fresh-decoder is not a fresh start"
 expect_error "ensemble of models over different encoders" "^sat: $WORK/rn3/model.sat: the encoder differs from $WORK/rn3_t1/model.sat's" \
   "$SAT" model ensemble "$WORK/rn3_t1/model.sat" "$WORK/rn3/model.sat" --out "$WORK/never.sat"
 expect_error "training from an ensemble" "^sat: $WORK/ens.sat: is an ensemble of 2 decoders" \

@@ -254,6 +254,11 @@ TEST_CASE("model files: averaging weights (sat model average); models that diffe
   Mat F = Mat::Random(a.encoder_config.locations(), a.encoder_config.feature_dim());
   auto same = average_models({dir.file("a.sat"), dir.file("a.sat")});
   CHECK(same->search(F, 1, 2)[0].tokens == a.search(F, 1, 2)[0].tokens);
+  // weights every model holds alike come back exactly (a frozen fine-tuned unit stays shared with the others)
+  auto thrice = average_models({dir.file("a.sat"), dir.file("a.sat"), dir.file("a.sat")});
+  auto pt = thrice->params();
+  for (size_t k = 0; k < pt.size(); ++k)
+    if (pt[k]->value != pa[k]->value) FAIL_CHECK(pt[k]->name << " changed by averaging three copies");
 
   CaptionModel other;
   build_tiny_model(other);

@@ -269,7 +269,12 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       if (dc.vocab_size != m->vocab.size() || dc.feature_dim != m->decoder_config.feature_dim ||
           dc.grid_h != m->decoder_config.grid_h || dc.grid_w != m->decoder_config.grid_w)
         fail(path, "ensemble member " + std::to_string(member) + " reads another vocabulary or grid than the encoder gives");
-      auto dec = std::make_unique<Decoder>(dc);
+      std::unique_ptr<Decoder> dec;
+      try {
+        dec = std::make_unique<Decoder>(dc);
+      } catch (const Error& e) {
+        fail(path, "ensemble member " + std::to_string(member) + ": " + e.what());
+      }
       for (auto* p : dec->params()) {
         const std::string name = member_prefix(member) + p->name;
         const Param& src = tf.get(name, path);
@@ -299,6 +304,10 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
   auto out = CaptionModel::load(paths[0]);
   if (out->members() > 1) fail(paths[0], "is an ensemble: average its members' own files");
   std::vector<Param*> sum = out->params();
+  // Summed in double and divided once: weights every model holds alike (a frozen fine-tuned unit, say) come out
+  // exactly as they were, so the average still shares them (sat model ensemble compares them exactly).
+  std::vector<std::vector<double>> total(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i) total[i].assign(sum[i]->value.begin(), sum[i]->value.end());
   for (size_t k = 1; k < paths.size(); ++k) {
     auto m = CaptionModel::load(paths[k]);
     if (m->members() > 1) fail(paths[k], "is an ensemble: average its members' own files");
@@ -314,12 +323,11 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
     if (add.size() != sum.size()) differs("the parameter list");
     for (size_t i = 0; i < sum.size(); ++i) {
       if (add[i]->name != sum[i]->name || add[i]->shape != sum[i]->shape) differs("parameter " + add[i]->name);
-      for (size_t j = 0; j < sum[i]->value.size(); ++j) sum[i]->value[j] += add[i]->value[j];
+      for (size_t j = 0; j < sum[i]->value.size(); ++j) total[i][j] += add[i]->value[j];
     }
   }
-  const float inv = 1.f / (float)paths.size();
-  for (auto* p : sum)
-    for (auto& v : p->value) v *= inv;
+  for (size_t i = 0; i < sum.size(); ++i)
+    for (size_t j = 0; j < sum[i]->value.size(); ++j) sum[i]->value[j] = (float)(total[i][j] / (double)paths.size());
   if (out->tuned) out->sync_tuned();  // the whole network runs the averaged blocks
   return out;
 }
@@ -361,6 +369,7 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
   if (paths.size() < 2) throw Error("model ensemble: give at least two model files");
   auto out = CaptionModel::load(paths[0]);
   out->half_precision = false;  // the members' weights as loaded; compact again to store float16
+  if (out->decoder_config.hard()) fail(paths[0], "uses hard attention, which an ensemble cannot average");
   const std::string first_id = out->encoder_id();
   std::vector<Param*> first_tuned;
   if (out->tuned)
@@ -372,6 +381,13 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
                      "vocabulary (train members with sat train --init-from " + paths[0] + " --fresh-decoder --tune-lr 0)");
     };
     if (m->vocab.words != out->vocab.words) differs("the vocabulary differs");
+    for (Decoder* d : m->member_decoders()) {
+      if (d->config().hard()) fail(paths[k], "uses hard attention, which an ensemble cannot average");
+      if (d->config().attends() != out->decoder_config.attends())
+        fail(paths[k], std::string(d->config().attends() ? "attends" : "does not attend") + " and " + paths[0] +
+                           (out->decoder_config.attends() ? " does" : " does not") +
+                           ": an ensemble's decoders all attend, or none does");
+    }
     if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder differs");
     if (m->encoder_id() != first_id) differs("the encoder's weights differ");
     if (out->tuned) {  // fine-tuned layers: the very same weights

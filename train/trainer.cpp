@@ -332,7 +332,8 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     opt.started_from = provenance_of(opt.init_from, model->info);
     model->info = json::object();
     note(lead, "starting from %s\n", opt.init_from.c_str());
-    if (opt.fresh_decoder) {
+    if (opt.fresh_decoder) {  // a decoder built anew (every weight and bias from the seed), the same config
+      model->decoder = std::make_unique<Decoder>(model->decoder_config);
       model->decoder->init(rng);
       note(lead, "its decoder starts afresh (seed %llu); its encoder and vocabulary are kept\n",
            (unsigned long long)opt.seed);
