@@ -13,18 +13,19 @@ DecoderEnsemble::DecoderEnsemble(std::vector<Decoder*> members) : members_(std::
   if (members_.empty()) throw Error("ensemble: no decoders");
   const DecoderConfig& first = members_[0]->config();
   for (size_t k = 0; k < members_.size(); ++k) {
+    const int member = (int)k + 1;
     for (size_t j = 0; j < k; ++j)
       if (members_[j] == members_[k])
-        throw Error("ensemble: members " + std::to_string(j + 1) + " and " + std::to_string(k + 1) +
-                    " are the same decoder object (each member searches with its own)");
+        throw EnsembleMemberError(member, "is the same decoder object as member " + std::to_string(j + 1) +
+                                              " (each member searches with its own)");
     const DecoderConfig& c = members_[k]->config();
-    if (c.hard()) throw Error("ensemble: member " + std::to_string(k + 1) + " uses hard attention, which an ensemble cannot average");
+    if (c.hard()) throw EnsembleMemberError(member, "uses hard attention, which an ensemble cannot average");
     if (c.vocab_size != first.vocab_size || c.feature_dim != first.feature_dim || c.grid_h != first.grid_h ||
         c.grid_w != first.grid_w)
-      throw Error("ensemble: member " + std::to_string(k + 1) + " reads another vocabulary or grid than member 1");
+      throw EnsembleMemberError(member, "reads another vocabulary or grid than member 1");
     if (c.attends() != first.attends())
-      throw Error("ensemble: member " + std::to_string(k + 1) + (c.attends() ? " attends" : " does not attend") +
-                  " and member 1 " + (first.attends() ? "does" : "does not"));
+      throw EnsembleMemberError(member, std::string(c.attends() ? "attends" : "does not attend") + " and member 1 " +
+                                            (first.attends() ? "does" : "does not"));
   }
   member_logp_.resize(members_.size());
 }

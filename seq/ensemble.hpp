@@ -9,10 +9,20 @@
 
 namespace sat {
 
+// Why one member cannot join the others, and which one (1-based, in the order given): a model file holding
+// several members maps it back to the file it came from.
+struct EnsembleMemberError : Error {
+  EnsembleMemberError(int member, const std::string& problem)
+      : Error("ensemble: member " + std::to_string(member) + " " + problem), member(member), problem(problem) {}
+  int member;
+  std::string problem;  // "uses hard attention, ...", without the member's number
+};
+
 class DecoderEnsemble {
  public:
   // members: at least one, each a distinct Decoder (a decoder's attention holds its current search's grid
-  // projection); the same vocabulary size and grid, none with hard attention (else an Error).
+  // projection); the same vocabulary size and grid, none with hard attention, all attending or none (else an
+  // EnsembleMemberError).
   explicit DecoderEnsemble(std::vector<Decoder*> members);
   const DecoderConfig& config() const { return members_[0]->config(); }
   int size() const { return (int)members_.size(); }

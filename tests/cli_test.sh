@@ -353,6 +353,24 @@ expect_error "ensemble of models over different encoders" "^sat: $WORK/rn3/model
   "$SAT" model ensemble "$WORK/rn3_t1/model.sat" "$WORK/rn3/model.sat" --out "$WORK/never.sat"
 expect_error "training from an ensemble" "^sat: $WORK/ens.sat: is an ensemble of 2 decoders" \
   "$SAT" train --init-from "$WORK/ens.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" --out "$WORK/never" --epochs 1
+# another member trained over an ensemble's encoder joins it: three decoders, each one's provenance listed
+"$SAT" train --init-from "$WORK/ens.sat" --fresh-decoder --tune-lr 0 --seed 6 --data "$WORK/val" \
+  --val-data "$WORK/val" --features "$WORK/rn_raw.feat" --out "$WORK/rn3_m3" --epochs 1 --val-limit 20 >"$WORK/m3.log" 2>&1 &&
+  "$SAT" model ensemble "$WORK/ens.sat" "$WORK/rn3_m3/model.sat" --out "$WORK/ens3.sat" >/dev/null &&
+  "$SAT" model info "$WORK/ens3.sat" | grep -q "^ensemble of 3 decoders" &&
+  [ "$("$SAT" model info "$WORK/ens3.sat" | grep "^members: " | grep -o '"file":' | wc -l)" = 3 ] &&
+  "$SAT" eval --model "$WORK/ens3.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" >/dev/null 2>&1 &&
+  pass "--fresh-decoder from an ensemble: a third member joins it, three members listed" ||
+  fail "a member over an ensemble's encoder: $(tail -2 "$WORK/m3.log")"
+# one member of an ensemble as a model of its own: the very weights it was trained to, its own training command
+"$SAT" model member "$WORK/ens3.sat" 3 --out "$WORK/ens3_m3.sat" >/dev/null &&
+  "$SAT" model diff "$WORK/ens3_m3.sat" "$WORK/rn3_m3/model.sat" --tolerance 0 >/dev/null &&
+  "$SAT" model info "$WORK/ens3_m3.sat" | grep -q "^command: sat train .*--seed 6" &&
+  "$SAT" model member "$WORK/ens3.sat" 1 --out "$WORK/ens3_m1.sat" >/dev/null &&
+  "$SAT" model diff "$WORK/ens3_m1.sat" "$WORK/rn3_t1/model.sat" --tolerance 0 >/dev/null &&
+  pass "sat model member: an ensemble's first and third decoders come back as trained" || fail "sat model member"
+expect_error "a member the ensemble lacks" "^sat: $WORK/ens3.sat: has 3 decoders: there is no member 4" \
+  "$SAT" model member "$WORK/ens3.sat" 4 --out "$WORK/never.sat"
 expect_error "a fresh decoder without a model" "^sat: train: --fresh-decoder needs --init-from" \
   "$SAT" train --fresh-decoder --data "$WORK/val" --out "$WORK/never" --epochs 1
 [ ! -e "$WORK/never.sat" ] || fail "model ensemble wrote a file after an error"

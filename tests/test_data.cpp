@@ -333,6 +333,28 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
   CHECK(error_of([&] { ensemble_models({dir.file("a.sat"), dir.file("words.sat")}); })
             .rfind(dir.file("words.sat") + ": the vocabulary differs", 0) == 0);
   CHECK(error_of([&] { ensemble_models({dir.file("a.sat")}); }) == "model ensemble: give at least two model files");
+  // a decoder that cannot be averaged names its file, inside an ensemble file too
+  for (const char* kind : {"hard", "none"}) {
+    CaptionModel d;
+    d.encoder_config = a.encoder_config;
+    d.vocab = a.vocab;
+    d.decoder_config = a.decoder_config;
+    d.decoder_config.attention = kind;
+    d.max_len = a.max_len;
+    d.build();
+    Rng rng_d(8);
+    d.decoder->init(rng_d);
+    auto& pd = d.encoder->params();
+    for (size_t k = 0; k < pa.size(); ++k) pd[k].value = pa[k].value;
+    const std::string file = dir.file(std::string(kind) + ".sat");
+    d.save(file);
+    const std::string expected = std::string(kind) == "hard"
+                                     ? file + ": uses hard attention, which an ensemble cannot average"
+                                     : file + ": does not attend and " + dir.file("ens.sat") + " does";
+    CHECK(error_of([&] { ensemble_models({dir.file("ens.sat"), file}); }).rfind(expected, 0) == 0);
+    if (std::string(kind) == "hard")  // first, or after an ensemble's two members
+      CHECK(error_of([&] { ensemble_models({file, dir.file("a.sat")}); }).rfind(expected, 0) == 0);
+  }
   // a damaged ensemble header names the file
   TensorFile tf = load_safetensors(dir.file("ens.sat"));
   tf.metadata["ensemble"] = "{}";

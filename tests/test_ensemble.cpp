@@ -128,5 +128,5 @@ TEST_CASE("ensemble: hard attention, another vocabulary or grid, and mixing atte
   CHECK_THROWS_WITH(DecoderEnsemble({&d_soft, &d_none}), "ensemble: member 2 does not attend and member 1 does");
   CHECK_THROWS_WITH(DecoderEnsemble({}), "ensemble: no decoders");
   CHECK_THROWS_WITH(DecoderEnsemble({&d_soft, &d_soft}),
-                    "ensemble: members 1 and 2 are the same decoder object (each member searches with its own)");
+                    "ensemble: member 2 is the same decoder object as member 1 (each member searches with its own)");
 }

@@ -1,5 +1,6 @@
-// sat model info / compact / set / average / ensemble / diff: what a model file holds, a smaller copy of it for
-// shipping, its search setting, the mean of several, several searched as one, and how far two are apart.
+// sat model info / compact / set / average / ensemble / member / diff: what a model file holds, a smaller copy of it
+// for shipping, its search setting, the mean of several, several searched as one, one of those alone, and how far
+// two are apart.
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
@@ -77,7 +78,7 @@ static std::map<std::string, Param> weights_of(const std::string& path) {
 
 void add_model_commands(CLI::App& app) {
   auto* model = app.add_subcommand("model", "Model file tools: what a model holds, a compact copy for shipping, search settings, "
-                                             "averages, differences");
+                                             "averages, ensembles and their members, differences");
   model->require_subcommand(1);
   struct Args {
     std::string in, out, recipe;
@@ -132,7 +133,7 @@ void add_model_commands(CLI::App& app) {
                 s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
-                            "ensembled", "members", "compacted", "search_set", "started_from"}) {
+                            "ensembled", "members", "member_of", "compacted", "search_set", "started_from"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }
@@ -201,6 +202,10 @@ void add_model_commands(CLI::App& app) {
     nlohmann::json members = nlohmann::json::array();
     for (auto& path : a->inputs) {
       const nlohmann::json info = CaptionModel::load(path)->info;
+      if (info.contains("members") && info["members"].is_array()) {  // an ensemble given: its members, in order
+        for (const auto& one : info["members"]) members.push_back(one);
+        continue;
+      }
       nlohmann::json one = {{"file", path}};
       for (const char* key : {"command", "epoch", "averaged", "git_commit"})
         if (info.contains(key)) one[key] = info[key];
@@ -214,6 +219,31 @@ void add_model_commands(CLI::App& app) {
     m->info.erase("scores_command");
     m->save(a->out);
     std::printf("%zu models -> %s: an ensemble of %d decoders\n", a->inputs.size(), a->out.c_str(), m->members());
+  });
+
+  auto member_index = std::make_shared<int>(1);
+  auto* member = model->add_subcommand(
+      "member", "Write one decoder of an ensemble as a model of its own (the shared encoder, vocabulary and search "
+                "settings): to score a member alone, or to ship one faster decoder. The result records where it came "
+                "from, with the member's own provenance");
+  member->add_option("model", a->in, "Ensemble model file")->required();
+  member->add_option("k", *member_index, "Which member, from 1 (the first model joined)")->required();
+  member->add_option("--out", a->out, "Model file to write")->required();
+  member->callback([a, member_index] {
+    const int k = *member_index;
+    auto m = ensemble_member(a->in, k);
+    nlohmann::json& i = m->info;
+    const nlohmann::json members = i.contains("members") ? i["members"] : nlohmann::json();
+    for (const char* key : {"members", "ensembled", "scores", "scores_command", "val_scores"}) i.erase(key);
+    if (k > 1) {  // the file's own provenance is its first member's: this member's comes from its entry
+      for (const char* key : {"command", "epoch", "averaged", "git_commit", "started_from"}) i.erase(key);
+      if (members.is_array() && (int)members.size() >= k)
+        for (const char* key : {"command", "epoch", "averaged", "git_commit"})
+          if (members[k - 1].contains(key)) i[key] = members[k - 1][key];
+    }
+    i["member_of"] = a->in + " (member " + std::to_string(k) + "): " + command_line();
+    m->save(a->out);
+    std::printf("%s member %d -> %s: one decoder\n", a->in.c_str(), k, a->out.c_str());
   });
 
   auto tolerance = std::make_shared<double>(1e-3);

@@ -57,7 +57,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_flag("--fresh-decoder", o->fresh_decoder, "With --init-from: keep that model's encoder, vocabulary and "
                 "sizes, but start the decoder from --seed: with a pretrained encoder and --tune-lr 0 (its fine-tuned "
                 "layers stay as they are), another member for sat model ensemble (a small CNN encoder trains on, so "
-                "its members differ in their encoders)");
+                "its members differ in their encoders); from an ensemble, another member over its encoder, its "
+                "first member's sizes");
   cmd->add_option("--objective", o->objective, "xe: cross-entropy on the references; cider: self-critical training "
                                                "(needs --init-from): sampled captions rewarded by CIDEr-D")
       ->capture_default_str()

@@ -14,6 +14,22 @@ static const int kVersion = 1;
 // Where an ensemble's k-th decoder (k >= 2) keeps its tensors in the model file.
 static std::string member_prefix(int k) { return "member" + std::to_string(k) + "/"; }
 
+// Each parameter's value from the file's tensor named prefix + its name, its shape checked. True when any of
+// them was stored as float16.
+static bool read_params(const std::vector<Param*>& params, const TensorFile& tf, const std::string& prefix,
+                        const std::string& path) {
+  bool half = false;
+  for (Param* p : params) {
+    const std::string name = prefix + p->name;
+    const Param& src = tf.get(name, path);
+    if (src.shape != p->shape)
+      fail(path, "tensor '" + name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
+    p->value = src.value;
+    if (tf.half.count(name)) half = true;
+  }
+  return half;
+}
+
 std::vector<Decoder*> CaptionModel::member_decoders() {
   std::vector<Decoder*> out{decoder.get()};
   for (auto& d : more_members) out.push_back(d.get());
@@ -247,13 +263,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   } catch (const Error& e) {
     fail(path, e.what());
   }
-  for (auto* p : m->params()) {
-    const Param& src = tf.get(p->name, path);
-    if (src.shape != p->shape)
-      fail(path, "tensor '" + p->name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
-    p->value = src.value;
-    if (tf.half.count(p->name)) m->half_precision = true;
-  }
+  if (read_params(m->params(), tf, "", path)) m->half_precision = true;
   if (tf.metadata.count("ensemble")) {  // the decoders after the first (sat model ensemble)
     nlohmann::json configs = parse_json_checked(tf.metadata.at("ensemble"), path, "model header is malformed");
     if (!configs.is_array() || configs.empty())
@@ -275,13 +285,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       } catch (const Error& e) {
         fail(path, "ensemble member " + std::to_string(member) + ": " + e.what());
       }
-      for (auto* p : dec->params()) {
-        const std::string name = member_prefix(member) + p->name;
-        const Param& src = tf.get(name, path);
-        if (src.shape != p->shape)
-          fail(path, "tensor '" + name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
-        p->value = src.value;
-      }
+      read_params(dec->params(), tf, member_prefix(member), path);
       m->more_members.push_back(std::move(dec));
     }
     try {
@@ -365,11 +369,24 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, doub
                    : beam_search(all, F, n, beam, max_len, norm, no_repeat);
 }
 
+std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k) {
+  auto m = CaptionModel::load(path);
+  if (k < 1 || k > m->members())
+    fail(path, "has " + std::to_string(m->members()) + (m->members() == 1 ? " decoder" : " decoders") +
+                   ": there is no member " + std::to_string(k));
+  if (k > 1) {
+    std::swap(m->decoder, m->more_members[k - 2]);
+    m->decoder_config = m->decoder->config();
+  }
+  m->more_members.clear();
+  return m;
+}
+
 std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& paths) {
   if (paths.size() < 2) throw Error("model ensemble: give at least two model files");
   auto out = CaptionModel::load(paths[0]);
   out->half_precision = false;  // the members' weights as loaded; compact again to store float16
-  if (out->decoder_config.hard()) fail(paths[0], "uses hard attention, which an ensemble cannot average");
+  std::vector<const std::string*> member_file(out->members(), &paths[0]);  // where each decoder came from
   const std::string first_id = out->encoder_id();
   std::vector<Param*> first_tuned;
   if (out->tuned)
@@ -381,13 +398,6 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
                      "vocabulary (train members with sat train --init-from " + paths[0] + " --fresh-decoder --tune-lr 0)");
     };
     if (m->vocab.words != out->vocab.words) differs("the vocabulary differs");
-    for (Decoder* d : m->member_decoders()) {
-      if (d->config().hard()) fail(paths[k], "uses hard attention, which an ensemble cannot average");
-      if (d->config().attends() != out->decoder_config.attends())
-        fail(paths[k], std::string(d->config().attends() ? "attends" : "does not attend") + " and " + paths[0] +
-                           (out->decoder_config.attends() ? " does" : " does not") +
-                           ": an ensemble's decoders all attend, or none does");
-    }
     if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder differs");
     if (m->encoder_id() != first_id) differs("the encoder's weights differ");
     if (out->tuned) {  // fine-tuned layers: the very same weights
@@ -398,13 +408,17 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
         if (theirs[i]->name != first_tuned[i]->name || theirs[i]->value != first_tuned[i]->value)
           differs("the fine-tuned encoder weight " + theirs[i]->name + " differs");
     }
+    member_file.insert(member_file.end(), m->members(), &paths[k]);
     out->more_members.push_back(std::move(m->decoder));
     for (auto& d : m->more_members) out->more_members.push_back(std::move(d));
   }
   try {
     DecoderEnsemble check(out->member_decoders());
-  } catch (const Error& e) {
-    throw Error("model ensemble: " + std::string(e.what()));
+  } catch (const EnsembleMemberError& e) {  // named by its file; "member 1" is the first file's first decoder
+    std::string problem = e.problem;
+    const size_t at = problem.find("member 1");
+    if (at != std::string::npos) problem.replace(at, 8, paths[0]);
+    fail(*member_file[e.member - 1], problem + ": an ensemble's decoders all attend softly, or none attends");
   }
   return out;
 }

@@ -100,6 +100,10 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
 // --fresh-decoder --tune-lr 0 do) and the vocabulary, else the error names the file that differs.
 std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& paths);
 
+// Member k (1-based, in the file's order) of the ensemble at `path` as a model of its own: the shared encoder,
+// vocabulary and search settings with that one decoder (a single model is its own member 1).
+std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k);
+
 // A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`
 // (0: the file's default). What sat extract runs and sat train --encoder starts from. raw: the cut layer's own
 // output, not normalized for attention (ResNet v2) — what the layers fine-tuned after it read.

@@ -325,9 +325,14 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
 
   if (!model && !opt.init_from.empty()) {
     model = CaptionModel::load(opt.init_from);
-    if (model->members() > 1)
-      fail(opt.init_from, "is an ensemble of " + std::to_string(model->members()) +
-                              " decoders: train from one of its members' own files");
+    if (model->members() > 1) {
+      // Another member for an ensemble needs only its encoder and vocabulary; its decoders do not train on.
+      if (!opt.fresh_decoder)
+        fail(opt.init_from, "is an ensemble of " + std::to_string(model->members()) +
+                                " decoders: train from one of its members' own files, or give --fresh-decoder to "
+                                "train another member over its encoder");
+      model->more_members.clear();
+    }
     model->half_precision = false;  // the weights keep training in float32
     opt.started_from = provenance_of(opt.init_from, model->info);
     model->info = json::object();
