@@ -198,25 +198,8 @@ void add_model_commands(CLI::App& app) {
       ->expected(2, -1);
   ensemble->add_option("--out", a->out, "Model file to write")->required();
   ensemble->callback([a] {
-    auto m = ensemble_models(a->inputs);
-    nlohmann::json members = nlohmann::json::array();
-    for (auto& path : a->inputs) {
-      const nlohmann::json info = CaptionModel::load(path)->info;
-      if (info.contains("members") && info["members"].is_array()) {  // an ensemble given: its members, in order
-        for (const auto& one : info["members"]) members.push_back(one);
-        continue;
-      }
-      nlohmann::json one = {{"file", path}};
-      for (const char* key : {"command", "epoch", "averaged", "git_commit"})
-        if (info.contains(key)) one[key] = info[key];
-      members.push_back(one);
-    }
-    m->info["members"] = members;
+    auto m = ensemble_models(a->inputs);  // with each member's provenance in info.members
     m->info["ensembled"] = command_line();
-    m->info.erase("epoch");  // the first member's epoch, greedy validation and dev scores describe it alone
-    m->info.erase("val_scores");
-    m->info.erase("scores");
-    m->info.erase("scores_command");
     m->save(a->out);
     std::printf("%zu models -> %s: an ensemble of %d decoders\n", a->inputs.size(), a->out.c_str(), m->members());
   });

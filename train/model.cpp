@@ -1,5 +1,6 @@
 #include "train/model.hpp"
 
+#include <cctype>
 #include <cstdio>
 
 #include "datasets/json_checks.hpp"
@@ -387,6 +388,19 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
   auto out = CaptionModel::load(paths[0]);
   out->half_precision = false;  // the members' weights as loaded; compact again to store float16
   std::vector<const std::string*> member_file(out->members(), &paths[0]);  // where each decoder came from
+  // Each decoder's provenance, in order: a model gives its own, an ensemble the list it already holds.
+  nlohmann::json provenance = nlohmann::json::array();
+  auto add_provenance = [&](const nlohmann::json& info, const std::string& path) {
+    if (info.contains("members") && info["members"].is_array()) {
+      for (const auto& one : info["members"]) provenance.push_back(one);
+      return;
+    }
+    nlohmann::json one = {{"file", path}};
+    for (const char* key : {"command", "epoch", "averaged", "git_commit"})
+      if (info.contains(key)) one[key] = info[key];
+    provenance.push_back(one);
+  };
+  add_provenance(out->info, paths[0]);
   const std::string first_id = out->encoder_id();
   std::vector<Param*> first_tuned;
   if (out->tuned)
@@ -409,6 +423,7 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
           differs("the fine-tuned encoder weight " + theirs[i]->name + " differs");
     }
     member_file.insert(member_file.end(), m->members(), &paths[k]);
+    add_provenance(m->info, paths[k]);
     out->more_members.push_back(std::move(m->decoder));
     for (auto& d : m->more_members) out->more_members.push_back(std::move(d));
   }
@@ -417,9 +432,13 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
   } catch (const EnsembleMemberError& e) {  // named by its file; "member 1" is the first file's first decoder
     std::string problem = e.problem;
     const size_t at = problem.find("member 1");
-    if (at != std::string::npos) problem.replace(at, 8, paths[0]);
-    fail(*member_file[e.member - 1], problem + ": an ensemble's decoders all attend softly, or none attends");
+    if (at != std::string::npos && (at + 8 == problem.size() || !std::isdigit((unsigned char)problem[at + 8])))
+      problem.replace(at, 8, paths[0]);
+    fail(*member_file[e.member - 1], problem);
   }
+  out->info["members"] = provenance;
+  // the first member's epoch, greedy validation and dev scores describe it alone
+  for (const char* key : {"epoch", "val_scores", "scores", "scores_command"}) out->info.erase(key);
   return out;
 }
 

@@ -97,7 +97,8 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
 // An ensemble of the models at `paths` (at least two): the first model's encoder, vocabulary and settings, every
 // model's decoder (an ensemble given brings all its members). They must share the encoder exactly (its config,
 // its frozen weights and any fine-tuned layers' weights: members trained with sat train --init-from M
-// --fresh-decoder --tune-lr 0 do) and the vocabulary, else the error names the file that differs.
+// --fresh-decoder --tune-lr 0 do) and the vocabulary, else the error names the file that differs. info.members lists
+// each decoder's provenance (file, training command, epoch), an ensemble given bringing its own list.
 std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& paths);
 
 // Member k (1-based, in the file's order) of the ensemble at `path` as a model of its own: the shared encoder,
