@@ -326,6 +326,24 @@ expect_error "fine-tuned ResNet with a normalized cache" "^sat: $WORK/rn.feat: f
   "$SAT" eval --model "$WORK/rn3_t1/model.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" >/dev/null 2>&1 &&
   pass "a frozen ResNet model fine-tunes block3's last unit from --init-from (captions as before at step 0)" ||
   fail "--init-from a frozen model with --tune-from"
+# a model fine-tuned after block3/unit_22 tunes block3/unit_22 too: unit_23 keeps its trained weights, so before any
+# step it captions as before; tuning fewer units than it did would freeze trained ones again, and is refused
+"$SAT" train --init-from "$WORK/rn3_t1/model.sat" --tune-from block3/unit_21 --data "$WORK/val" --val-data "$WORK/val" \
+  --out "$WORK/rn3_t21" --epochs 0 >"$WORK/rn3_t21.log" 2>&1 &&
+  grep -q "fine-tuning the encoder after block3/unit_21, .* (the layers after block3/unit_22 from their fine-tuned weights)" "$WORK/rn3_t21.log" &&
+  "$SAT" model info "$WORK/rn3_t21/model.sat" | grep -q "fine-tuned after block3/unit_21" &&
+  "$SAT" eval --model "$WORK/rn3_t1/model.sat" --data "$WORK/val" --results-out "$WORK/rn3_t1_images.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn3_t21/model.sat" --data "$WORK/val" --results-out "$WORK/rn3_t21.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn3_t1_images.json" "$WORK/rn3_t21.json" &&
+  "$SAT" eval --model "$WORK/rn3_t21/model.sat" --data "$WORK/val" --features "$WORK/rn3_t21/features.feat" \
+    --results-out "$WORK/rn3_t21_cache.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn3_t21.json" "$WORK/rn3_t21_cache.json" &&
+  pass "a fine-tuned ResNet model tunes one more unit from --init-from (captions as before at step 0, from images and from the new raw cache)" ||
+  fail "--init-from a fine-tuned model with an earlier --tune-from: $(tail -2 "$WORK/rn3_t21.log")"
+expect_error "--tune-from that would freeze fine-tuned units" \
+  "^sat: train: --tune-from block3/unit_23 with $WORK/rn3_t1/model.sat: that model fine-tuned the layers after block3/unit_22, and layer 'block3/unit_23/.*' would be frozen again \(tune from a layer before block3/unit_22\)$" \
+  "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --tune-from block3/unit_23 --data "$WORK/val" --val-data "$WORK/val" \
+    --out "$WORK/never_t" --epochs 0
 # An ensemble: a second decoder trained afresh over rn3_t1's encoder (its fine-tuned unit kept as it is), then both
 # searched as one model; the same model twice captions exactly as the model alone.
 "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --fresh-decoder --tune-lr 0 --seed 5 --data "$WORK/val" \

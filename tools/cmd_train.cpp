@@ -25,7 +25,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--cut", o->cut, "With --encoder: layer that gives the grid")->capture_default_str();
   cmd->add_option("--tune-from", o->tune_from,
                   "With --encoder: fine-tune the layers after this one up to --cut (e.g. --cut mixed7 --tune-from "
-                  "mixed5); the feature cache holds this layer's grids");
+                  "mixed5); the feature cache holds this layer's grids. With --init-from a frozen ResNet model: its top units "
+                  "start fine-tuning; from one fine-tuned after a later layer: more units tune, the tuned ones kept");
   cmd->add_option("--tune-lr", o->tune_lr, "Learning rate of the fine-tuned encoder layers (decays like --lr; 0: they stay as they are)")
       ->capture_default_str();
   cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")->capture_default_str();

@@ -19,6 +19,11 @@
 # block3's units after that one fine-tuned (sat train --init-from --tune-from, on a cache of that unit's raw output,
 # $EPOCHS2 epochs at decoder rate $LR2 and encoder rate $TUNE_LR2), and steps 3-6 choose and ship again from its
 # epochs. The first stage's model is kept as $WORK/stage1.sat.
+# With $TUNE_MORE (a unit before $TUNE_AFTER; default empty: none), the second stage's model goes on training with
+# the units after that one fine-tuned, those after $TUNE_AFTER from their tuned weights (sat train --init-from
+# $WORK/stage2.sat --tune-from $TUNE_MORE, on a cache of that unit's raw output, $EPOCHS2B epochs at decoder rate $LR2B
+# and encoder rate $TUNE_LR2B, decaying 0.8 per epoch), and steps 3-6 choose and ship again (kept as $WORK/stage2b.sat);
+# the members below are then trained over its encoder.
 # With $MEMBERS > 0 (default 1, the shipped model; after a second stage), a third: $MEMBERS more decoders trained
 # afresh over the second stage's encoder, its fine-tuned unit kept as it is (sat train --init-from $WORK/stage2.sat --fresh-decoder --tune-lr 0
 # --seed 2, 3, ...; $EPOCHS3 epochs at $LR, the first stage's schedule), each member's epoch chosen as in step 3;
@@ -27,7 +32,7 @@
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
-#        EPOCHS2, LR2, TUNE_LR2, MEMBERS, EPOCHS3, WORK, SAT)
+#        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -43,6 +48,10 @@ tune_after=${TUNE_AFTER-block3/unit_22}  # empty (TUNE_AFTER=): stage 1 only
 epochs2=${EPOCHS2:-8}
 lr2=${LR2:-1e-4}
 tune_lr2=${TUNE_LR2:-1e-4}
+tune_more=${TUNE_MORE-}
+epochs2b=${EPOCHS2B:-4}
+lr2b=${LR2B:-1e-4}
+tune_lr2b=${TUNE_LR2B:-1e-4}
 members=${MEMBERS:-1}
 epochs3=${EPOCHS3:-8}
 work=${WORK:-runs/flickr8k-resnet}
@@ -94,18 +103,43 @@ if [ ! -f "$work/stage2.sat" ]; then  # stage 2 (a finished stage 2 is kept as s
   choose_and_ship "$sat" "$data" "$raw" "$work/stage2" models/flickr8k.sat \
     "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2: the first stage's model (its recipe: started_from) trained on with the units after $tune_after fine-tuned, from their raw output at $size, by the command above" \
     "$precision"
-  [ "$members" -gt 0 ] || exit 0
   cp models/flickr8k.sat "$work/stage2.sat.partial" && mv "$work/stage2.sat.partial" "$work/stage2.sat"
 fi
+base=$work/stage2.sat  # the model whose encoder the members share
+recipe2="TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2"
+if [ -n "$tune_more" ]; then
+  # Stage 2b: the second stage's model with more of block3's units fine-tuned.
+  raw=$work/$(echo "$tune_more" | tr / _)_$size.feat
+  if [ ! -f "$raw" ]; then
+    "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
+      --encoder "$weights" --cut "$tune_more" --size "$size" --raw
+  fi
+  recipe2="$recipe2 TUNE_MORE=$tune_more EPOCHS2B=$epochs2b LR2B=$lr2b TUNE_LR2B=$tune_lr2b"
+  if [ ! -f "$work/stage2b.sat" ]; then
+    if [ -f "$work/stage2b/checkpoint.sat" ]; then
+      "$sat" train --resume "$work/stage2b/checkpoint.sat" --more-epochs "$epochs2b" --patience "$epochs2b"
+    else
+      "$sat" train --init-from "$work/stage2.sat" --tune-from "$tune_more" --tune-lr "$tune_lr2b" \
+        --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
+        --epochs "$epochs2b" --batch 16 --lr "$lr2b" --lr-decay 0.8 --penalty 1 --patience "$epochs2b" --val-limit 200 \
+        --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/stage2b"
+    fi
+    choose_and_ship "$sat" "$data" "$raw" "$work/stage2b" models/flickr8k.sat \
+      "tools/train-flickr8k-model.sh ($settings $recipe2: the second stage's model (its recipe: started_from) trained on with the units after $tune_more fine-tuned, those after $tune_after from their tuned weights, from the raw output of $tune_more at $size, by the command above" \
+      "$precision"
+    cp models/flickr8k.sat "$work/stage2b.sat.partial" && mv "$work/stage2b.sat.partial" "$work/stage2b.sat"
+  fi
+  base=$work/stage2b.sat
+fi
 [ "$members" -gt 0 ] || exit 0
-# Stage 3: more decoders over the second stage's encoder, then all of them as one model.
-ensemble=("$work/stage2.sat")
+# Stage 3: more decoders over the encoder of $base, then all of them as one model.
+ensemble=("$base")
 for ((i = 2; i <= members + 1; i++)); do
   run=$work/member$i
   if [ -f "$run/checkpoint.sat" ]; then
     "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs3" --patience "$epochs3"
   else
-    "$sat" train --init-from "$work/stage2.sat" --fresh-decoder --tune-lr 0 --seed "$i" \
+    "$sat" train --init-from "$base" --fresh-decoder --tune-lr 0 --seed "$i" \
       --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
       --epochs "$epochs3" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs3" --val-limit 200 \
       --metric bleu4 --checkpoint-every 100 --keep-epochs --out "$run"
@@ -115,5 +149,5 @@ for ((i = 2; i <= members + 1; i++)); do
 done
 "$sat" model ensemble "${ensemble[@]}" --out "$work/ensemble.sat"
 ship "$sat" "$data" "$raw" "$work/ensemble.sat" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2 MEMBERS=$members EPOCHS3=$epochs3: the second stage's model and MEMBERS more decoders trained afresh over its encoder (their commands: members), each member's epoch chosen by dev BLEU-4 with beam 3, joined by sat model ensemble)" \
+  "tools/train-flickr8k-model.sh ($settings $recipe2 MEMBERS=$members EPOCHS3=$epochs3: $(basename "$base" .sat)'s model and MEMBERS more decoders trained afresh over its encoder (their commands: members), each member's epoch chosen by dev BLEU-4 with beam 3, joined by sat model ensemble)" \
   "$precision"

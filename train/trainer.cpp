@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <map>
 #include <omp.h>
 #include <set>
 #include <sys/stat.h>
@@ -347,9 +348,11 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     throw Error("train: --fresh-decoder needs --init-from MODEL (whose encoder and vocabulary it keeps)");
   }
   if (model && resume_path.empty() && !opt.tune_from.empty() && model->encoder_config.pretrained() &&
-      !model->encoder_config.tuned() && !model->encoder_weights_path.empty()) {
+      model->encoder_config.tune_from != opt.tune_from && !model->encoder_weights_path.empty()) {
     // A frozen model goes on training with its encoder's top units fine-tuned: the units after --tune-from start
-    // from the weights file the model names, the decoder from the model's trained weights.
+    // from the weights file the model names, the decoder from the model's trained weights. A model that already
+    // fine-tuned the units after a later layer tunes more of them: those keep their trained weights, the units
+    // in between start from the weights file.
     auto tuned = pretrained_encoder_model(model->encoder_weights_path, model->encoder_config.cut,
                                           model->encoder_config.input_size, false, false);
     tuned->encoder_config.tune_from = opt.tune_from;
@@ -365,10 +368,24 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     std::vector<Param*> from = model->decoder->params(), to = tuned->decoder->params();
     if (from.size() != to.size()) throw Error("train: " + opt.init_from + ": its decoder does not rebuild alike");
     for (size_t k = 0; k < from.size(); ++k) to[k]->value = from[k]->value;
+    if (model->tuned) {
+      std::map<std::string, Param*> trained;
+      for (auto& p : tuned->tuned->params()) trained[p.name] = &p;
+      for (auto& p : model->tuned->params()) {
+        auto it = trained.find(p.name);
+        if (it == trained.end() || it->second->shape != p.shape)
+          throw Error("train: --tune-from " + opt.tune_from + " with " + opt.init_from + ": that model fine-tuned " +
+                      "the layers after " + model->encoder_config.tune_from + ", and layer '" +
+                      p.name.substr(8, p.name.rfind('.') - 8) + "' would be frozen again (tune from a layer before " + model->encoder_config.tune_from + ")");
+        it->second->value = p.value;
+      }
+    }
     tuned->info = json::object();
+    const std::string kept = model->encoder_config.tune_from;
     model = std::move(tuned);
-    note(lead, "fine-tuning the encoder after %s, from the weights in %s\n", opt.tune_from.c_str(),
-         model->encoder_weights_path.c_str());
+    note(lead, "fine-tuning the encoder after %s, from the weights in %s%s\n", opt.tune_from.c_str(),
+         model->encoder_weights_path.c_str(),
+         kept.empty() ? "" : (" (the layers after " + kept + " from their fine-tuned weights)").c_str());
   }
   if (model && !opt.tune_from.empty() && model->encoder_config.tune_from != opt.tune_from)
     throw Error("train: --tune-from applies to a new model; " +
@@ -471,11 +488,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
           for (auto& img : set->images)
             if (seen.insert(img.file_name).second) paths.push_back(set->image_path(img)), names.push_back(img.file_name);
         std::fprintf(stderr, "encoding %zu images once into %s\n", names.size(), opt.features.c_str());
-        if (tuned)  // the frozen part only: the tuned blocks run at every step
-          extract_features(*pretrained_encoder_model(opt.encoder, model->encoder_config.tune_from,
-                                                     model->encoder_config.input_size, true),
-                           paths, names, opt.features, ExtractOptions());
-        else
+        if (tuned) {  // the frozen part only (the model's own weights, --init-from too): the tuned blocks run at every step
+          CaptionModel frozen;
+          frozen.encoder_config = model->encoder_config.cache_config();
+          frozen.encoder_weights = select_tensors(frozen.encoder_config.graph, model->encoder_weights, "encoder weights");
+          frozen.build_encoder();
+          extract_features(frozen, paths, names, opt.features, ExtractOptions());
+        } else
           extract_features(*model, paths, names, opt.features, ExtractOptions());
       }
     }
