@@ -368,20 +368,20 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     std::vector<Param*> from = model->decoder->params(), to = tuned->decoder->params();
     if (from.size() != to.size()) throw Error("train: " + opt.init_from + ": its decoder does not rebuild alike");
     for (size_t k = 0; k < from.size(); ++k) to[k]->value = from[k]->value;
-    if (model->tuned) {
+    const std::string kept = model->encoder_config.tune_from;  // empty: a frozen model
+    if (model->tuned) {  // parameter names ("encoder.<layer>.weight") are the same whichever unit tuning starts at
       std::map<std::string, Param*> trained;
       for (auto& p : tuned->tuned->params()) trained[p.name] = &p;
       for (auto& p : model->tuned->params()) {
         auto it = trained.find(p.name);
         if (it == trained.end() || it->second->shape != p.shape)
           throw Error("train: --tune-from " + opt.tune_from + " with " + opt.init_from + ": that model fine-tuned " +
-                      "the layers after " + model->encoder_config.tune_from + ", and layer '" +
-                      p.name.substr(8, p.name.rfind('.') - 8) + "' would be frozen again (tune from a layer before " + model->encoder_config.tune_from + ")");
+                      "the layers after " + kept + ", and layer '" + p.name.substr(8, p.name.rfind('.') - 8) +
+                      "' would be frozen again (tune from a layer before " + kept + ")");
         it->second->value = p.value;
       }
     }
     tuned->info = json::object();
-    const std::string kept = model->encoder_config.tune_from;
     model = std::move(tuned);
     note(lead, "fine-tuning the encoder after %s, from the weights in %s%s\n", opt.tune_from.c_str(),
          model->encoder_weights_path.c_str(),
