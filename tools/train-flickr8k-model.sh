@@ -85,21 +85,27 @@ if [ ! -f "$work/stage1.sat" ]; then  # stage 1 (a finished stage 1 is kept as s
   cp models/flickr8k.sat "$work/stage1.sat.partial" && mv "$work/stage1.sat.partial" "$work/stage1.sat"
 fi
 [ -z "$tune_after" ] && exit 0
-# Stage 2: the first stage's model, its encoder's units after $tune_after fine-tuned with the decoder.
-raw=$work/$(echo "$tune_after" | tr / _)_$size.feat
-if [ ! -f "$raw" ]; then
-  "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
-    --encoder "$weights" --cut "$tune_after" --size "$size" --raw
-fi
-if [ ! -f "$work/stage2.sat" ]; then  # stage 2 (a finished stage 2 is kept as stage2.sat)
-  if [ -f "$work/stage2/checkpoint.sat" ]; then  # (a larger EPOCHS2 extends a finished run)
-    "$sat" train --resume "$work/stage2/checkpoint.sat" --more-epochs "$epochs2" --patience "$epochs2"
-  else
-    "$sat" train --init-from "$work/stage1.sat" --tune-from "$tune_after" --tune-lr "$tune_lr2" \
-      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
-      --epochs "$epochs2" --batch 16 --lr "$lr2" --lr-decay 0.8 --penalty 1 --patience "$epochs2" --val-limit 200 \
-      --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/stage2"
+raw_cache() {  # unit: sets `raw` to the cache of that unit's raw output at $size, extracted if missing
+  raw=$work/$(echo "$1" | tr / _)_$size.feat
+  if [ ! -f "$raw" ]; then
+    "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
+      --encoder "$weights" --cut "$1" --size "$size" --raw
   fi
+}
+tune_run() {  # from_model tune_from tune_lr lr epochs out: trains (or resumes; a larger epochs extends a finished run)
+  if [ -f "$6/checkpoint.sat" ]; then
+    "$sat" train --resume "$6/checkpoint.sat" --more-epochs "$5" --patience "$5"
+  else
+    "$sat" train --init-from "$1" --tune-from "$2" --tune-lr "$3" \
+      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
+      --epochs "$5" --batch 16 --lr "$4" --lr-decay 0.8 --penalty 1 --patience "$5" --val-limit 200 \
+      --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$6"
+  fi
+}
+# Stage 2: the first stage's model, its encoder's units after $tune_after fine-tuned with the decoder.
+raw_cache "$tune_after"
+if [ ! -f "$work/stage2.sat" ]; then  # stage 2 (a finished stage 2 is kept as stage2.sat)
+  tune_run "$work/stage1.sat" "$tune_after" "$tune_lr2" "$lr2" "$epochs2" "$work/stage2"
   choose_and_ship "$sat" "$data" "$raw" "$work/stage2" models/flickr8k.sat \
     "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2: the first stage's model (its recipe: started_from) trained on with the units after $tune_after fine-tuned, from their raw output at $size, by the command above" \
     "$precision"
@@ -109,21 +115,10 @@ base=$work/stage2.sat  # the model whose encoder the members share
 recipe2="TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2"
 if [ -n "$tune_more" ]; then
   # Stage 2b: the second stage's model with more of block3's units fine-tuned.
-  raw=$work/$(echo "$tune_more" | tr / _)_$size.feat
-  if [ ! -f "$raw" ]; then
-    "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
-      --encoder "$weights" --cut "$tune_more" --size "$size" --raw
-  fi
+  raw_cache "$tune_more"
   recipe2="$recipe2 TUNE_MORE=$tune_more EPOCHS2B=$epochs2b LR2B=$lr2b TUNE_LR2B=$tune_lr2b"
   if [ ! -f "$work/stage2b.sat" ]; then
-    if [ -f "$work/stage2b/checkpoint.sat" ]; then
-      "$sat" train --resume "$work/stage2b/checkpoint.sat" --more-epochs "$epochs2b" --patience "$epochs2b"
-    else
-      "$sat" train --init-from "$work/stage2.sat" --tune-from "$tune_more" --tune-lr "$tune_lr2b" \
-        --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
-        --epochs "$epochs2b" --batch 16 --lr "$lr2b" --lr-decay 0.8 --penalty 1 --patience "$epochs2b" --val-limit 200 \
-        --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/stage2b"
-    fi
+    tune_run "$work/stage2.sat" "$tune_more" "$tune_lr2b" "$lr2b" "$epochs2b" "$work/stage2b"
     choose_and_ship "$sat" "$data" "$raw" "$work/stage2b" models/flickr8k.sat \
       "tools/train-flickr8k-model.sh ($settings $recipe2: the second stage's model (its recipe: started_from) trained on with the units after $tune_more fine-tuned, those after $tune_after from their tuned weights, from the raw output of $tune_more at $size, by the command above" \
       "$precision"
