@@ -113,6 +113,21 @@ COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 "$SAT" model average "$MODEL" "$MODEL" --out "$WORK/avg.sat" >/dev/null && "$SAT" model info "$WORK/avg.sat" | grep -q "^averaged: sat model average" \
   && [ "$("$SAT" caption "$IMG" --model "$WORK/avg.sat")" = "$(cat "$WORK/cap.txt")" ] \
   && pass "model average: a model averaged with itself captions as it does, recorded" || fail "model average"
+# a model trained from inside another folder names its paths from there; sat model rebase names them from here
+mkdir -p "$WORK/inside" && ls "$WORK/val/images" > "$WORK/split_all.txt"
+(cd "$WORK/inside" && "$SAT" train --data ../val --val-split ../split_all.txt --out run --epochs 0 --embed 8 --hidden 8 \
+  --attn 8 >/dev/null 2>&1) && (cd "$WORK" && "$SAT" model compact inside/run/model.sat --out inside/run/c.sat >/dev/null &&
+  "$SAT" model rebase inside/run/c.sat --ran-in inside --out rebased.sat >"$WORK/rebase.out") &&
+  "$SAT" model info "$WORK/rebased.sat" | grep -q "^command: sat train --data val --val-split split_all.txt --out inside/run " &&
+  "$SAT" model info "$WORK/rebased.sat" | grep -q "^data: val$" &&
+  "$SAT" model info "$WORK/rebased.sat" | grep -q "^rebased: sat model rebase inside/run/c.sat --ran-in inside" &&
+  grep -q "^  ../val -> val$" "$WORK/rebase.out" &&
+  "$SAT" model diff "$WORK/rebased.sat" "$WORK/inside/run/c.sat" --tolerance 0 >/dev/null &&
+  pass "model rebase: a model trained inside a folder names its data from here, weights unchanged" ||
+  fail "model rebase: $(cat "$WORK/rebase.out" 2>/dev/null)"
+expect_error "rebase from a folder that is not there" "^sat: $WORK/nowhere: is not a folder \(--ran-in\)$" \
+  "$SAT" model rebase "$MODEL" --ran-in "$WORK/nowhere" --out "$WORK/never.sat"
+[ ! -e "$WORK/never.sat" ] || fail "model rebase wrote a file after an error"
 expect_error "average models that differ in more than their weights" "^sat: .*flickr8k-inception.sat: the encoder differs from .*only models that differ in their weights average" \
   "$SAT" model average "$MODEL" "$ROOT/models/flickr8k-inception.sat" --out "$WORK/avg2.sat"
 BH=$(bleu "$WORK/compact.sat")

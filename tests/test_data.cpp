@@ -2,6 +2,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <set>
 #include <unistd.h>
 
 #include <opencv2/imgcodecs.hpp>
@@ -491,4 +492,41 @@ TEST_CASE("grounding: cell to box overlap") {
   CHECK(cell_overlaps_box(3, 8, 8, 128, 128, box));   // col 3: x 48..64
   CHECK(!cell_overlaps_box(4, 8, 8, 128, 128, box));  // col 4: x 64..80
   CHECK(!cell_overlaps_box(10, 8, 8, 128, 128, box)); // row 1
+}
+
+TEST_CASE("model files: recorded paths rebased from the folder a run started in (sat model rebase)") {
+  // what exists under runs/x: the run's own files, the shared data three levels up
+  const std::set<std::string> present = {"runs/x/stage.sat", "runs/x/member2", "runs/x/cache.feat",
+                                         "runs/x/../../../shared/data", "runs/x/../../../shared/data/dev.txt",
+                                         "runs/x/sat"};
+  auto exists = [&](const std::string& p) { return present.count(p) > 0; };
+  nlohmann::json info = {
+      {"command", "sat train --data ../../../shared/data --val-split ../../../shared/data/dev.txt --out member2 "
+                  "--features cache.feat --init-from stage.sat --keep-epochs true --lr 1e-4"},
+      {"started_from", "stage.sat: command sat train --data ../shared/data --out runs/y/model; recipe (runs/x)"},
+      {"members", {{{"file", "runs/x/stage.sat"}, {"command", "sat model average stage.sat, /abs/stage.sat"}}}},
+      {"data", "../../../shared/data"},
+      {"git_commit", "stage.sat"},
+      {"scores", {{"Bleu_4", 0.2}}},
+      {"epoch", 4}};
+  std::vector<std::pair<std::string, std::string>> rewrites;
+  nlohmann::json out = rebase_recorded_paths(info, "runs/x", exists, &rewrites);
+  CHECK(out["command"] ==
+        "sat train --data ../shared/data --val-split ../shared/data/dev.txt --out runs/x/member2 "
+        "--features runs/x/cache.feat --init-from runs/x/stage.sat --keep-epochs true --lr 1e-4");
+  // the start model's own record (run from here) names nothing under runs/x and stays; its leading name moves
+  CHECK(out["started_from"] == "runs/x/stage.sat: command sat train --data ../shared/data --out runs/y/model; recipe (runs/x)");
+  CHECK(out["members"][0]["file"] == "runs/x/stage.sat");  // already from here: runs/x/runs/x/stage.sat is nothing
+  CHECK(out["members"][0]["command"] == "sat model average runs/x/stage.sat, /abs/stage.sat");  // absolute stays
+  CHECK(out["data"] == "../shared/data");
+  CHECK(out["git_commit"] == "stage.sat");  // never a path
+  CHECK(out["scores"] == info["scores"]);
+  CHECK(out["epoch"] == 4);
+  REQUIRE(rewrites.size() == 5);
+  CHECK(rewrites[0] == std::make_pair(std::string("../../../shared/data"), std::string("../shared/data")));
+  CHECK(rewrites[2] == std::make_pair(std::string("member2"), std::string("runs/x/member2")));
+  // "sat" (a word without '/' or '.', not an option's value) is left alone although runs/x/sat exists
+  CHECK(out["command"].get<std::string>().rfind("sat train", 0) == 0);
+  // nothing under the folder: the record is unchanged
+  CHECK(rebase_recorded_paths(info, "elsewhere", exists) == info);
 }

@@ -1,4 +1,4 @@
-// sat model info / compact / set / average / ensemble / member / diff: what a model file holds, a smaller copy of it
+// sat model info / compact / set / rebase / average / ensemble / member / diff: what a model file holds, a smaller copy of it
 // for shipping, its search setting, the mean of several, several searched as one, one of those alone, and how far
 // two are apart.
 #include <algorithm>
@@ -133,7 +133,7 @@ void add_model_commands(CLI::App& app) {
                 s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
-                            "ensembled", "members", "member_of", "compacted", "search_set", "started_from"}) {
+                            "ensembled", "members", "member_of", "compacted", "search_set", "rebased", "started_from"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }
@@ -282,6 +282,29 @@ void add_model_commands(CLI::App& app) {
                   worst_absolute, same ? "within" : "BEYOND", *tolerance);
     }
     if (!same) throw CLI::RuntimeError(1);
+  });
+
+  auto ran_in = std::make_shared<std::string>();
+  auto* rebase = model->add_subcommand(
+      "rebase", "Write a copy whose recorded paths read from this folder: for a model trained (or averaged, compacted, "
+                "joined) in another folder, such as a run started inside runs/x, whose commands name paths from there. "
+                "Every relative path on record that names a file or folder under --ran-in is rewritten; the copy "
+                "records the command");
+  rebase->add_option("model", a->in, "Model file")->required();
+  rebase->add_option("--ran-in", *ran_in, "The folder the model's recorded commands ran in, from here")->required();
+  rebase->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
+  rebase->callback([a, ran_in] {
+    struct stat st;
+    if (stat(ran_in->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail(*ran_in, "is not a folder (--ran-in)");
+    auto m = CaptionModel::load(a->in);
+    std::vector<std::pair<std::string, std::string>> rewrites;
+    m->info = rebase_recorded_paths(
+        m->info, *ran_in, [](const std::string& p) { struct stat s; return stat(p.c_str(), &s) == 0; }, &rewrites);
+    m->info["rebased"] = command_line();
+    m->save(a->out);
+    std::printf("%s -> %s: %zu recorded path%s rebased from %s\n", a->in.c_str(), a->out.c_str(), rewrites.size(),
+                rewrites.size() == 1 ? "" : "s", ran_in->c_str());
+    for (const auto& [from, to] : rewrites) std::printf("  %s -> %s\n", from.c_str(), to.c_str());
   });
 
   auto* set = model->add_subcommand("set", "Write a copy with different search settings (the weights are unchanged); "

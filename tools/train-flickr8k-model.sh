@@ -19,16 +19,18 @@
 # block3's units after that one fine-tuned (sat train --init-from --tune-from, on a cache of that unit's raw output,
 # $EPOCHS2 epochs at decoder rate $LR2 and encoder rate $TUNE_LR2), and steps 3-6 choose and ship again from its
 # epochs. The first stage's model is kept as $WORK/stage1.sat.
-# With $TUNE_MORE (a unit before $TUNE_AFTER; default empty: none), the second stage's model goes on training with
+# With $TUNE_MORE (a unit before $TUNE_AFTER; default block3/unit_21, the shipped model), the second stage's model goes on training with
 # the units after that one fine-tuned, those after $TUNE_AFTER from their tuned weights (sat train --init-from
 # $WORK/stage2.sat --tune-from $TUNE_MORE, on a cache of that unit's raw output, $EPOCHS2B epochs at decoder rate $LR2B
 # and encoder rate $TUNE_LR2B, decaying 0.8 per epoch), and steps 3-6 choose and ship again (kept as $WORK/stage2b.sat);
 # the members below are then trained over its encoder.
 # With $MEMBERS > 0 (default 1, the shipped model; after a second stage), a third: $MEMBERS more decoders trained
-# afresh over the second stage's encoder, its fine-tuned unit kept as it is (sat train --init-from $WORK/stage2.sat --fresh-decoder --tune-lr 0
-# --seed 2, 3, ...; $EPOCHS3 epochs at $LR, the first stage's schedule), each member's epoch chosen as in step 3;
-# then the second stage's model and the members are joined (sat model ensemble: the searches average their word
-# distributions) and steps 4-6 ship the ensemble. The second stage's model is kept as $WORK/stage2.sat.
+# afresh over the encoder of the last stage's model ($WORK/stage2b.sat, or stage2.sat without $TUNE_MORE), its
+# fine-tuned units kept as they are (sat train --init-from that model --fresh-decoder --tune-lr 0 --seed 2, 3, ...;
+# $EPOCHS3 epochs at $LR, the first stage's schedule), each member's epoch chosen as in step 3;
+# then that model and the members are joined (sat model ensemble: the searches average their word
+# distributions), and by step 3's rule the ensemble or one of its decoders alone is chosen (the shipped model: the
+# member alone), which steps 4-6 ship. The second stage's model is kept as $WORK/stage2.sat.
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
@@ -48,7 +50,7 @@ tune_after=${TUNE_AFTER-block3/unit_22}  # empty (TUNE_AFTER=): stage 1 only
 epochs2=${EPOCHS2:-8}
 lr2=${LR2:-1e-4}
 tune_lr2=${TUNE_LR2:-1e-4}
-tune_more=${TUNE_MORE-}
+tune_more=${TUNE_MORE-block3/unit_21}  # empty (TUNE_MORE=): no stage 2b
 epochs2b=${EPOCHS2B:-4}
 lr2b=${LR2B:-1e-4}
 tune_lr2b=${TUNE_LR2B:-1e-4}
@@ -143,6 +145,16 @@ for ((i = 2; i <= members + 1; i++)); do
   ensemble+=("$chosen")
 done
 "$sat" model ensemble "${ensemble[@]}" --out "$work/ensemble.sat"
-ship "$sat" "$data" "$raw" "$work/ensemble.sat" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh ($settings $recipe2 MEMBERS=$members EPOCHS3=$epochs3: $(basename "$base" .sat)'s model and MEMBERS more decoders trained afresh over its encoder (their commands: members), each member's epoch chosen by dev BLEU-4 with beam 3, joined by sat model ensemble)" \
+# Stage 3's choice, by step 3's rule (BLEU-4 with beam 3): the ensemble, or one of its decoders alone (a decoder
+# trained afresh over stage 2b's encoder beat both that model's own decoder and their ensemble: README).
+shipped=$work/ensemble.sat choice="their ensemble (sat model ensemble)"
+best_b4=$(dev_bleu4 "$sat" "$data" "$raw" "$shipped" --beam 3 --length-norm 1)
+echo "the ensemble: dev BLEU-4 $best_b4 (beam 3)"
+for m in "${ensemble[@]}"; do
+  b4=$(dev_bleu4 "$sat" "$data" "$raw" "$m" --beam 3 --length-norm 1)
+  echo "$m alone: dev BLEU-4 $b4 (beam 3)"
+  if better "$b4" "$best_b4"; then shipped=$m choice="${m#"$work"/} alone" best_b4=$b4; fi
+done
+ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
+  "tools/train-flickr8k-model.sh ($settings $recipe2 MEMBERS=$members EPOCHS3=$epochs3: $(basename "$base" .sat)'s model, MEMBERS more decoders trained afresh over its encoder, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
   "$precision"

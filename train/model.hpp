@@ -1,5 +1,6 @@
 // A captioning model: encoder + decoder + vocabulary, and the model file that holds all three.
 #pragma once
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -104,6 +105,15 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
 // Member k (1-based, in the file's order) of the ensemble at `path` as a model of its own: the shared encoder,
 // vocabulary and search settings with that one decoder (a single model is its own member 1).
 std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k);
+
+// A model's provenance (its info) with the commands on record taken as run in the folder `ran_in` (a run started
+// inside runs/x, say) rewritten as seen from the current folder: every relative path in its text (an option's value,
+// or a word with a '/' or '.') that `exists` under ran_in becomes ran_in/path, normalized ("runs/x/../../data" is
+// "../data"). Absolute paths, option names and words naming nothing under ran_in stay; scores and the git commit are
+// not looked at. `rewrites` gets each (old, new) pair once, in order.
+nlohmann::json rebase_recorded_paths(const nlohmann::json& info, const std::string& ran_in,
+                                     const std::function<bool(const std::string&)>& exists,
+                                     std::vector<std::pair<std::string, std::string>>* rewrites = nullptr);
 
 // A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`
 // (0: the file's default). What sat extract runs and sat train --encoder starts from. raw: the cut layer's own

@@ -206,7 +206,7 @@ void save_checkpoint(const std::string& path, CaptionModel& model, const Adam& a
 std::string provenance_of(const std::string& path, const json& info) {
   std::string out = path;
   const char* sep = ": ";
-  for (const char* key : {"command", "recipe", "epoch", "averaged", "compacted", "search_set", "started_from"}) {
+  for (const char* key : {"command", "recipe", "epoch", "averaged", "compacted", "search_set", "rebased", "started_from"}) {
     if (!info.is_object() || !info.contains(key)) continue;
     const json& v = info[key];
     const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
