@@ -444,10 +444,6 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
   return out;
 }
 
-}  // namespace sat
-
-namespace sat {
-
 namespace {
 
 // One string of a model's provenance with its paths rebased (see rebase_recorded_paths).
