@@ -35,7 +35,8 @@ class MappedFile {
 };
 // Writes to "<path>.tmp.<pid>", fsyncs, then renames over path: a reader never sees half a file.
 void write_file_atomic(const std::string& path, const std::string& bytes);
-bool file_exists(const std::string& path);
+bool file_exists(const std::string& path);  // a file or a folder
+bool is_directory(const std::string& path);
 void make_dirs(const std::string& path);
 std::string join_path(const std::string& dir, const std::string& name);
 

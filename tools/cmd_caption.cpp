@@ -3,8 +3,8 @@
 #include <cstdio>
 #include <dirent.h>
 #include <nlohmann/json.hpp>
-#include <sys/stat.h>
 
+#include "datasets/io.hpp"
 #include "seq/search.hpp"
 #include "tools/commands.hpp"
 #include "train/model.hpp"
@@ -16,16 +16,11 @@ namespace sat {
 
 namespace {
 
-bool is_dir(const std::string& p) {
-  struct stat st {};
-  return stat(p.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
-}
-
 // Directories expand to the image files they hold (sorted).
 std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   std::vector<std::string> out;
   for (auto& in : inputs) {
-    if (!is_dir(in)) {
+    if (!is_directory(in)) {
       out.push_back(in);
       continue;
     }

@@ -294,12 +294,10 @@ void add_model_commands(CLI::App& app) {
   rebase->add_option("--ran-in", *ran_in, "The folder the model's recorded commands ran in, from here")->required();
   rebase->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
   rebase->callback([a, ran_in] {
-    struct stat st;
-    if (stat(ran_in->c_str(), &st) != 0 || !S_ISDIR(st.st_mode)) fail(*ran_in, "is not a folder (--ran-in)");
+    if (!is_directory(*ran_in)) fail(*ran_in, "is not a folder (--ran-in)");
     auto m = CaptionModel::load(a->in);
     std::vector<std::pair<std::string, std::string>> rewrites;
-    m->info = rebase_recorded_paths(
-        m->info, *ran_in, [](const std::string& p) { struct stat s; return stat(p.c_str(), &s) == 0; }, &rewrites);
+    m->info = rebase_recorded_paths(m->info, *ran_in, file_exists, &rewrites);
     m->info["rebased"] = command_line();
     m->save(a->out);
     std::printf("%s -> %s: %zu recorded path%s rebased from %s\n", a->in.c_str(), a->out.c_str(), rewrites.size(),

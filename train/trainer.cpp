@@ -8,8 +8,8 @@
 #include <map>
 #include <omp.h>
 #include <set>
-#include <sys/stat.h>
 
+#include "datasets/io.hpp"
 #include "datasets/json_checks.hpp"
 #include "seq/search.hpp"
 #include "train/extract.hpp"
@@ -82,8 +82,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
 
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
   CaptionSet set;
-  struct stat st;
-  const bool is_dir = stat(data.c_str(), &st) == 0 && S_ISDIR(st.st_mode);
+  const bool is_dir = is_directory(data);
   // A Karpathy split file names its splits inside: --train-split train (or val, test, restval).
   const bool named_split = (split == "train" || split == "val" || split == "test" || split == "restval") && !file_exists(split);
   if (is_dir) {
