@@ -92,6 +92,7 @@ json FeatureHeader::to_json() const {
     for (auto& [name, why] : skipped) list.push_back({{"image", name}, {"error", why}});
     j["skipped"] = list;
   }
+  if (mirrored) j["mirrored"] = true;  // absent otherwise, like "skipped"
   return j;
 }
 
@@ -127,6 +128,7 @@ static size_t parse_header(const unsigned char* p, size_t size, const std::strin
     h.images = j.at("images").get<std::vector<std::string>>();
     if (j.contains("skipped"))
       for (auto& e : j.at("skipped")) h.skipped.emplace_back(e.at("image").get<std::string>(), e.at("error").get<std::string>());
+    h.mirrored = j.value("mirrored", false);
   } catch (const std::exception& e) {
     fail(path, std::string("feature cache header is malformed (") + e.what() + ")");
   }
@@ -189,10 +191,15 @@ bool FeatureCache::was_skipped(const std::string& image) const {
   return false;
 }
 
-void FeatureCache::require(const std::string& encoder_id, const std::vector<std::string>& names) const {
+void FeatureCache::require(const std::string& encoder_id, const std::vector<std::string>& names, bool mirrored) const {
   if (header_.encoder_id != encoder_id)
     fail(path_, "feature cache was made by a different encoder (id " + header_.encoder_id + ", this model's is " +
                     encoder_id + "); extract it again with this encoder");
+  if (header_.mirrored && !mirrored)
+    fail(path_, "feature cache holds the photos mirrored (sat extract --mirror): it is for sat train --mirror-features, "
+                "not the photos' own features");
+  if (!header_.mirrored && mirrored)
+    fail(path_, "feature cache holds the photos as they are, not mirrored: make one with sat extract --mirror");
   for (auto& n : names)
     if (!index_.count(n)) fail(path_, "feature cache has no features for image '" + n + "'");
 }

@@ -24,6 +24,9 @@ struct FeatureHeader {
   std::vector<std::string> images;
   // Photos `sat extract --skip-bad` could not read, with the reason: the cache has no record for them.
   std::vector<std::pair<std::string, std::string>> skipped;
+  // Every photo was mirrored left to right before encoding (sat extract --mirror): the grids a training run reads
+  // for augmentation (sat train --mirror-features), never in place of a photo's own.
+  bool mirrored = false;
 
   int locations() const { return grid_h * grid_w; }
   size_t record_bytes() const { return (size_t)locations() * channels * (dtype == "f16" ? 2 : 4); }
@@ -44,8 +47,9 @@ class FeatureCache {
   int index_of(const std::string& image) const;  // -1 when absent
   // Record i as float32 (L x D). Pages of the record are released from memory afterwards (streaming).
   void read(int i, float* out) const;
-  // Throws Error unless the cache was made by this encoder (id) and holds every image in `names`.
-  void require(const std::string& encoder_id, const std::vector<std::string>& names) const;
+  // Throws Error unless the cache was made by this encoder (id), holds every image in `names` and is mirrored or not
+  // as `mirrored` asks.
+  void require(const std::string& encoder_id, const std::vector<std::string>& names, bool mirrored = false) const;
   bool was_skipped(const std::string& image) const;  // listed as unreadable when the cache was extracted
 
  private:

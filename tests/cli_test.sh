@@ -242,6 +242,17 @@ head -c 3000000 "$ENC" >"$WORK/truncated_enc.sat"
 expect_error "truncated encoder file" "^sat: $WORK/truncated_enc.sat: .*(truncated|outside)" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$WORK/truncated_enc.sat"
 expect_error "caption model as encoder file" "^sat: $MODEL: not a sat encoder file" "$SAT" extract --data "$WORK/val" --out "$WORK/x.feat" --encoder "$MODEL"
 "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" >/dev/null 2>&1 && pass "eval from the feature cache" || fail "eval from cache"
+# mirror augmentation: a cache of the photos mirrored trains beside the plain one, and is never read as a photo's own
+"$SAT" extract --data "$WORK/val" --out "$WORK/val_mirror.feat" --size 96 --cut mixed2 --mirror >/dev/null 2>&1 &&
+  "$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" \
+    --mirror-features "$WORK/val_mirror.feat" --out "$WORK/pre_mirror" --epochs 1 --val-limit 20 >"$WORK/mirror.log" 2>&1 &&
+  grep -q "mirror augmentation: each step reads a photo mirrored (from $WORK/val_mirror.feat) with probability 0.5" "$WORK/mirror.log" &&
+  "$SAT" model info "$WORK/pre_mirror/model.sat" | grep -q -- "--mirror-features $WORK/val_mirror.feat" &&
+  pass "train with --mirror-features (sat extract --mirror)" || fail "mirror augmentation: $(tail -2 "$WORK/mirror.log")"
+expect_error "a mirrored cache as the photos' own" "^sat: $WORK/val_mirror.feat: feature cache holds the photos mirrored" \
+  "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val_mirror.feat"
+expect_error "--mirror-features without a pretrained encoder" "^sat: train: --mirror-features needs a pretrained --encoder" \
+  "$SAT" train --data "$WORK/val" --mirror-features "$WORK/val_mirror.feat" --out "$WORK/nomirror" --epochs 1
 # A dataset with an unreadable photo: extract stops naming it, or with --skip-bad leaves it out and lists it in the
 # cache header; training from that cache says how many photos it lacks and goes on without them.
 cp -r "$WORK/val" "$WORK/valbad" && printf 'not a png' >"$WORK/valbad/images/000003.png"

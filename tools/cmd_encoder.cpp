@@ -105,6 +105,8 @@ void add_encoder_commands(CLI::App& app) {
   ex->add_option("--batch", x->opt.batch, "Images per encoder call")->capture_default_str();
   ex->add_flag("--skip-bad", x->opt.skip_bad, "Leave out images that cannot be read (each named on stderr, all listed "
                                               "in the cache header) instead of stopping at the first");
+  ex->add_flag("--mirror", x->opt.mirror, "Encode each photo mirrored left to right: the augmentation cache that "
+                                          "sat train --mirror-features reads (its header says so)");
   ex->add_option("--dtype", x->opt.dtype, "Stored precision: f16 (half the size) or f32")->capture_default_str();
   ex->callback([x] {
     std::unique_ptr<CaptionModel> model =

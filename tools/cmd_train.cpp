@@ -33,6 +33,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--features", o->features, "With --encoder: feature cache of the images (default: <out>/features.feat, "
                   "made if missing)");
   cmd->add_option("--val-features", o->val_features, "With --encoder: validation feature cache (default: --features)");
+  cmd->add_option("--mirror-features", o->mirror_features, "Augmentation: a cache of the training photos mirrored "
+                  "(sat extract --mirror, same encoder and cut as --features); each step reads a photo's mirrored grid "
+                  "with probability --mirror-prob, its captions with left and right swapped");
+  cmd->add_option("--mirror-prob", o->mirror_prob, "With --mirror-features: the probability a photo is read mirrored")
+      ->capture_default_str();
   cmd->add_option("--blocks", o->blocks, "Encoder conv blocks: output channels, each 3x3 conv+BN+ReLU+2x2 max pool")->capture_default_str();
   cmd->add_option("--input-size", o->input_size, "Encoder input side in pixels")->capture_default_str();
   cmd->add_option("--coord-channels", o->coord_channels, "Append (row, column) channels to the feature grid")->capture_default_str();

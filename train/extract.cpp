@@ -44,6 +44,7 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
   h.channels = model.encoder_config.feature_dim();
   h.dtype = opt.dtype;
   h.images = use_names;
+  h.mirrored = opt.mirror;
   FeatureWriter writer(out, h);
   const int total = (int)use_names.size(), start = writer.done();
   if (start > 0 && !opt.quiet) std::fprintf(stderr, "resuming %s.partial: %d of %d images already there\n", out.c_str(), start, total);
@@ -52,7 +53,7 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
   for (int s = start; s < total; s += opt.batch) {
     const int n = std::min(opt.batch, total - s);
     std::vector<std::string> batch(use_paths.begin() + s, use_paths.begin() + s + n);
-    std::vector<float> planes = model.load_planes(batch);
+    std::vector<float> planes = model.load_planes(batch, opt.mirror);
     Mat F = model.encode(planes, n);
     writer.append(F.data(), n);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -14,6 +14,8 @@ struct ExtractOptions {
   // Photos that cannot be read are left out and listed in the cache header (each named on stderr) instead of
   // stopping the run at the first one.
   bool skip_bad = false;
+  // Encode each photo mirrored left to right (recorded in the header): training's augmentation cache.
+  bool mirror = false;
 };
 
 // Writes `out` (via out.partial, resuming it when present). names: what the cache calls each image (its file

@@ -339,12 +339,14 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
   return out;
 }
 
-std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& paths) const {
+std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& paths, bool mirror) const {
   const int S = encoder_config.input_size;
   std::vector<float> planes(paths.size() * 3 * S * S);
-  for (size_t i = 0; i < paths.size(); ++i)
-    image_to_planes(load_image_bgr(paths[i]), S, encoder_config.mean, encoder_config.stdev,
-                    planes.data() + i * 3 * S * S);
+  for (size_t i = 0; i < paths.size(); ++i) {
+    cv::Mat bgr = load_image_bgr(paths[i]);
+    if (mirror) cv::flip(bgr, bgr, 1);
+    image_to_planes(bgr, S, encoder_config.mean, encoder_config.stdev, planes.data() + i * 3 * S * S);
+  }
   return planes;
 }
 

@@ -78,8 +78,8 @@ struct CaptionModel {
   static std::unique_ptr<CaptionModel> load(const std::string& path, const std::string& weights_dir = "",
                                             std::optional<PrecisionChoice> encoder_precision = {});
 
-  // Decodes and preprocesses images into N x 3 x S x S planes.
-  std::vector<float> load_planes(const std::vector<std::string>& paths) const;
+  // Decodes and preprocesses images into N x 3 x S x S planes (mirror: each flipped left to right first).
+  std::vector<float> load_planes(const std::vector<std::string>& paths, bool mirror = false) const;
   // One image into 3 x S x S planes at `out` (an unreadable image is an Error naming the file).
   void load_plane(const std::string& path, float* out) const;
   // Inference-mode encoder over planes: N*L x D features.

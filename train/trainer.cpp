@@ -31,6 +31,7 @@ json TrainOptions::to_json() const {
           {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
           {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
           {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
+          {"mirror_features", mirror_features}, {"mirror_prob", mirror_prob},
           {"tune_from", tune_from}, {"tune_lr", tune_lr},
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
           {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
@@ -57,6 +58,8 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.encoder_size = j.value("encoder_size", 0);
     o.features = j.value("features", std::string());
     o.val_features = j.value("val_features", std::string());
+    o.mirror_features = j.value("mirror_features", std::string());
+    o.mirror_prob = j.value("mirror_prob", 0.5f);
     o.tune_from = j.value("tune_from", std::string());
     o.tune_lr = j.value("tune_lr", 1e-4f);
     o.attention = j.value("attention", std::string("soft"));
@@ -78,6 +81,14 @@ TrainOptions TrainOptions::from_json(const json& j) {
     throw Error(std::string("training options are malformed (") + e.what() + ")");
   }
   return o;
+}
+
+std::vector<std::string> mirror_caption(const std::vector<std::string>& tokens) {
+  std::vector<std::string> out = tokens;
+  for (auto& w : out)
+    if (w == "left") w = "right";
+    else if (w == "right") w = "left";
+  return out;
 }
 
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
@@ -471,7 +482,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   }
   ImageBank train_bank, val_bank;
   std::vector<float> val_planes;
-  std::unique_ptr<FeatureCache> train_feats, val_feats_own;
+  std::unique_ptr<FeatureCache> train_feats, val_feats_own, mirror_feats;
+  if (!opt.mirror_features.empty()) {
+    if (!from_features)
+      throw Error("train: --mirror-features needs a pretrained --encoder (it is a feature cache of mirrored photos)");
+    if (self_critical) throw Error("train: --mirror-features is for cross-entropy training, not --objective cider");
+    if (!(opt.mirror_prob > 0 && opt.mirror_prob <= 1)) throw Error("train: --mirror-prob must be in (0, 1]");
+  }
   const FeatureCache* val_feats = nullptr;
   if (from_features) {
     // The frozen encoder runs once per image (sat extract); training reads the memory-mapped grids.
@@ -523,6 +540,12 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     for (auto& img : val_set.images) val_names.push_back(img.file_name);
     train_feats->require(model->encoder_id(), train_names);
     val_feats->require(model->encoder_id(), val_names);
+    if (!opt.mirror_features.empty()) {
+      mirror_feats = std::make_unique<FeatureCache>(opt.mirror_features);
+      mirror_feats->require(model->encoder_id(), train_names, true);
+      note(lead, "mirror augmentation: each step reads a photo mirrored (from %s) with probability %g\n",
+           opt.mirror_features.c_str(), opt.mirror_prob);
+    }
   } else {
     train_bank.load(train_set, S, "loading train images", lead);
     val_bank.load(val_set, S, "loading val images", lead);
@@ -539,6 +562,12 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     train_record[i] = train_feats->index_of(train_set.images[i].file_name);
   std::vector<std::vector<int>> caption_ids(train_set.captions.size());
   for (size_t i = 0; i < caption_ids.size(); ++i) caption_ids[i] = model->vocab.encode(train_set.captions[i].tokens);
+  std::vector<int> mirror_record;  // --mirror-features: each training photo's record there, and its captions mirrored
+  std::vector<std::vector<int>> mirrored_caption_ids;
+  if (mirror_feats) {
+    for (auto& img : train_set.images) mirror_record.push_back(mirror_feats->index_of(img.file_name));
+    for (auto& c : train_set.captions) mirrored_caption_ids.push_back(model->vocab.encode(mirror_caption(c.tokens)));
+  }
   std::unique_ptr<CiderDScorer> cider;  // self-critical reward: CIDEr-D with the training split's document frequencies
   if (self_critical) {
     std::vector<std::vector<Tokens>> refs(train_set.images.size());
@@ -567,9 +596,14 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   }
   std::vector<float> planes, grid, tuned_grid;
   Mat F, dF;
+  std::vector<char> step_mirrored;  // this step's photos (this rank's share) that read their mirrored grids
   auto read_grids = [&](const std::vector<int>& idx, std::vector<float>& out) {
     out.resize(idx.size() * cache_L * cache_D);
-    for (size_t k = 0; k < idx.size(); ++k) train_feats->read(train_record[idx[k]], out.data() + k * cache_L * cache_D);
+    for (size_t k = 0; k < idx.size(); ++k)
+      if (k < step_mirrored.size() && step_mirrored[k])
+        mirror_feats->read(mirror_record[idx[k]], out.data() + k * cache_L * cache_D);
+      else
+        train_feats->read(train_record[idx[k]], out.data() + k * cache_L * cache_D);
   };
   // What a saved model records about its run and the epoch it ends.
   auto epoch_info = [&](int epoch, const json& val_scores) {
@@ -660,6 +694,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
         }
       };
       const uint64_t step_seed = rng.engine();  // dropout masks, glimpses and samples: one stream per caption
+      // --mirror-features: which photos of the global batch are read mirrored (from the step's seed, so every rank
+      // and a resumed run choose alike; the run's other random numbers are those of a run without it)
+      std::vector<char> batch_mirrored(mirror_feats ? batch.size() : 0);
+      for (size_t k = 0; k < batch_mirrored.size(); ++k)
+        batch_mirrored[k] = RowRng(row_seed(step_seed ^ 0x6d6972726f72ull, k)).uniform() < opt.mirror_prob;
+      step_mirrored.assign(batch_mirrored.begin() + std::min(batch_mirrored.size(), (size_t)mine.begin),
+                           batch_mirrored.begin() + std::min(batch_mirrored.size(), (size_t)mine.end));
       std::vector<double> stats(kStats, 0.0);
       double my_rows = 0, all_rows = 0;  // decoder rows: this rank's and the global batch's
       if (self_critical) {
@@ -680,8 +721,10 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
             shuffle(ci, rng);
             ci.resize(opt.captions_per_image);
           }
+          const bool mirrored = !batch_mirrored.empty() && batch_mirrored[k];
           for (int c : ci)
-            for (int r = 0; r < samples; ++r) caps.push_back(caption_ids[c]), cap_image.push_back(k);
+            for (int r = 0; r < samples; ++r)
+              caps.push_back(mirrored ? mirrored_caption_ids[c] : caption_ids[c]), cap_image.push_back(k);
         }
         if (caps.empty()) continue;  // alike on every rank
         int64_t global_tokens = 0;   // as CaptionBatch::from_ids masks them: the words kept, and <end>

@@ -32,6 +32,10 @@ struct TrainOptions {
   int encoder_size = 0;     // pretrained input side (0: the encoder file's default)
   std::string features;     // feature cache for a pretrained encoder (default: <out>/features.feat, extracted)
   std::string val_features; // validation feature cache (default: the same file)
+  // Augmentation: a cache of the training photos mirrored left to right (sat extract --mirror). Each step reads a
+  // photo's mirrored grid with probability mirror_prob, and its captions with "left" and "right" swapped.
+  std::string mirror_features;
+  float mirror_prob = 0.5f;
   // Fine-tune the encoder's layers after this one (e.g. mixed5, with --cut mixed7): the cache holds this layer's
   // grids, the layers up to --cut train with the decoder at tune_lr (decaying like lr). Empty: the encoder is frozen.
   // tune_lr 0: the tuned layers stay as they are (they run forward only, at every step).
@@ -121,6 +125,9 @@ struct ResumeOverrides {
 // writes every file. The model is the one a single process makes, up to the order of floating-point sums.
 TrainSummary train(TrainOptions opt, const std::string& resume_path = "", const ResumeOverrides& more = {},
                    int64_t stop_after_steps = 0, Collective* ranks = nullptr);
+
+// A caption as the photo mirrored left to right would be described: "left" and "right" swap, other words stay.
+std::vector<std::string> mirror_caption(const std::vector<std::string>& tokens);
 
 // Loads a caption set from a data dir or COCO JSON (+ image folder) and an optional split list.
 CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split);
