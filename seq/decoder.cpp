@@ -436,13 +436,23 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   C.probs.noalias() = C.od * value_of(P(kOutW));
   C.probs.rowwise() += value_of(P(kOutB)).row(0);
   softmax_rows(C.probs);
+  const double eps = batch.label_smoothing;
+  if (eps < 0 || eps >= 1) throw Error("decoder: label smoothing must be in [0, 1)");
   for (int t = 0; t < T; ++t) {
     for (int b = 0; b < B; ++b) {
       if (batch.mask[(size_t)b * T + t] == 0) continue;
       int y = batch.target[(size_t)b * T + t];
-      double lp = std::log(std::max(C.probs((int64_t)t * B + b, y), 1e-30f));
+      const int64_t r = (int64_t)t * B + b;
+      double lp = std::log(std::max(C.probs(r, y), 1e-30f));
       ce -= lp;
-      if (!batch.row_weight.empty()) wce -= batch.row_weight[b] * lp;
+      double trained = -lp;  // this token's term of the objective backward differentiates
+      if (eps > 0) {
+        double mean_lp = 0;
+        for (int64_t k = 0; k < C.probs.cols(); ++k) mean_lp += std::log(std::max(C.probs(r, k), 1e-30f));
+        mean_lp /= (double)C.probs.cols();
+        trained = -(1 - eps) * lp - eps * mean_lp;
+      }
+      wce += (batch.row_weight.empty() ? 1.0 : batch.row_weight[b]) * trained;
       logp_caption[b] += lp;
       if (hard) logp_step[(size_t)b * T + t] = lp;
       loss.tokens++;
@@ -482,7 +492,8 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   }
   loss.cross_entropy = loss.tokens ? ce / loss.tokens : 0;
   loss.weighted = !batch.row_weight.empty();
-  loss.weighted_cross_entropy = loss.tokens ? wce / loss.tokens : 0;
+  loss.smoothed = eps > 0;
+  loss.trained_cross_entropy = loss.tokens ? wce / loss.tokens : 0;
   loss.penalty = score_ ? penalty_weight * (1.f - C.alpha_sum.array()).square().mean() : 0.0;
   return loss;
 }
@@ -557,13 +568,19 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   Mat dcov_later = Mat::Zero(B, L);
   // softmax + cross-entropy, and the output layer, for all steps at once (as in forward)
   Mat dlogits = C.probs;
+  const float eps = batch.label_smoothing, eps_per_word = eps / (float)C.probs.cols();
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < B; ++b) {
       float m = batch.mask[(size_t)b * T + t] * inv_tokens;
       if (!batch.row_weight.empty()) m *= batch.row_weight[b];
       const int64_t r = (int64_t)t * B + b;
       dlogits.row(r) *= m;
-      dlogits(r, batch.target[(size_t)b * T + t]) -= m;
+      if (eps > 0) {  // target (1 - eps) on the word, eps / V on every word
+        dlogits(r, batch.target[(size_t)b * T + t]) -= m * (1 - eps);
+        dlogits.row(r).array() -= m * eps_per_word;
+      } else {
+        dlogits(r, batch.target[(size_t)b * T + t]) -= m;
+      }
     }
   grad_of(P(kOutW)).noalias() += C.od.transpose() * dlogits;
   grad_of(P(kOutB)).row(0) += dlogits.colwise().sum();

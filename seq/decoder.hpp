@@ -61,6 +61,10 @@ struct CaptionBatch {
   // Per row, a factor on that row's cross-entropy in the gradient (self-critical training: the caption's advantage,
   // which may be negative). Empty: 1 for every row. The reported loss stays the plain cross-entropy.
   std::vector<float> row_weight;
+  // Label smoothing (Szegedy et al. 2016): the gradient's target puts 1 - label_smoothing on the reference word and
+  // label_smoothing spread evenly over the whole vocabulary. 0: the reference word alone. The reported loss stays
+  // the plain cross-entropy.
+  float label_smoothing = 0;
   // Per row, the feature grid it reads (the captions of one image share its grid, which is then stored, projected
   // and differentiated once). Empty: row b reads grid b.
   std::vector<int> grid;
@@ -84,11 +88,12 @@ struct DecoderLoss {
   // of the estimator's weights), and the mean entropy of alpha
   double advantage_mean = 0, advantage_var = 0, entropy = 0;
   int64_t advantage_count = 0;  // the sampled steps those are over
-  // with row weights: sum over real tokens of w_row * -log p, over the number of real tokens (what backward
-  // differentiates in place of the cross-entropy)
-  bool weighted = false;
-  double weighted_cross_entropy = 0;
-  double total() const { return (weighted ? weighted_cross_entropy : cross_entropy) + penalty; }
+  // With row weights or label smoothing: what backward differentiates in place of the cross-entropy, the sum over
+  // real tokens of w_row * ((1 - eps) * -log p(word) + eps * mean over the vocabulary of -log p), over the number of
+  // real tokens (w_row 1 without row weights, eps the label smoothing).
+  bool weighted = false, smoothed = false;
+  double trained_cross_entropy = 0;
+  double total() const { return (weighted || smoothed ? trained_cross_entropy : cross_entropy) + penalty; }
 };
 
 struct DecoderCache {

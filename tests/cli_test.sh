@@ -251,6 +251,15 @@ expect_error "caption model as encoder file" "^sat: $MODEL: not a sat encoder fi
   pass "train with --mirror-features (sat extract --mirror)" || fail "mirror augmentation: $(tail -2 "$WORK/mirror.log")"
 expect_error "a mirrored cache as the photos' own" "^sat: $WORK/val_mirror.feat: feature cache holds the photos mirrored" \
   "$SAT" eval --model "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val_mirror.feat"
+"$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" --label-smoothing 0.1 \
+    --out "$WORK/pre_smooth" --epochs 1 --val-limit 20 >"$WORK/smooth.log" 2>&1 &&
+  "$SAT" model info "$WORK/pre_smooth/model.sat" | grep -q -- "--label-smoothing 0.1" &&
+  pass "train with --label-smoothing" || fail "label smoothing: $(tail -2 "$WORK/smooth.log")"
+expect_error "label smoothing of 1" "^sat: train: --label-smoothing must be in \[0, 1\)" \
+  "$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" --label-smoothing 1 --out "$WORK/bad_smooth"
+expect_error "label smoothing with self-critical training" "^sat: train: --label-smoothing is for cross-entropy training" \
+  "$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" --label-smoothing 0.1 \
+    --objective cider --out "$WORK/bad_smooth"
 expect_error "--mirror-features without a pretrained encoder" "^sat: train: --mirror-features needs a pretrained --encoder" \
   "$SAT" train --data "$WORK/val" --mirror-features "$WORK/val_mirror.feat" --out "$WORK/nomirror" --epochs 1
 # A dataset with an unreadable photo: extract stops naming it, or with --skip-bad leaves it out and lists it in the

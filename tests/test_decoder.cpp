@@ -187,8 +187,8 @@ TEST_CASE("decoder: row weights (self-critical advantages, negative too) scale e
     DecoderCache cache;
     DecoderLoss loss = dec.forward(F, cb, 0.f, false, nullptr, cache);
     CHECK(loss.weighted);
-    CHECK(loss.total() == doctest::Approx(loss.weighted_cross_entropy));
-    CHECK(std::abs(loss.weighted_cross_entropy - loss.cross_entropy) > 1e-3);  // the weights change the objective
+    CHECK(loss.total() == doctest::Approx(loss.trained_cross_entropy));
+    CHECK(std::abs(loss.trained_cross_entropy - loss.cross_entropy) > 1e-3);  // the weights change the objective
     for (auto* p : dec.params()) p->zero_grad();
     dec.backward(cache, nullptr);
     for (auto* p : dec.params()) {
@@ -199,6 +199,60 @@ TEST_CASE("decoder: row weights (self-critical advantages, negative too) scale e
                                     12, 5e-3);
       CHECK(r.worst < 1e-2);
     }
+  }
+}
+
+TEST_CASE("decoder: label smoothing's gradient matches finite differences of its objective; 0 is the plain loss") {
+  for (const char* attention : {"soft", "none"}) {
+    CAPTURE(attention);
+    Rng rng(13);
+    DecoderConfig cfg = small_config(0.f, false, "additive", attention);
+    Decoder dec(cfg);
+    dec.init(rng);
+    Mat F = random_features(3, cfg, rng);
+    CaptionBatch cb = small_batch();
+    DecoderCache cache;
+    const DecoderLoss plain = dec.forward(F, cb, 0.f, false, nullptr, cache);
+    CHECK(!plain.smoothed);
+    CHECK(plain.total() == plain.cross_entropy);
+    cb.label_smoothing = 0.1f;
+    const DecoderLoss loss = dec.forward(F, cb, 0.f, false, nullptr, cache);
+    CHECK(loss.smoothed);
+    CHECK(loss.cross_entropy == plain.cross_entropy);  // the reported loss stays the plain one
+    // (1 - eps) -log p(word) + eps * mean over the vocabulary of -log p, averaged over the real tokens
+    double expected = 0;
+    int tokens = 0;
+    for (int t = 0; t < cb.T; ++t)
+      for (int b = 0; b < cb.B; ++b) {
+        if (cb.mask[(size_t)b * cb.T + t] == 0) continue;
+        const auto row = cache.probs.row((int64_t)t * cb.B + b).array().cast<double>();
+        expected += 0.9 * -std::log(row(cb.target[(size_t)b * cb.T + t])) + 0.1 * -row.log().mean();
+        ++tokens;
+      }
+    CHECK(loss.trained_cross_entropy == doctest::Approx(expected / tokens).epsilon(1e-5));
+    CHECK(loss.total() == doctest::Approx(loss.trained_cross_entropy));
+    CHECK(std::abs(loss.trained_cross_entropy - plain.cross_entropy) > 1e-3);
+    cb.row_weight = {0.7f, -1.3f, 2.0f};  // with row weights too, both apply
+    dec.forward(F, cb, 0.f, false, nullptr, cache);
+    for (auto* p : dec.params()) p->zero_grad();
+    Mat dF;
+    dec.backward(cache, &dF);
+    for (auto* p : dec.params()) {
+      if (!p->trainable) continue;
+      CAPTURE(p->name);
+      FloatBuffer analytic = p->grad;
+      auto r = test::check_gradient(p->value, analytic, [&] { return dec.forward(F, cb, 0.f, false, nullptr, cache).total(); },
+                                    12, 5e-3);
+      CHECK(r.worst < 1e-2);
+    }
+    std::vector<float> fvals(F.data(), F.data() + F.size()), fgrad(dF.data(), dF.data() + dF.size());
+    auto r = test::check_gradient(fvals, fgrad, [&] {
+      Mat G = Eigen::Map<Mat>(fvals.data(), F.rows(), F.cols());
+      return dec.forward(G, cb, 0.f, false, nullptr, cache).total();
+    }, 30, 5e-3);
+    CHECK(r.worst < 1e-2);
+    cb.label_smoothing = 1.f;
+    CHECK_THROWS_AS(dec.forward(F, cb, 0.f, false, nullptr, cache), Error);
   }
 }
 

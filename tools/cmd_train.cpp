@@ -80,6 +80,9 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();
   cmd->add_option("--lr-decay", o->lr_decay, "Learning rate factor per epoch")->capture_default_str();
   cmd->add_option("--clip", o->clip, "Gradient-norm clipping threshold (0 = off)")->capture_default_str();
+  cmd->add_option("--label-smoothing", o->label_smoothing, "Cross-entropy training: put this much of the target's "
+                  "probability evenly over the vocabulary instead of on the reference word (0: off; 0.1 is usual)")
+      ->capture_default_str();
   cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")->capture_default_str();
   cmd->add_option("--patience", o->patience, "Stop after this many epochs without a better validation score (--metric); with --resume, overrides the checkpoint's")->capture_default_str();
   cmd->add_option("--val-limit", o->val_limit, "Validate on at most this many images (0 = all)")->capture_default_str();

@@ -29,7 +29,7 @@ json TrainOptions::to_json() const {
           {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim}, {"dropout", dropout}, {"coverage", coverage}, {"max_len", max_len},
           {"min_count", min_count}, {"epochs", epochs}, {"batch_images", batch_images},
           {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
-          {"penalty", penalty}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
+          {"penalty", penalty}, {"label_smoothing", label_smoothing}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
           {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
           {"mirror_features", mirror_features}, {"mirror_prob", mirror_prob},
           {"tune_from", tune_from}, {"tune_lr", tune_lr},
@@ -60,6 +60,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.val_features = j.value("val_features", std::string());
     o.mirror_features = j.value("mirror_features", std::string());
     o.mirror_prob = j.value("mirror_prob", 0.5f);
+    o.label_smoothing = j.value("label_smoothing", 0.f);
     o.tune_from = j.value("tune_from", std::string());
     o.tune_lr = j.value("tune_lr", 1e-4f);
     o.attention = j.value("attention", std::string("soft"));
@@ -322,6 +323,9 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1) throw Error("train: --batch and --max-len must be positive, --epochs not negative");
   if (opt.objective != "xe" && opt.objective != "cider") throw Error("train: --objective must be xe or cider");
   const bool self_critical = opt.objective == "cider";
+  if (!(opt.label_smoothing >= 0 && opt.label_smoothing < 1)) throw Error("train: --label-smoothing must be in [0, 1)");
+  if (self_critical && opt.label_smoothing > 0)
+    throw Error("train: --label-smoothing is for cross-entropy training, not --objective cider");
   if (self_critical && opt.scst_samples < 2) throw Error("train: --scst-samples must be at least 2 (the baseline is the other samples' mean)");
 
   CaptionSet train_set = load_caption_set(opt.data, opt.images, opt.train_split);
@@ -740,6 +744,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
             cb.grid.push_back(cap_image[r] - mine.begin);  // the captions of an image read its grid once
             cb.row_seed.push_back(row_seed(step_seed, r));
           }
+          cb.label_smoothing = opt.label_smoothing;
           cb.norm_tokens = global_tokens;
           cb.norm_rows = (int)caps.size();
           if (model->decoder_config.hard()) {

@@ -74,6 +74,8 @@ struct TrainOptions {
   int batch_images = 16;
   int captions_per_image = 0;  // 0: every caption of each image in the batch
   float lr = 1e-3f, lr_decay = 0.9f, clip = 5.f, penalty = 1.f;
+  // Cross-entropy training: the target puts this much probability evenly over the vocabulary (0: off).
+  float label_smoothing = 0;
   int patience = 4;
   int val_limit = 0;  // validate on at most this many images (0: all)
   int checkpoint_every = 100;
