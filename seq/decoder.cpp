@@ -446,12 +446,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       double lp = std::log(std::max(C.probs(r, y), 1e-30f));
       ce -= lp;
       double trained = -lp;  // this token's term of the objective backward differentiates
-      if (eps > 0) {
-        double mean_lp = 0;
-        for (int64_t k = 0; k < C.probs.cols(); ++k) mean_lp += std::log(std::max(C.probs(r, k), 1e-30f));
-        mean_lp /= (double)C.probs.cols();
-        trained = -(1 - eps) * lp - eps * mean_lp;
-      }
+      if (eps > 0) trained = -(1 - eps) * lp - eps * (double)C.probs.row(r).array().max(1e-30f).log().mean();
       wce += (batch.row_weight.empty() ? 1.0 : batch.row_weight[b]) * trained;
       logp_caption[b] += lp;
       if (hard) logp_step[(size_t)b * T + t] = lp;

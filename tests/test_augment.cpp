@@ -2,8 +2,6 @@
 // flipped left to right, and its captions say "right" where they said "left".
 #include <doctest/doctest.h>
 
-#include <cstdio>
-#include <unistd.h>
 
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
@@ -15,31 +13,16 @@
 #include "train/extract.hpp"
 #include "train/model.hpp"
 #include "train/trainer.hpp"
+#include "tests/scratch.hpp"
 
 using namespace sat;
 
 namespace {
 
+using test::TempDir;
+using test::error_of;
+
 const std::string kInception = std::string(SAT_SOURCE_DIR) + "/models/inception_v3.sat";
-
-struct ScratchDir {
-  std::string path;
-  ScratchDir() {
-    char tmpl[] = "/tmp/sat_augment_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~ScratchDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 std::vector<std::string> words_of(const std::string& text) {
   std::vector<std::string> out;
@@ -97,6 +80,21 @@ std::vector<float> record(const FeatureCache& cache, int i) {
   return out;
 }
 
+// A synthetic dataset (plain/), the same photos flipped with their captions mirrored (flipped/), and three caches:
+// plain.feat, mirror.feat (plain/ encoded mirrored) and flipped.feat (flipped/ encoded as it is).
+struct MirroredSets {
+  TempDir dir;
+  MirroredSets(int images, uint64_t seed) {
+    SynthOptions so;
+    so.images = images, so.size = 96, so.seed = seed;
+    write_synth_dataset(dir.file("plain"), so);
+    write_mirrored_dataset(dir.file("plain"), dir.file("flipped"));
+    extract(dir.file("plain"), dir.file("plain.feat"), false);
+    extract(dir.file("plain"), dir.file("mirror.feat"), true);
+    extract(dir.file("flipped"), dir.file("flipped.feat"), false);
+  }
+};
+
 // Every decoder weight of a model file, in order.
 std::vector<float> decoder_weights(const std::string& path) {
   auto m = CaptionModel::load(path);
@@ -116,14 +114,8 @@ TEST_CASE("mirror augmentation: captions swap left and right, nothing else") {
 }
 
 TEST_CASE("mirror augmentation: a mirrored cache is the flipped photos' grids, and says so in its header") {
-  ScratchDir dir;
-  SynthOptions so;
-  so.images = 6, so.size = 96, so.seed = 11;
-  write_synth_dataset(dir.file("plain"), so);
-  write_mirrored_dataset(dir.file("plain"), dir.file("flipped"));
-  extract(dir.file("plain"), dir.file("plain.feat"), false);
-  extract(dir.file("plain"), dir.file("mirror.feat"), true);
-  extract(dir.file("flipped"), dir.file("flipped.feat"), false);
+  MirroredSets sets(6, 11);
+  const TempDir& dir = sets.dir;
   FeatureCache plain(dir.file("plain.feat")), mirror(dir.file("mirror.feat")), flipped(dir.file("flipped.feat"));
   CHECK(!plain.header().mirrored);
   CHECK(mirror.header().mirrored);
@@ -145,14 +137,8 @@ TEST_CASE("mirror augmentation: a mirrored cache is the flipped photos' grids, a
 }
 
 TEST_CASE("mirror augmentation: training on mirrored grids is training on the flipped photos with mirrored captions") {
-  ScratchDir dir;
-  SynthOptions so;
-  so.images = 24, so.size = 96, so.seed = 12;
-  write_synth_dataset(dir.file("plain"), so);
-  write_mirrored_dataset(dir.file("plain"), dir.file("flipped"));
-  extract(dir.file("plain"), dir.file("plain.feat"), false);
-  extract(dir.file("plain"), dir.file("mirror.feat"), true);
-  extract(dir.file("flipped"), dir.file("flipped.feat"), false);
+  MirroredSets sets(24, 12);
+  const TempDir& dir = sets.dir;
 
   TrainOptions start;  // an untrained model: its vocabulary and weights are every run's start
   start.data = dir.file("plain");

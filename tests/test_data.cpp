@@ -16,28 +16,13 @@
 #include "train/metrics.hpp"
 #include "train/model.hpp"
 #include "vision/image.hpp"
+#include "tests/scratch.hpp"
 
 using namespace sat;
 
 namespace {
-struct TempDir {
-  std::string path;
-  TempDir() {
-    char tmpl[] = "/tmp/sat_test_XXXXXX";
-    path = mkdtemp(tmpl);
-  }
-  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
-  std::string file(const std::string& name) const { return path + "/" + name; }
-};
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
+using test::TempDir;
+using test::error_of;
 
 // A tiny CNN-encoder captioner (32x32 input, 8-channel blocks, three-word vocabulary), built but not initialized.
 void build_tiny_model(CaptionModel& m) {

@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <set>
 
 #include "seq/decoder.hpp"
@@ -33,6 +34,31 @@ Param& param_named(Decoder& dec, const std::string& name) {
     if (p->name == name) return *p;
   FAIL("no parameter " << name);
   throw Error("unreachable");
+}
+
+// Backward's gradients of every trainable parameter (and with check_features, of the features) against finite
+// differences of loss(F), which runs the forward into `cache` (dropout drawn alike at every call).
+void check_gradients(Decoder& dec, const Mat& F, DecoderCache& cache, const std::function<double(const Mat&)>& loss,
+                     bool check_features) {
+  loss(F);
+  for (auto* p : dec.params()) p->zero_grad();
+  Mat dF;
+  dec.backward(cache, check_features ? &dF : nullptr);
+  for (auto* p : dec.params()) {
+    if (!p->trainable) continue;  // buffers (the REINFORCE baseline) have no gradient
+    CAPTURE(p->name);
+    FloatBuffer analytic = p->grad;
+    auto r = test::check_gradient(p->value, analytic, [&] { return loss(F); }, 12, 5e-3);
+    CHECK(r.worst < 1e-2);
+    if (getenv("SAT_GRADCHECK_VERBOSE")) MESSAGE(p->name << " worst " << r.worst);
+  }
+  if (!check_features) return;
+  std::vector<float> fvals(F.data(), F.data() + F.size()), fgrad(dF.data(), dF.data() + dF.size());
+  auto r = test::check_gradient(fvals, fgrad, [&] {
+    Mat G = Eigen::Map<Mat>(fvals.data(), F.rows(), F.cols());
+    return loss(G);
+  }, 30, 5e-3);
+  CHECK(r.worst < 1e-2);
 }
 
 }  // namespace
@@ -79,24 +105,7 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       Mat F = random_features(3, cfg, rng);
       CaptionBatch cb = small_batch();
       DecoderCache cache;
-      loss_of(dec, F, cb, penalty, cache);
-      Mat dF;
-      for (auto* p : dec.params()) p->zero_grad();
-      dec.backward(cache, &dF);
-      for (auto* p : dec.params()) {
-        if (!p->trainable) continue;  // buffers (the REINFORCE baseline) have no gradient
-        CAPTURE(p->name);
-        FloatBuffer analytic = p->grad;
-        auto r = test::check_gradient(p->value, analytic, [&] { return loss_of(dec, F, cb, penalty, cache); }, 12, 5e-3);
-        CHECK(r.worst < 1e-2);
-        if (getenv("SAT_GRADCHECK_VERBOSE")) MESSAGE(p->name << " worst " << r.worst);
-      }
-      std::vector<float> fvals(F.data(), F.data() + F.size()), fgrad(dF.data(), dF.data() + dF.size());
-      auto r = test::check_gradient(fvals, fgrad, [&] {
-        Mat G = Eigen::Map<Mat>(fvals.data(), F.rows(), F.cols());
-        return loss_of(dec, G, cb, penalty, cache);
-      }, 30, 5e-3);
-      CHECK(r.worst < 1e-2);
+      check_gradients(dec, F, cache, [&](const Mat& G) { return loss_of(dec, G, cb, penalty, cache); }, true);
     }
   }
 }
@@ -189,16 +198,8 @@ TEST_CASE("decoder: row weights (self-critical advantages, negative too) scale e
     CHECK(loss.weighted);
     CHECK(loss.total() == doctest::Approx(loss.trained_cross_entropy));
     CHECK(std::abs(loss.trained_cross_entropy - loss.cross_entropy) > 1e-3);  // the weights change the objective
-    for (auto* p : dec.params()) p->zero_grad();
-    dec.backward(cache, nullptr);
-    for (auto* p : dec.params()) {
-      if (!p->trainable) continue;
-      CAPTURE(p->name);
-      FloatBuffer analytic = p->grad;
-      auto r = test::check_gradient(p->value, analytic, [&] { return dec.forward(F, cb, 0.f, false, nullptr, cache).total(); },
-                                    12, 5e-3);
-      CHECK(r.worst < 1e-2);
-    }
+    check_gradients(dec, F, cache, [&](const Mat& G) { return dec.forward(G, cb, 0.f, false, nullptr, cache).total(); },
+                    false);
   }
 }
 
@@ -233,24 +234,8 @@ TEST_CASE("decoder: label smoothing's gradient matches finite differences of its
     CHECK(loss.total() == doctest::Approx(loss.trained_cross_entropy));
     CHECK(std::abs(loss.trained_cross_entropy - plain.cross_entropy) > 1e-3);
     cb.row_weight = {0.7f, -1.3f, 2.0f};  // with row weights too, both apply
-    dec.forward(F, cb, 0.f, false, nullptr, cache);
-    for (auto* p : dec.params()) p->zero_grad();
-    Mat dF;
-    dec.backward(cache, &dF);
-    for (auto* p : dec.params()) {
-      if (!p->trainable) continue;
-      CAPTURE(p->name);
-      FloatBuffer analytic = p->grad;
-      auto r = test::check_gradient(p->value, analytic, [&] { return dec.forward(F, cb, 0.f, false, nullptr, cache).total(); },
-                                    12, 5e-3);
-      CHECK(r.worst < 1e-2);
-    }
-    std::vector<float> fvals(F.data(), F.data() + F.size()), fgrad(dF.data(), dF.data() + dF.size());
-    auto r = test::check_gradient(fvals, fgrad, [&] {
-      Mat G = Eigen::Map<Mat>(fvals.data(), F.rows(), F.cols());
-      return dec.forward(G, cb, 0.f, false, nullptr, cache).total();
-    }, 30, 5e-3);
-    CHECK(r.worst < 1e-2);
+    check_gradients(dec, F, cache, [&](const Mat& G) { return dec.forward(G, cb, 0.f, false, nullptr, cache).total(); },
+                    true);
     cb.label_smoothing = 1.f;
     CHECK_THROWS_AS(dec.forward(F, cb, 0.f, false, nullptr, cache), Error);
   }

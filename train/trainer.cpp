@@ -703,8 +703,8 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       std::vector<char> batch_mirrored(mirror_feats ? batch.size() : 0);
       for (size_t k = 0; k < batch_mirrored.size(); ++k)
         batch_mirrored[k] = RowRng(row_seed(step_seed ^ 0x6d6972726f72ull, k)).uniform() < opt.mirror_prob;
-      step_mirrored.assign(batch_mirrored.begin() + std::min(batch_mirrored.size(), (size_t)mine.begin),
-                           batch_mirrored.begin() + std::min(batch_mirrored.size(), (size_t)mine.end));
+      step_mirrored.clear();
+      if (mirror_feats) step_mirrored.assign(batch_mirrored.begin() + mine.begin, batch_mirrored.begin() + mine.end);
       std::vector<double> stats(kStats, 0.0);
       double my_rows = 0, all_rows = 0;  // decoder rows: this rank's and the global batch's
       if (self_critical) {

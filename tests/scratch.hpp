@@ -1,0 +1,33 @@
+// Test helpers for files and errors: a scratch folder removed at the end of its scope, and the message of the
+// sat::Error a call throws.
+#pragma once
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <unistd.h>
+
+#include "datasets/io.hpp"
+
+namespace sat::test {
+
+struct TempDir {
+  std::string path;
+  TempDir() {
+    char tmpl[] = "/tmp/sat_test_XXXXXX";
+    path = mkdtemp(tmpl);
+  }
+  ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
+  std::string file(const std::string& name) const { return path + "/" + name; }
+};
+
+// What f throws as a sat::Error ("" when it throws nothing).
+inline std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace sat::test
