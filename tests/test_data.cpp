@@ -514,4 +514,11 @@ TEST_CASE("model files: recorded paths rebased from the folder a run started in 
   CHECK(out["command"].get<std::string>().rfind("sat train", 0) == 0);
   // nothing under the folder: the record is unchanged
   CHECK(rebase_recorded_paths(info, "elsewhere", exists) == info);
+  // absolute paths inside the current folder become relative to it (those outside stay)
+  nlohmann::json absolute = {{"command", "sat train --data /repo/../shared/data --out /repo/runs/m --init-from /other/m.sat"}};
+  rewrites.clear();
+  CHECK(rebase_recorded_paths(absolute, "elsewhere", exists, &rewrites, "/repo")["command"] ==
+        "sat train --data ../shared/data --out runs/m --init-from /other/m.sat");
+  CHECK(rewrites.size() == 2);
+  CHECK(rebase_recorded_paths(absolute, "elsewhere", exists, nullptr, "/rep")["command"] == absolute["command"]);
 }

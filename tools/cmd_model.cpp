@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
 #include <map>
 #include <sys/stat.h>
 
@@ -288,8 +289,8 @@ void add_model_commands(CLI::App& app) {
   auto* rebase = model->add_subcommand(
       "rebase", "Write a copy whose recorded paths read from this folder: for a model trained (or averaged, compacted, "
                 "joined) in another folder, such as a run started inside runs/x, whose commands name paths from there. "
-                "Every relative path on record that names a file or folder under --ran-in is rewritten; the copy "
-                "records the command");
+                "Every relative path on record that names a file or folder under --ran-in is rewritten, and every "
+                "absolute path inside this folder becomes relative to it; the copy records the command");
   rebase->add_option("model", a->in, "Model file")->required();
   rebase->add_option("--ran-in", *ran_in, "The folder the model's recorded commands ran in, from here")->required();
   rebase->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
@@ -297,7 +298,7 @@ void add_model_commands(CLI::App& app) {
     if (!is_directory(*ran_in)) fail(*ran_in, "is not a folder (--ran-in)");
     auto m = CaptionModel::load(a->in);
     std::vector<std::pair<std::string, std::string>> rewrites;
-    m->info = rebase_recorded_paths(m->info, *ran_in, file_exists, &rewrites);
+    m->info = rebase_recorded_paths(m->info, *ran_in, file_exists, &rewrites, std::filesystem::current_path().string());
     m->info["rebased"] = command_line();
     m->save(a->out);
     std::printf("%s -> %s: %zu recorded path%s rebased from %s\n", a->in.c_str(), a->out.c_str(), rewrites.size(),

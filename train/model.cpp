@@ -451,7 +451,7 @@ namespace {
 // One string of a model's provenance with its paths rebased (see rebase_recorded_paths).
 std::string rebase_text(const std::string& text, const std::string& ran_in,
                         const std::function<bool(const std::string&)>& exists,
-                        std::vector<std::pair<std::string, std::string>>* rewrites) {
+                        std::vector<std::pair<std::string, std::string>>* rewrites, const std::string& here) {
   std::string out;
   std::string previous;  // the word before, as written
   size_t i = 0;
@@ -471,13 +471,18 @@ std::string rebase_text(const std::string& text, const std::string& ran_in,
     const bool option_value = previous.rfind("--", 0) == 0;
     const bool looks_like_path = core.find('/') != std::string::npos || core.find('.') != std::string::npos;
     std::string replaced = word;
-    if (!core.empty() && core[0] != '-' && core[0] != '/' && (option_value || looks_like_path) &&
-        exists(ran_in + "/" + core)) {
-      std::string rebased = (std::filesystem::path(ran_in) / core).lexically_normal().string();
+    const bool absolute_here = !here.empty() && core.rfind(here + "/", 0) == 0;
+    if (absolute_here || (!core.empty() && core[0] != '-' && core[0] != '/' && (option_value || looks_like_path) &&
+                          exists(ran_in + "/" + core))) {
+      std::string rebased =
+          absolute_here
+              ? std::filesystem::path(core).lexically_normal().lexically_relative(std::filesystem::path(here).lexically_normal()).string()
+              : (std::filesystem::path(ran_in) / core).lexically_normal().string();
       while (rebased.size() > 1 && rebased.back() == '/') rebased.pop_back();
       if (rebased.empty()) rebased = ".";
       replaced = word.substr(0, first) + rebased + word.substr(last + 1);
-      if (rewrites && std::find(rewrites->begin(), rewrites->end(), std::make_pair(core, rebased)) == rewrites->end())
+      if (rewrites && rebased != core &&
+          std::find(rewrites->begin(), rewrites->end(), std::make_pair(core, rebased)) == rewrites->end())
         rewrites->emplace_back(core, rebased);
     }
     out += replaced;
@@ -490,11 +495,12 @@ std::string rebase_text(const std::string& text, const std::string& ran_in,
 
 nlohmann::json rebase_recorded_paths(const nlohmann::json& info, const std::string& ran_in,
                                      const std::function<bool(const std::string&)>& exists,
-                                     std::vector<std::pair<std::string, std::string>>* rewrites) {
-  if (info.is_string()) return rebase_text(info.get<std::string>(), ran_in, exists, rewrites);
+                                     std::vector<std::pair<std::string, std::string>>* rewrites,
+                                     const std::string& here) {
+  if (info.is_string()) return rebase_text(info.get<std::string>(), ran_in, exists, rewrites, here);
   if (info.is_array()) {
     nlohmann::json out = nlohmann::json::array();
-    for (const auto& v : info) out.push_back(rebase_recorded_paths(v, ran_in, exists, rewrites));
+    for (const auto& v : info) out.push_back(rebase_recorded_paths(v, ran_in, exists, rewrites, here));
     return out;
   }
   if (info.is_object()) {
@@ -502,7 +508,7 @@ nlohmann::json rebase_recorded_paths(const nlohmann::json& info, const std::stri
     for (const auto& [key, v] : info.items())
       out[key] = key == "scores" || key == "val_scores" || key == "git_commit"
                      ? v
-                     : rebase_recorded_paths(v, ran_in, exists, rewrites);
+                     : rebase_recorded_paths(v, ran_in, exists, rewrites, here);
     return out;
   }
   return info;
