@@ -33,10 +33,11 @@
 # member alone), which steps 4-6 ship. The second stage's model is kept as $WORK/stage2.sat.
 # With MIRROR=1 the members train with mirror augmentation (sat train --mirror-features, on a cache of the training
 # photos mirrored, extracted through the same frozen part; README: it did not beat the shipped decoder).
+# With SMOOTH=EPS the members train with label smoothing (sat train --label-smoothing EPS; README).
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
-#        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, WORK, SAT)
+#        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -59,6 +60,7 @@ tune_lr2b=${TUNE_LR2B:-1e-4}
 members=${MEMBERS:-1}
 epochs3=${EPOCHS3:-8}
 mirror=${MIRROR:-0}  # 1: stage 3's members train with mirror augmentation (not shipped: README)
+smooth=${SMOOTH:-0}  # stage 3's members' label smoothing
 work=${WORK:-runs/flickr8k-resnet}
 sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding does not touch the run)
 mkdir -p "$work"
@@ -135,22 +137,23 @@ fi
 [ "$members" -gt 0 ] || exit 0
 # Stage 3: more decoders over the encoder of $base, then all of them as one model.
 ensemble=("$base")
-augment=()
+member_flags=()
 if [ "$mirror" = 1 ]; then  # the training photos mirrored, through the same frozen part: the members' augmentation
   mirrored=${raw%.feat}_mirror.feat
   if [ ! -f "$mirrored" ]; then
     "$sat" --encoder-precision "$precision" extract --data "$data" --images "$data/train.txt" --out "$mirrored" \
       --encoder "$weights" --cut "$raw_unit" --size "$size" --raw --mirror
   fi
-  augment=(--mirror-features "$mirrored")
+  member_flags=(--mirror-features "$mirrored")
 fi
+[ "$smooth" = 0 ] || member_flags+=(--label-smoothing "$smooth")  # 0: the flag is left out, the shipped command
 for ((i = 2; i <= members + 1; i++)); do
   run=$work/member$i
   if [ -f "$run/checkpoint.sat" ]; then
     "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs3" --patience "$epochs3"
   else
     "$sat" train --init-from "$base" --fresh-decoder --tune-lr 0 --seed "$i" \
-      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" "${augment[@]}" \
+      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" "${member_flags[@]}" \
       --epochs "$epochs3" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs3" --val-limit 200 \
       --metric bleu4 --checkpoint-every 100 --keep-epochs --out "$run"
   fi
@@ -169,5 +172,5 @@ for m in "${ensemble[@]}"; do
   if better "$b4" "$best_b4"; then shipped=$m choice="${m#"$work"/} alone" best_b4=$b4; fi
 done
 ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh ($settings $recipe2 MEMBERS=$members EPOCHS3=$epochs3 MIRROR=$mirror: $(basename "$base" .sat)'s model, MEMBERS more decoders trained afresh over its encoder, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
+  "tools/train-flickr8k-model.sh ($settings $recipe2 MEMBERS=$members EPOCHS3=$epochs3 MIRROR=$mirror SMOOTH=$smooth: $(basename "$base" .sat)'s model, MEMBERS more decoders trained afresh over its encoder, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
   "$precision"
