@@ -31,13 +31,19 @@
 # then that model and the members are joined (sat model ensemble: the searches average their word
 # distributions), and by step 3's rule the ensemble or one of its decoders alone is chosen (the shipped model: the
 # member alone), which steps 4-6 ship. The second stage's model is kept as $WORK/stage2.sat.
+# With $TUNE_MOST (a unit before $TUNE_MORE, e.g. block3/unit_20; default none), stage 2c: stage 3's best single model (by step
+# 3's rule, in float32) goes on training with the units after that one fine-tuned, the later ones from their tuned
+# weights ($EPOCHS2C epochs at decoder rate $LR2C and encoder rate $TUNE_LR2C, decaying 0.8 per epoch, on a cache of
+# that unit's raw output); its last epoch's encoder is kept (its decoder is replaced), and stage 3 runs again over
+# it ($WORK/member2c_2, ...): that model, the members, or their ensemble, chosen by step 3's rule, shipped by 4-6.
 # With MIRROR=1 the members train with mirror augmentation (sat train --mirror-features, on a cache of the training
 # photos mirrored, extracted through the same frozen part; README: it did not beat the shipped decoder).
 # With SMOOTH=EPS the members train with label smoothing (sat train --label-smoothing EPS; README).
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
-#        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, WORK, SAT)
+#        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, TUNE_MOST,
+#        EPOCHS2C, LR2C, TUNE_LR2C, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -57,6 +63,10 @@ tune_more=${TUNE_MORE-block3/unit_21}  # empty (TUNE_MORE=): no stage 2b
 epochs2b=${EPOCHS2B:-4}
 lr2b=${LR2B:-1e-4}
 tune_lr2b=${TUNE_LR2B:-1e-4}
+tune_most=${TUNE_MOST-}  # a unit (block3/unit_20): stage 2c
+epochs2c=${EPOCHS2C:-4}
+lr2c=${LR2C:-1e-4}
+tune_lr2c=${TUNE_LR2C:-1e-4}
 members=${MEMBERS:-1}
 epochs3=${EPOCHS3:-8}
 mirror=${MIRROR:-0}  # 1: stage 3's members train with mirror augmentation (not shipped: README)
@@ -135,42 +145,68 @@ if [ -n "$tune_more" ]; then
   base=$work/stage2b.sat
 fi
 [ "$members" -gt 0 ] || exit 0
-# Stage 3: more decoders over the encoder of $base, then all of them as one model.
-ensemble=("$base")
+# The members' augmentation flags.
 member_flags=()
-if [ "$mirror" = 1 ]; then  # the training photos mirrored, through the same frozen part: the members' augmentation
-  mirrored=${raw%.feat}_mirror.feat
-  if [ ! -f "$mirrored" ]; then
-    "$sat" --encoder-precision "$precision" extract --data "$data" --images "$data/train.txt" --out "$mirrored" \
-      --encoder "$weights" --cut "$raw_unit" --size "$size" --raw --mirror
+member_cache() {  # with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
+  member_flags=()
+  if [ "$mirror" = 1 ]; then
+    mirrored=${raw%.feat}_mirror.feat
+    if [ ! -f "$mirrored" ]; then
+      "$sat" --encoder-precision "$precision" extract --data "$data" --images "$data/train.txt" --out "$mirrored" \
+        --encoder "$weights" --cut "$raw_unit" --size "$size" --raw --mirror
+    fi
+    member_flags=(--mirror-features "$mirrored")
   fi
-  member_flags=(--mirror-features "$mirrored")
+  [ "$smooth" = 0 ] || member_flags+=(--label-smoothing "$smooth")  # 0: the flag is left out, the shipped command
+}
+members_stage() {  # base prefix name: $members decoders trained afresh over base's encoder (runs $work/<prefix>2, 3, ...),
+  # each member's epoch chosen by step 3's rule, then by that rule the ensemble of base and the members, or one of
+  # them alone (a decoder trained afresh over stage 2b's encoder beat both that model's own decoder and their
+  # ensemble: README); sets `shipped` and `choice`, and `single` (the best of them alone)
+  local base=$1 prefix=$2 name=$3 i run m b4 best_b4 best_single=-1
+  local ensemble=("$base")
+  member_cache
+  for ((i = 2; i <= members + 1; i++)); do
+    run=$work/$prefix$i
+    if [ -f "$run/checkpoint.sat" ]; then
+      "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs3" --patience "$epochs3"
+    else
+      "$sat" train --init-from "$base" --fresh-decoder --tune-lr 0 --seed "$i" \
+        --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" "${member_flags[@]}" \
+        --epochs "$epochs3" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs3" --val-limit 200 \
+        --metric bleu4 --checkpoint-every 100 --keep-epochs --out "$run"
+    fi
+    choose_epoch "$sat" "$data" "$raw" "$run"
+    ensemble+=("$chosen")
+  done
+  "$sat" model ensemble "${ensemble[@]}" --out "$work/$name"
+  shipped=$work/$name choice="their ensemble (sat model ensemble)"
+  best_b4=$(dev_bleu4 "$sat" "$data" "$raw" "$shipped" --beam 3 --length-norm 1)
+  echo "the ensemble: dev BLEU-4 $best_b4 (beam 3)"
+  for m in "${ensemble[@]}"; do
+    b4=$(dev_bleu4 "$sat" "$data" "$raw" "$m" --beam 3 --length-norm 1)
+    echo "$m alone: dev BLEU-4 $b4 (beam 3)"
+    if better "$b4" "$best_single"; then single=$m best_single=$b4; fi
+    if better "$b4" "$best_b4"; then shipped=$m choice="${m#"$work"/} alone" best_b4=$b4; fi
+  done
+}
+# Stage 3: more decoders over the encoder of $base, then all of them as one model.
+recipe3="$recipe2 MEMBERS=$members EPOCHS3=$epochs3 MIRROR=$mirror SMOOTH=$smooth"
+if [ ! -f "$work/stage3.txt" ]; then  # a finished stage 3 names its best single model there
+  members_stage "$base" member ensemble.sat
+  ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
+    "tools/train-flickr8k-model.sh ($settings $recipe3: $(basename "$base" .sat)'s model, MEMBERS more decoders trained afresh over its encoder, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
+    "$precision"
+  echo "$single" >"$work/stage3.txt.partial" && mv "$work/stage3.txt.partial" "$work/stage3.txt"
 fi
-[ "$smooth" = 0 ] || member_flags+=(--label-smoothing "$smooth")  # 0: the flag is left out, the shipped command
-for ((i = 2; i <= members + 1; i++)); do
-  run=$work/member$i
-  if [ -f "$run/checkpoint.sat" ]; then
-    "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs3" --patience "$epochs3"
-  else
-    "$sat" train --init-from "$base" --fresh-decoder --tune-lr 0 --seed "$i" \
-      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" "${member_flags[@]}" \
-      --epochs "$epochs3" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs3" --val-limit 200 \
-      --metric bleu4 --checkpoint-every 100 --keep-epochs --out "$run"
-  fi
-  choose_epoch "$sat" "$data" "$raw" "$run"
-  ensemble+=("$chosen")
-done
-"$sat" model ensemble "${ensemble[@]}" --out "$work/ensemble.sat"
-# Stage 3's choice, by step 3's rule (BLEU-4 with beam 3): the ensemble, or one of its decoders alone (a decoder
-# trained afresh over stage 2b's encoder beat both that model's own decoder and their ensemble: README).
-shipped=$work/ensemble.sat choice="their ensemble (sat model ensemble)"
-best_b4=$(dev_bleu4 "$sat" "$data" "$raw" "$shipped" --beam 3 --length-norm 1)
-echo "the ensemble: dev BLEU-4 $best_b4 (beam 3)"
-for m in "${ensemble[@]}"; do
-  b4=$(dev_bleu4 "$sat" "$data" "$raw" "$m" --beam 3 --length-norm 1)
-  echo "$m alone: dev BLEU-4 $b4 (beam 3)"
-  if better "$b4" "$best_b4"; then shipped=$m choice="${m#"$work"/} alone" best_b4=$b4; fi
-done
+[ -n "$tune_most" ] || exit 0
+# Stage 2c: stage 3's best single model (in float32) with still more of block3's units fine-tuned, its last epoch's
+# encoder (the decoder trained beside it is replaced), then stage 3 again over that encoder.
+stage3=$(cat "$work/stage3.txt")
+raw_cache "$tune_most"
+tune_run "$stage3" "$tune_most" "$tune_lr2c" "$lr2c" "$epochs2c" "$work/stage2c"
+base=$work/stage2c/model-epoch$epochs2c.sat
+members_stage "$base" member2c_ ensemble2c.sat
 ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh ($settings $recipe2 MEMBERS=$members EPOCHS3=$epochs3 MIRROR=$mirror SMOOTH=$smooth: $(basename "$base" .sat)'s model, MEMBERS more decoders trained afresh over its encoder, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
+  "tools/train-flickr8k-model.sh ($settings $recipe3 TUNE_MOST=$tune_most EPOCHS2C=$epochs2c LR2C=$lr2c TUNE_LR2C=$tune_lr2c: stage 3's choice ($(basename "$stage3")) trained on with the units after $tune_most fine-tuned, from the raw output of $tune_most at $size, its last epoch's encoder; MEMBERS more decoders trained afresh over it, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble with that epoch's model; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
   "$precision"

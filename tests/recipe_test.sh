@@ -1,0 +1,137 @@
+#!/usr/bin/env bash
+# The Flickr8k recipe's control flow (tools/train-flickr8k-model.sh with tools/flickr8k-choose.sh), run against a
+# stand-in for sat that records every call and writes small text files for models: which model each stage starts
+# from, that the choices follow the dev scores, that an interrupted run resumes without training a finished stage
+# again, and that the stage knobs stop it where they say. The real run takes hours; this takes seconds.
+set -euo pipefail
+here=$(cd "$(dirname "$0")/.." && pwd)
+scratch=$(mktemp -d)
+trap 'rm -rf "$scratch"' EXIT
+repo=$scratch/repo
+mkdir -p "$repo/tools" "$repo/models" "$scratch/shared/data/flickr8k"
+cp "$here/tools/train-flickr8k-model.sh" "$here/tools/flickr8k-choose.sh" "$repo/tools/"
+printf 'a.jpg\nb.jpg\n' >"$scratch/shared/data/flickr8k/train.txt"
+printf 'c.jpg\n' >"$scratch/shared/data/flickr8k/dev.txt"
+fail() { echo "recipe test: $*" >&2; exit 1; }
+
+# The stand-in. A model file is text: its first line says how it was made. Dev BLEU-4 (eval --json) is read from
+# $scratch/scores (a line "NAME SCORE" for a model's path relative to the work folder, beam 3), else 0.1; the search
+# settings' scores are 0.2 except beam 5, length norm 0.5, no repeat 3 (0.3). FAIL_TRAIN=WORD makes a train call
+# whose arguments contain WORD fail once (the file $scratch/failed marks that it has).
+cat >"$scratch/sat" <<'EOF'
+#!/usr/bin/env bash
+set -euo pipefail
+echo "$*" >>"$SCRATCH/calls"
+[ "$1" = --encoder-precision ] && shift 2
+arg() { local name=$1; shift; while [ $# -gt 0 ]; do [ "$1" = "$name" ] && { echo "$2"; return; }; shift; done; }
+cmd=$1; shift
+case $cmd in
+  extract) echo "cache $(arg --cut "$@")" >"$(arg --out "$@")" ;;
+  train)
+    if [ -n "${FAIL_TRAIN:-}" ] && [[ "$*" == *"$FAIL_TRAIN"* ]] && [ ! -f "$SCRATCH/failed" ]; then
+      touch "$SCRATCH/failed"; echo "sat: interrupted" >&2; exit 1
+    fi
+    resume=$(arg --resume "$@")
+    if [ -n "$resume" ]; then
+      out=$(dirname "$resume") epochs=$(arg --more-epochs "$@")
+      from=$(cat "$out/epochs")
+      [ -n "$epochs" ] || epochs=$from
+    else
+      out=$(arg --out "$@") epochs=$(arg --epochs "$@") from=0
+      mkdir -p "$out"
+      echo "trained from $(arg --init-from "$@") tune-from $(arg --tune-from "$@")" >"$out/start"
+    fi
+    for ((e = from + 1; e <= epochs; e++)); do
+      echo "epoch $e of $out, $(cat "$out/start")" >"$out/model-epoch$e.sat"
+    done
+    [ "$epochs" -gt "$from" ] && echo "$epochs" >"$out/epochs"
+    echo checkpoint >"$out/checkpoint.sat" ;;
+  eval)
+    model=$(arg --model "$@")
+    if [[ "$*" == *--record* ]]; then exit 0; fi
+    if [[ "$*" == *"--beam 3 --length-norm 1 --json"* ]]; then
+      score=$(awk -v m="${model#"$WORK"/}" '$1 == m { print $2 }' "$SCRATCH/scores")
+      echo "{\"Bleu_4\": ${score:-0.1}}"
+    elif [[ "$*" == *"--beam 5 --length-norm 0.5 --no-repeat 3 --json"* ]]; then echo '{"Bleu_4": 0.3}'
+    else echo '{"Bleu_4": 0.2}'; fi ;;
+  model)
+    sub=$1; shift
+    out=$(arg --out "$@")
+    case $sub in
+      average | ensemble) args=("$@"); echo "$sub of ${args[*]:0:$(($# - 2))}" >"$out" ;;
+      compact) { cat "$1"; echo "recipe: $(arg --recipe "$@")"; } >"$out" ;;
+      set) [ "$1" = "$out" ] || cp "$1" "$out"; echo "set ${*:4}" >>"$out" ;;
+      *) echo "sat: unknown model subcommand $sub" >&2; exit 1 ;;
+    esac ;;
+  *) echo "sat: unknown command $cmd" >&2; exit 1 ;;
+esac
+EOF
+chmod +x "$scratch/sat"
+export SCRATCH=$scratch WORK=runs/w SAT=$scratch/sat TUNE_MOST=block3/unit_20  # whatever the default
+work=$repo/runs/w
+# stage 1 chooses epoch 9; stage 2 the average of its last 3 epochs; stage 2b epoch 2; stage 3 member2's epoch 7,
+# which beats the ensemble and stage 2b alone; stage 2c's members: member2c_2's epoch 5, shipped alone
+cat >"$scratch/scores" <<'EOF'
+model/model-epoch9.sat 0.17
+stage2/average-epochs6-8.sat 0.18
+stage2b/model-epoch2.sat 0.175
+member2/model-epoch7.sat 0.185
+ensemble.sat 0.18
+stage2b.sat 0.177
+member2c_2/model-epoch5.sat 0.19
+ensemble2c.sat 0.186
+stage2c/model-epoch4.sat 0.185
+EOF
+run() { (cd "$repo" && "$@" tools/train-flickr8k-model.sh >>"$scratch/log" 2>&1); }
+train_calls() { grep -c '^train' "$scratch/calls" || true; }
+
+# An interruption in stage 2c: the run stops with the error, and the rerun resumes there.
+if FAIL_TRAIN=block3/unit_20 run env; then fail "a failed train call did not stop the recipe"; fi
+grep -q "^train --init-from runs/w/member2/model-epoch7.sat --tune-from block3/unit_20" "$scratch/calls" ||
+  fail "stage 2c did not start from stage 3's best single model (member2's epoch 7)"
+[ "$(cat "$work/stage3.txt")" = runs/w/member2/model-epoch7.sat ] || fail "stage3.txt: $(cat "$work/stage3.txt")"
+grep -q "recipe: .*member2/model-epoch7.sat alone" "$repo/models/flickr8k.sat" ||
+  fail "stage 3 did not ship member2's epoch 7 alone before stage 2c"
+before=$(train_calls)
+: >"$scratch/calls"
+run env || { cat "$scratch/log" >&2; fail "the rerun after the interruption failed"; }
+grep -q '^extract' "$scratch/calls" && fail "the rerun extracted a cache again"
+# the rerun's train calls: stages 1-3 are done (their files are there), stage 2c and its member start
+grep '^train' "$scratch/calls" | grep -v -- '--resume' >"$scratch/fresh" || true
+[ "$(wc -l <"$scratch/fresh")" = 2 ] || fail "the rerun started $(wc -l <"$scratch/fresh") runs, not 2: $(cat "$scratch/fresh")"
+grep -q "^train --init-from runs/w/member2/model-epoch7.sat --tune-from block3/unit_20 --tune-lr 1e-4" "$scratch/fresh" ||
+  fail "the rerun's stage 2c: $(cat "$scratch/fresh")"
+grep -q "^train --init-from runs/w/stage2c/model-epoch4.sat --fresh-decoder --tune-lr 0 --seed 2 .*--features runs/w/block3_unit_20_448.feat" "$scratch/fresh" ||
+  fail "stage 2c's member did not train over its last epoch from block3/unit_20's cache: $(cat "$scratch/fresh")"
+grep -q "^epoch 5 of runs/w/member2c_2, trained from runs/w/stage2c/model-epoch4.sat" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model is not member2c_2's epoch 5: $(head -n 1 "$repo/models/flickr8k.sat")"
+grep -q "recipe: .*TUNE_MOST=block3/unit_20 .*member2c_2/model-epoch5.sat alone" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model's recipe line does not name stage 2c and its choice"
+grep -q "^set --length-norm 0.5 --beam 5 --no-repeat 3" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model's search settings are not the best scoring ones"
+# the earlier stages started where they should
+grep -qx "trained from  tune-from " "$work/model/start" || fail "stage 1: $(cat "$work/model/start")"
+grep -qx "trained from runs/w/stage1.sat tune-from block3/unit_22" "$work/stage2/start" || fail "stage 2: $(cat "$work/stage2/start")"
+grep -qx "trained from runs/w/stage2.sat tune-from block3/unit_21" "$work/stage2b/start" || fail "stage 2b: $(cat "$work/stage2b/start")"
+grep -qx "trained from runs/w/stage2b.sat tune-from " "$work/member2/start" || fail "member2: $(cat "$work/member2/start")"
+grep -q "^average of runs/w/stage2/model-epoch6.sat runs/w/stage2/model-epoch7.sat runs/w/stage2/model-epoch8.sat" \
+  "$work/stage2.sat" || fail "stage 2 did not ship the average of its last 3 epochs"
+[ "$before" -ge 5 ] || fail "the first run made $before train calls"
+
+# Done: a third run trains nothing new and ships the same file.
+cp "$repo/models/flickr8k.sat" "$scratch/shipped"
+: >"$scratch/calls"
+run env || fail "the third run failed"
+grep '^train' "$scratch/calls" | grep -qv -- '--resume' && fail "the third run started a training run"
+cmp -s "$repo/models/flickr8k.sat" "$scratch/shipped" || fail "the third run shipped a different model"
+
+# TUNE_MOST= stops after stage 3; MEMBERS=0 after stage 2b.
+rm -rf "$repo/runs" "$scratch/calls"
+run env TUNE_MOST= || fail "TUNE_MOST= failed"
+grep -q "block3/unit_20" "$scratch/calls" && fail "TUNE_MOST= still ran stage 2c"
+grep -q "recipe: .*member2/model-epoch7.sat alone" "$repo/models/flickr8k.sat" || fail "TUNE_MOST= shipped another model"
+rm -rf "$repo/runs" "$scratch/calls"
+run env MEMBERS=0 || fail "MEMBERS=0 failed"
+grep -q -- "--fresh-decoder" "$scratch/calls" && fail "MEMBERS=0 still trained members"
+grep -q "^epoch 2 of runs/w/stage2b" "$repo/models/flickr8k.sat" || fail "MEMBERS=0 did not ship stage 2b's epoch 2"
+echo "recipe test: passed"
