@@ -31,11 +31,12 @@
 # then that model and the members are joined (sat model ensemble: the searches average their word
 # distributions), and by step 3's rule the ensemble or one of its decoders alone is chosen (the shipped model: the
 # member alone), which steps 4-6 ship. The second stage's model is kept as $WORK/stage2.sat.
-# With $TUNE_MOST (a unit before $TUNE_MORE, e.g. block3/unit_20; default none), stage 2c: stage 3's best single model (by step
-# 3's rule, in float32) goes on training with the units after that one fine-tuned, the later ones from their tuned
-# weights ($EPOCHS2C epochs at decoder rate $LR2C and encoder rate $TUNE_LR2C, decaying 0.8 per epoch, on a cache of
-# that unit's raw output); its last epoch's encoder is kept (its decoder is replaced), and stage 3 runs again over
-# it ($WORK/member2c_2, ...): that model, the members, or their ensemble, chosen by step 3's rule, shipped by 4-6.
+# With $TUNE_MOST (a unit before $TUNE_MORE, e.g. block3/unit_20; default none), stage 2c: stage 3's best single
+# model (by step 3's rule, in float32) goes on training with the units after that one fine-tuned, the later ones from
+# their tuned weights ($EPOCHS2C epochs at decoder rate $LR2C and encoder rate $TUNE_LR2C, decaying 0.8 per epoch, on
+# a cache of that unit's raw output); its last epoch's encoder is kept (its decoder is replaced), and stage 3 runs
+# again over it ($WORK/member2c_2, ...): that model, the members, or their ensemble, chosen by step 3's rule and
+# shipped by steps 4-6.
 # With MIRROR=1 the members train with mirror augmentation (sat train --mirror-features, on a cache of the training
 # photos mirrored, extracted through the same frozen part; README: it did not beat the shipped decoder).
 # With SMOOTH=EPS the members train with label smoothing (sat train --label-smoothing EPS; README).
