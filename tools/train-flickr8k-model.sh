@@ -36,7 +36,7 @@
 # their tuned weights ($EPOCHS2C epochs at decoder rate $LR2C and encoder rate $TUNE_LR2C, decaying 0.8 per epoch, on
 # a cache of that unit's raw output); its last epoch's encoder is kept (its decoder is replaced), and stage 3 runs
 # again over it ($WORK/member2c_2, ...): that model, the members, or their ensemble, chosen by step 3's rule and
-# shipped by steps 4-6.
+# shipped by steps 4-6 (README: with block3/unit_20, a wash against the shipped model; not shipped).
 # With MIRROR=1 the members train with mirror augmentation (sat train --mirror-features, on a cache of the training
 # photos mirrored, extracted through the same frozen part; README: it did not beat the shipped decoder).
 # With SMOOTH=EPS the members train with label smoothing (sat train --label-smoothing EPS; README).
