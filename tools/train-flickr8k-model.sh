@@ -193,7 +193,7 @@ members_stage() {  # base prefix name: $members decoders trained afresh over bas
 }
 # Stage 3: more decoders over the encoder of $base, then all of them as one model.
 recipe3="$recipe2 MEMBERS=$members EPOCHS3=$epochs3 MIRROR=$mirror SMOOTH=$smooth"
-if [ ! -f "$work/stage3.txt" ]; then  # a finished stage 3 names its best single model there
+if [ ! -f "$work/stage3.txt" ]; then  # a finished stage 3 names its best single model there (remove it to rerun)
   members_stage "$base" member ensemble.sat
   ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
     "tools/train-flickr8k-model.sh ($settings $recipe3: $(basename "$base" .sat)'s model, MEMBERS more decoders trained afresh over its encoder, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
