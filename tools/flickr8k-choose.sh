@@ -1,7 +1,7 @@
 # Sourced by the Flickr8k recipes (tools/train-flickr8k-model.sh, tools/train-flickr8k-inception-model.sh): after a
 # run kept every epoch's model, choose and ship one, all on the 1000 dev photos.
 #   choose_and_ship SAT DATA FEATURES RUN_DIR OUT RECIPE [ENCODER_PRECISION]: choose_epoch, then ship
-#   choose_epoch SAT DATA FEATURES RUN_DIR: sets `chosen` (step 1)
+#   choose_epoch SAT DATA FEATURES RUN_DIR: sets `chosen` and its BLEU-4, `chosen_b4` (step 1)
 #   ship SAT DATA FEATURES MODEL OUT RECIPE [ENCODER_PRECISION]: steps 2-4 for one model (an ensemble too)
 #  1. candidates: every epoch (RUN_DIR/model-epochN.sat) and the weight averages of the last 2, 3 and 4 epochs
 #     (sat model average), the best by BLEU-4 with beam 3, length norm 1;
@@ -42,6 +42,7 @@ choose_epoch() {
     echo "$(basename "$m"): dev BLEU-4 $b4 (beam 3)"
     if better "$b4" "$best_b4"; then chosen=$m best_b4=$b4; fi
   done
+  chosen_b4=$best_b4
 }
 
 ship() {

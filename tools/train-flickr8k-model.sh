@@ -146,9 +146,7 @@ if [ -n "$tune_more" ]; then
   base=$work/stage2b.sat
 fi
 [ "$members" -gt 0 ] || exit 0
-# The members' augmentation flags.
-member_flags=()
-member_cache() {  # with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
+member_cache() {  # sets `member_flags`; with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
   member_flags=()
   if [ "$mirror" = 1 ]; then
     mirrored=${raw%.feat}_mirror.feat
@@ -166,6 +164,7 @@ members_stage() {  # base prefix name: $members decoders trained afresh over bas
   # ensemble: README); sets `shipped` and `choice`, and `single` (the best of them alone)
   local base=$1 prefix=$2 name=$3 i run m b4 best_b4 best_single=-1
   local ensemble=("$base")
+  local scores=("$(dev_bleu4 "$sat" "$data" "$raw" "$base" --beam 3 --length-norm 1)")  # each one's, alone
   member_cache
   for ((i = 2; i <= members + 1; i++)); do
     run=$work/$prefix$i
@@ -179,13 +178,14 @@ members_stage() {  # base prefix name: $members decoders trained afresh over bas
     fi
     choose_epoch "$sat" "$data" "$raw" "$run"
     ensemble+=("$chosen")
+    scores+=("$chosen_b4")
   done
   "$sat" model ensemble "${ensemble[@]}" --out "$work/$name"
   shipped=$work/$name choice="their ensemble (sat model ensemble)"
   best_b4=$(dev_bleu4 "$sat" "$data" "$raw" "$shipped" --beam 3 --length-norm 1)
   echo "the ensemble: dev BLEU-4 $best_b4 (beam 3)"
-  for m in "${ensemble[@]}"; do
-    b4=$(dev_bleu4 "$sat" "$data" "$raw" "$m" --beam 3 --length-norm 1)
+  for i in "${!ensemble[@]}"; do
+    m=${ensemble[$i]} b4=${scores[$i]}
     echo "$m alone: dev BLEU-4 $b4 (beam 3)"
     if better "$b4" "$best_single"; then single=$m best_single=$b4; fi
     if better "$b4" "$best_b4"; then shipped=$m choice="${m#"$work"/} alone" best_b4=$b4; fi
@@ -209,5 +209,5 @@ tune_run "$stage3" "$tune_most" "$tune_lr2c" "$lr2c" "$epochs2c" "$work/stage2c"
 base=$work/stage2c/model-epoch$epochs2c.sat
 members_stage "$base" member2c_ ensemble2c.sat
 ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
-  "tools/train-flickr8k-model.sh ($settings $recipe3 TUNE_MOST=$tune_most EPOCHS2C=$epochs2c LR2C=$lr2c TUNE_LR2C=$tune_lr2c: stage 3's choice ($(basename "$stage3")) trained on with the units after $tune_most fine-tuned, from the raw output of $tune_most at $size, its last epoch's encoder; MEMBERS more decoders trained afresh over it, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble with that epoch's model; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
+  "tools/train-flickr8k-model.sh ($settings $recipe3 TUNE_MOST=$tune_most EPOCHS2C=$epochs2c LR2C=$lr2c TUNE_LR2C=$tune_lr2c: stage 3's best single model ($(basename "$stage3")) trained on with the units after $tune_most fine-tuned, from the raw output of $tune_most at $size, its last epoch's encoder; MEMBERS more decoders trained afresh over it, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble with that epoch's model; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
   "$precision"
