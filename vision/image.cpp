@@ -176,6 +176,11 @@ cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name)
     if (!((unsigned char)bytes[end - 2] == 0xFF && (unsigned char)bytes[end - 1] == 0xD9))
       fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
   }
+  // OpenCV chooses its decoder by its own signature checks, and its DICOM reader (GDCM) claims any file with "DICM"
+  // at byte 128, whatever its first bytes say, then aborts the process on a malformed one (found by fuzzing: a WebP
+  // header, then "DICM"). No photo format here puts those bytes there by design.
+  if (bytes.size() >= 132 && bytes.substr(128, 4) == "DICM")
+    fail(name, std::string("cannot decode image (a ") + format + " header, but a DICOM signature at byte 128)");
   if (bytes.size() > (size_t)INT_MAX) fail(name, "image of " + std::to_string(bytes.size()) + " bytes is too large");
   const cv::Mat raw(1, (int)bytes.size(), CV_8UC1, const_cast<char*>(bytes.data()));  // imdecode only reads it
   cv::Mat img;
