@@ -127,7 +127,7 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
 }
 
 template <typename Dec>
-static std::vector<Hypothesis> beam_search_over(Dec& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
+static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
                                                 int no_repeat_ngram) {
   if (beam < 1) throw Error("beam size must be at least 1");
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
@@ -209,13 +209,15 @@ static std::vector<Hypothesis> beam_search_over(Dec& dec, const Mat& F, int N, i
     tokens = std::move(next_tokens);
   }
   for (auto& l : live) finished[l.image].push_back(finish(std::move(l.h), false, length_norm));
-  std::vector<Hypothesis> out(N);
-  for (int i = 0; i < N; ++i) {
-    auto& f = finished[i];
-    out[i] = *std::max_element(f.begin(), f.end(), [](const Hypothesis& a, const Hypothesis& b) {
-      return a.score < b.score;
-    });
-  }
+  for (auto& f : finished)  // best first; ties keep the order they finished in
+    std::stable_sort(f.begin(), f.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+  return finished;
+}
+
+static std::vector<Hypothesis> best_of_each(std::vector<std::vector<Hypothesis>> lists) {
+  std::vector<Hypothesis> out;
+  out.reserve(lists.size());
+  for (auto& f : lists) out.push_back(std::move(f.front()));
   return out;
 }
 
@@ -227,10 +229,18 @@ std::vector<Hypothesis> greedy_search(DecoderEnsemble& dec, const Mat& F, int N,
 }
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
                                     int no_repeat_ngram) {
-  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
+  return best_of_each(beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram));
 }
 std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
                                     double length_norm, int no_repeat_ngram) {
+  return best_of_each(beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram));
+}
+std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& F, int N, int beam, int max_len,
+                                                       double length_norm, int no_repeat_ngram) {
+  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
+}
+std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
+                                                       int max_len, double length_norm, int no_repeat_ngram) {
   return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
 }
 

@@ -52,12 +52,19 @@ void SearchFlags::add_to(CLI::App* command) {
                                                     "model's, see sat model info)");
   command->add_option("--no-repeat", no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
       ->check(CLI::Range(0, kMaxNoRepeat));
+  command->add_option("--consensus-weight", consensus_weight,
+                      "Beam search: keep the candidate with the best score + W x CIDEr-D against the captions of the "
+                      "nearest training photos (the model's caption memory; 0: off; default: the model's)")
+      ->check(CLI::Range(0.0, kMaxConsensusWeight));
 }
 
 void SearchFlags::apply(CaptionModel& model) const {
   if (beam > 0) model.beam = beam;
   if (length_norm >= 0) model.length_norm = length_norm;
   if (no_repeat >= 0) model.no_repeat_ngram = no_repeat;
+  if (consensus_weight > 0 && !model.memory)
+    throw Error("--consensus-weight: the model has no caption memory (sat model memory builds one)");
+  if (consensus_weight >= 0) model.consensus.weight = consensus_weight;
 }
 
 void add_caption_commands(CLI::App& app) {

@@ -10,13 +10,24 @@
 
 #include "datasets/io.hpp"
 #include "tools/commands.hpp"
+#include "train/captioning.hpp"
 #include "train/model.hpp"
+#include "train/trainer.hpp"
 
 namespace sat {
 
 static long long file_bytes(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
+}
+
+// "; consensus reranking ..." when the model has a caption memory, else nothing
+static std::string consensus_text(const CaptionModel& m) {
+  if (!m.memory) return "";
+  char text[160];
+  std::snprintf(text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos)",
+                m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos());
+  return text;
 }
 
 // "; no N-word phrase repeated" when the search blocks repeats, else nothing
@@ -58,6 +69,10 @@ static nlohmann::json model_summary(const std::string& path) {
           {"length_norm", m->length_norm},
           {"beam", m->beam},
           {"no_repeat_ngram", m->no_repeat_ngram},
+          {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
+                                                         {"neighbours", m->consensus.neighbours},
+                                                         {"consensus_weight", m->consensus.weight}}
+                                       : nlohmann::json(nullptr)},
           {"info", m->info}};
 }
 
@@ -88,6 +103,8 @@ void add_model_commands(CLI::App& app) {
     int beam = 0;             // 0: unchanged
     int no_repeat = -1;       // < 0: unchanged
     std::string precision;    // "": unchanged
+    double consensus_weight = -1;  // < 0: unchanged
+    int neighbours = 0;            // 0: unchanged
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -320,12 +337,26 @@ void add_model_commands(CLI::App& app) {
       ->check(CLI::Range(0, kMaxNoRepeat));
   set->add_option("--encoder-precision", a->precision, "A pretrained encoder's arithmetic: f32, bf16 or auto (bf16 "
                                                       "where the CPU computes it natively); choose it on dev data");
+  set->add_option("--consensus-weight", a->consensus_weight, "Consensus reranking's weight W (0: off; the model "
+                                                              "needs a caption memory); choose it on dev data")
+      ->check(CLI::Range(0.0, kMaxConsensusWeight));
+  set->add_option("--neighbours", a->neighbours, "Consensus reranking: how many nearest training photos' captions a "
+                                                 "candidate is compared with; choose it on dev data")
+      ->check(CLI::PositiveNumber);
   set->callback([a] {
-    if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0 && a->precision.empty())
-      throw CLI::RequiredError("--length-norm, --beam, --no-repeat or --encoder-precision");
+    if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0 && a->precision.empty() && a->consensus_weight < 0 &&
+        a->neighbours == 0)
+      throw CLI::RequiredError("--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight or --neighbours");
     std::optional<PrecisionChoice> precision;
     if (!a->precision.empty()) precision = parse_precision(a->precision);
     auto m = CaptionModel::load(a->in);
+    if ((a->consensus_weight >= 0 || a->neighbours > 0) && !m->memory)
+      fail(a->in, "has no caption memory (sat model memory builds one; --consensus-weight and --neighbours set its use)");
+    if (a->neighbours > m->memory_photos())
+      fail(a->in, "its caption memory holds " + std::to_string(m->memory_photos()) + " photos: --neighbours " +
+                      std::to_string(a->neighbours) + " is more");
+    if (a->consensus_weight >= 0) m->consensus.weight = a->consensus_weight;
+    if (a->neighbours > 0) m->consensus.neighbours = a->neighbours;
     if (precision) {
       if (!m->encoder_config.pretrained()) fail(a->in, "has no pretrained encoder (--encoder-precision is for those)");
       m->encoder_precision = *precision;
@@ -337,11 +368,59 @@ void add_model_commands(CLI::App& app) {
     std::string before = m->info.value("search_set", "");
     m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
     m->save(a->out);
-    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s\n", a->in.c_str(), a->out.c_str(),
-                m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(),
+    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s%s\n", a->in.c_str(), a->out.c_str(),
+                m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(), consensus_text(*m).c_str(),
                 m->encoder_config.pretrained()
                     ? ("; encoder arithmetic " + std::string(precision_name(m->encoder_precision))).c_str()
                     : "");
+  });
+
+  struct MemoryArgs {
+    std::string in, out, data, images, split, features;
+    int neighbours = 30;
+    double weight = 5;
+  };
+  auto mem = std::make_shared<MemoryArgs>();
+  auto* memory = model->add_subcommand(
+      "memory", "Write a copy holding a caption memory for consensus reranking: each training photo's mean grid vector "
+                "and its captions. Beam search then keeps the candidate with the best score + W x CIDEr-D against "
+                "the captions of the photo's K nearest memory photos (Devlin et al. 2015). Build it from the training "
+                "split only, and choose W and K on dev data");
+  memory->add_option("model", mem->in, "Model file")->required();
+  memory->add_option("--data", mem->data, "The photos and their captions: a data dir, COCO captions JSON or captions.csv")
+      ->required();
+  memory->add_option("--images", mem->images, "Image folder when --data is a JSON/CSV file");
+  memory->add_option("--split", mem->split, "Only these image file names (one per line): the training split")->required();
+  memory->add_option("--features", mem->features, "Read the photos' grids from this cache (sat extract; the one the "
+                                                   "model trained on) instead of encoding them");
+  memory->add_option("--neighbours", mem->neighbours, "K")->capture_default_str()->check(CLI::PositiveNumber);
+  memory->add_option("--consensus-weight", mem->weight, "W (0: stored but off)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, kMaxConsensusWeight));
+  memory->add_option("--out", mem->out, "Model file to write (may be the input: it is replaced atomically)")->required();
+  memory->callback([mem] {
+    auto m = CaptionModel::load(mem->in);
+    CaptionSet set = load_caption_set(mem->data, mem->images, mem->split);
+    std::unique_ptr<FeatureCache> cache;
+    if (!mem->features.empty()) {
+      cache = std::make_unique<FeatureCache>(mem->features);
+      std::vector<std::string> names;
+      for (auto& img : set.images) names.push_back(img.file_name);
+      cache->require(m->encoder_id(), names);
+    }
+    auto built = build_caption_memory(*m, set, cache.get());
+    if (mem->neighbours > built->photos())
+      throw Error("--neighbours " + std::to_string(mem->neighbours) + " is more than the " +
+                  std::to_string(built->photos()) + " photos of " + mem->split);
+    built->prepare(m->encoder_config.feature_dim(), mem->split);
+    m->memory = built;
+    m->consensus = {mem->neighbours, mem->weight};
+    m->info["caption_memory"] = command_line();
+    m->save(mem->out);
+    size_t captions = 0;
+    for (auto& c : built->captions) captions += c.size();
+    std::printf("%s -> %s: caption memory of %d photos, %zu captions%s\n", mem->in.c_str(), mem->out.c_str(),
+                built->photos(), captions, consensus_text(*m).c_str());
   });
 }
 

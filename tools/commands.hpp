@@ -14,6 +14,7 @@ struct SearchFlags {
   int beam = 0;             // 0: the model's
   double length_norm = -1;  // < 0: the model's
   int no_repeat = -1;       // < 0: the model's
+  double consensus_weight = -1;  // < 0: the model's
   void add_to(CLI::App* command);
   void apply(CaptionModel& model) const;
 };

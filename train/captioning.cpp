@@ -128,4 +128,43 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int 
   return score_captions(hyps, refs);
 }
 
+std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
+                                                    const FeatureCache* cache) {
+  const int n = (int)set.images.size();
+  if (n == 0) throw Error("caption memory: the set has no photos");
+  auto memory = std::make_shared<CaptionMemory>();
+  memory->keys.resize(n, model.encoder_config.feature_dim());
+  memory->captions.resize(n);
+  const EncoderConfig cached = model.encoder_config.cache_config();
+  const int chunk = 32;
+  std::vector<float> grids;
+  for (int s = 0; s < n; s += chunk) {
+    const int m = std::min(chunk, n - s);
+    Mat F;
+    if (cache) {
+      const int L = cached.locations(), D = cached.feature_dim();
+      grids.resize((size_t)m * L * D);
+      for (int k = 0; k < m; ++k) {
+        int idx = cache->index_of(set.images[s + k].file_name);
+        if (idx < 0) fail(cache->path(), "feature cache has no features for image '" + set.images[s + k].file_name + "'");
+        cache->read(idx, grids.data() + (size_t)k * L * D);
+      }
+      F = model.tuned ? model.features_from_cache(grids.data(), m)
+                      : Mat(Eigen::Map<const Mat>(grids.data(), (int64_t)m * L, D));
+    } else {
+      std::vector<std::string> paths;
+      for (int k = 0; k < m; ++k) paths.push_back(set.image_path(set.images[s + k]));
+      F = model.encode(model.load_planes(paths), m);
+    }
+    const Mat means = mean_grid_vectors(F, m);
+    for (int k = 0; k < m; ++k) {
+      const float norm = means.row(k).norm();
+      if (!(norm > 0)) throw Error("caption memory: photo '" + set.images[s + k].file_name + "' has an all-zero grid");
+      memory->keys.row(s + k) = means.row(k) / norm;
+      for (auto& r : set.references(s + k)) memory->captions[s + k].push_back(memory_caption(r));
+    }
+  }
+  return memory;
+}
+
 }  // namespace sat

@@ -255,8 +255,12 @@ CiderDScorer::~CiderDScorer() = default;
 
 int CiderDScorer::images() const { return (int)d_->refs.size(); }
 
-double CiderDScorer::score(const Tokens& hyp, int image) const {
-  if (image < 0 || image >= images()) throw Error("cider: image index out of range");
+double CiderDScorer::score(const Tokens& hyp, int image) const { return score(hyp, std::vector<int>{image}); }
+
+double CiderDScorer::score(const Tokens& hyp, const std::vector<int>& images_pooled) const {
+  if (images_pooled.empty()) throw Error("cider: no reference images to score against");
+  for (int image : images_pooled)
+    if (image < 0 || image >= images()) throw Error("cider: image index out of range");
   // Words no reference uses get ids of their own above the corpus's (n-grams with them match nothing).
   std::vector<uint32_t> ids;
   std::unordered_map<std::string, uint32_t> unseen;
@@ -267,8 +271,12 @@ double CiderDScorer::score(const Tokens& hyp, int image) const {
   }
   TfIdf h = to_vec(ngram_counts(ids), d_->df, d_->log_ref_len);
   double s = 0;
-  for (auto& r : d_->refs[image]) s += cider_sim(h, r, d_->sigma);
-  return s / 4.0 / d_->refs[image].size() * 10.0;
+  size_t refs = 0;
+  for (int image : images_pooled) {
+    for (auto& r : d_->refs[image]) s += cider_sim(h, r, d_->sigma);
+    refs += d_->refs[image].size();
+  }
+  return s / 4.0 / refs * 10.0;
 }
 
 }  // namespace sat

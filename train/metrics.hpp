@@ -45,6 +45,9 @@ class CiderDScorer {
   CiderDScorer& operator=(const CiderDScorer&) = delete;
   int images() const;
   double score(const Tokens& hyp, int image) const;  // thread-safe
+  // Against the references of several images pooled (the mean over all of them: consensus reranking's agreement
+  // of a caption with its photo's neighbours' captions); thread-safe.
+  double score(const Tokens& hyp, const std::vector<int>& images) const;
 
  private:
   struct Data;

@@ -199,6 +199,14 @@ TensorFile CaptionModel::to_tensor_file() const {
     }
     tf.metadata["ensemble"] = configs.dump();
   }
+  if (memory) {  // consensus reranking: the training photos' mean grid vectors (float16) and their captions
+    tf.metadata["consensus"] = nlohmann::json{{"neighbours", consensus.neighbours}, {"weight", consensus.weight}}.dump();
+    tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
+    Param keys(kMemoryKeys, {memory->keys.rows(), memory->keys.cols()}, false);
+    std::copy(memory->keys.data(), memory->keys.data() + memory->keys.size(), keys.value.begin());
+    tf.tensors.emplace(kMemoryKeys, std::move(keys));
+    tf.half.insert(kMemoryKeys);
+  }
   if (!encoder_config.weights_file.empty()) return tf;  // named by file and sha256, found at load
   for (auto& [name, p] : encoder_weights.tensors) {
     Param copy(name, p.shape, false);
@@ -297,6 +305,33 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       fail(path, e.what());
     }
   }
+  if (tf.tensors.count(kMemoryKeys) || tf.metadata.count("memory_captions") || tf.metadata.count("consensus")) {
+    if (!tf.tensors.count(kMemoryKeys) || !tf.metadata.count("memory_captions") || !tf.metadata.count("consensus"))
+      fail(path, "caption memory is incomplete (it needs the tensor '" + std::string(kMemoryKeys) +
+                     "' and the header's \"memory_captions\" and \"consensus\")");
+    auto memory = std::make_shared<CaptionMemory>();
+    const Param& keys = tf.tensors.at(kMemoryKeys);
+    if (keys.shape.size() != 2) fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels");
+    memory->keys = Eigen::Map<const Mat>(keys.value.data(), keys.shape[0], keys.shape[1]);
+    try {
+      auto captions = parse_json_checked(tf.metadata.at("memory_captions"), path, "model header is malformed");
+      memory->captions = captions.get<std::vector<std::vector<std::string>>>();
+      auto settings = parse_json_checked(tf.metadata.at("consensus"), path, "model header is malformed");
+      m->consensus.neighbours = settings.at("neighbours").get<int>();
+      m->consensus.weight = settings.at("weight").get<double>();
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(path, std::string("model header is malformed (caption memory: ") + e.what() + ")");
+    }
+    if (m->consensus.neighbours < 1 || m->consensus.neighbours > memory->photos())
+      fail(path, "consensus neighbours must be in [1, " + std::to_string(memory->photos()) + "], got " +
+                     std::to_string(m->consensus.neighbours));
+    if (!(m->consensus.weight >= 0 && m->consensus.weight <= kMaxConsensusWeight))
+      fail(path, "consensus weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
+    memory->prepare(m->encoder_config.feature_dim(), path);
+    m->memory = std::move(memory);
+  }
   if (m->tuned) m->sync_tuned();
   return m;
 }
@@ -365,13 +400,35 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam) {
   return search(F, n, beam, length_norm, no_repeat_ngram);
 }
 
-std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, double norm, int no_repeat) {
-  if (more_members.empty())
-    return beam <= 1 ? greedy_search(*decoder, F, n, max_len, no_repeat)
-                     : beam_search(*decoder, F, n, beam, max_len, norm, no_repeat);
-  DecoderEnsemble all(member_decoders());
-  return beam <= 1 ? greedy_search(all, F, n, max_len, no_repeat)
-                   : beam_search(all, F, n, beam, max_len, norm, no_repeat);
+std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, double norm, int no_repeat,
+                                             double consensus_weight) {
+  ConsensusSettings rerank = consensus;
+  if (consensus_weight >= 0) rerank.weight = consensus_weight;
+  if (beam <= 1 || !memory || rerank.weight == 0) {
+    if (more_members.empty())
+      return beam <= 1 ? greedy_search(*decoder, F, n, max_len, no_repeat)
+                       : beam_search(*decoder, F, n, beam, max_len, norm, no_repeat);
+    DecoderEnsemble all(member_decoders());
+    return beam <= 1 ? greedy_search(all, F, n, max_len, no_repeat)
+                     : beam_search(all, F, n, beam, max_len, norm, no_repeat);
+  }
+  std::vector<std::vector<Hypothesis>> candidates;
+  if (more_members.empty()) {
+    candidates = beam_search_nbest(*decoder, F, n, beam, max_len, norm, no_repeat);
+  } else {
+    DecoderEnsemble all(member_decoders());
+    candidates = beam_search_nbest(all, F, n, beam, max_len, norm, no_repeat);
+  }
+  const Mat means = mean_grid_vectors(F, n);
+  std::vector<Hypothesis> out;
+  out.reserve(n);
+  for (int i = 0; i < n; ++i) {
+    std::vector<Tokens> words;
+    for (auto& h : candidates[i]) words.push_back(vocab.decode(h.tokens));
+    const int k = choose_by_consensus(candidates[i], words, *memory, means.row(i).data(), rerank);
+    out.push_back(std::move(candidates[i][k]));
+  }
+  return out;
 }
 
 std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k) {

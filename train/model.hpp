@@ -12,6 +12,7 @@
 #include "datasets/vocab.hpp"
 #include "seq/decoder.hpp"
 #include "seq/search.hpp"
+#include "train/consensus.hpp"
 #include "vision/cnn.hpp"
 #include "vision/pretrained.hpp"
 #include "vision/tunable.hpp"
@@ -19,6 +20,8 @@
 namespace sat {
 
 constexpr int kMaxBeam = 100;
+constexpr double kMaxConsensusWeight = 1000;
+constexpr const char* kMemoryKeys = "memory.keys";  // the caption memory's vectors (train/consensus.hpp)
 
 struct CaptionModel {
   EncoderConfig encoder_config;
@@ -28,6 +31,11 @@ struct CaptionModel {
   double length_norm = 1.0;  // beam search: captions compete by log p / words^length_norm (chosen on dev data)
   int beam = 3;              // the search's width when the user does not choose one (1: greedy; chosen on dev data)
   int no_repeat_ngram = 0;   // both searches: no caption repeats an n-word phrase (0: off; see seq/search.hpp)
+  // Consensus reranking of the beam's candidates by the captions of the nearest training photos (train/consensus.hpp;
+  // sat model memory builds the memory and stores the settings chosen on dev data). No memory or weight 0: off.
+  std::shared_ptr<const CaptionMemory> memory;
+  ConsensusSettings consensus;
+  int memory_photos() const { return memory ? memory->photos() : 0; }
   // A pretrained encoder's arithmetic (vision/onednn.hpp; sat model set --encoder-precision, chosen on dev data):
   // the CLI's --encoder-precision overrides it. Files written before it existed use f32.
   PrecisionChoice encoder_precision = PrecisionChoice::f32;
@@ -86,8 +94,10 @@ struct CaptionModel {
   Mat encode(const std::vector<float>& planes, int n);
   // Captions n images' features: greedy when beam is 1, else beam search with the model's length_norm.
   std::vector<Hypothesis> search(const Mat& F, int n, int beam);
-  // The same with other search settings (every member of an ensemble together).
-  std::vector<Hypothesis> search(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram);
+  // The same with other search settings (every member of an ensemble together). consensus_weight < 0: the model's;
+  // with a memory and weight > 0, a beam search's caption is chosen among its candidates by consensus reranking.
+  std::vector<Hypothesis> search(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
+                                 double consensus_weight = -1);
 };
 
 // Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs

@@ -1,0 +1,102 @@
+#include "train/consensus.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "train/ptb_tokenizer.hpp"
+
+namespace sat {
+
+namespace {
+Tokens split_words(const std::string& text) {
+  Tokens out;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    size_t j = i;
+    while (j < text.size() && text[j] != ' ') ++j;
+    if (j > i) out.emplace_back(text.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+}  // namespace
+
+std::string memory_caption(const std::string& raw) { return ptb_tokenize_joined(raw); }
+
+void CaptionMemory::prepare(int D, const std::string& source) {
+  if (keys.rows() == 0) fail(source, "caption memory holds no photos");
+  if (keys.cols() != D)
+    fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, the model's grid has " +
+                     std::to_string(D));
+  if ((int64_t)captions.size() != keys.rows())
+    fail(source, "caption memory has " + std::to_string(keys.rows()) + " photos but " +
+                     std::to_string(captions.size()) + " caption lists");
+  std::vector<std::vector<Tokens>> refs(captions.size());
+  for (size_t i = 0; i < captions.size(); ++i) {
+    if (captions[i].empty()) fail(source, "caption memory photo " + std::to_string(i) + " has no captions");
+    const double norm = keys.row((int64_t)i).norm();
+    if (!(std::abs(norm - 1.0) < 1e-2))  // float16 storage rounds a unit vector to within ~1e-3
+      fail(source, "caption memory vector " + std::to_string(i) + " is not of unit length (" + std::to_string(norm) + ")");
+    for (auto& c : captions[i]) {
+      Tokens words = split_words(c);
+      if (words.empty()) fail(source, "caption memory photo " + std::to_string(i) + " has an empty caption");
+      refs[i].push_back(std::move(words));
+    }
+  }
+  try {
+    cider_ = std::make_shared<CiderDScorer>(refs);
+  } catch (const Error& e) {
+    fail(source, std::string("caption memory: ") + e.what());
+  }
+}
+
+std::vector<int> CaptionMemory::nearest(const float* mean_vector, int k) const {
+  const int64_t D = keys.cols();
+  Eigen::Map<const Eigen::VectorXf> q(mean_vector, D);
+  Eigen::VectorXf cosine = keys * q;  // the query's length does not change the order
+  std::vector<int> order(cosine.size());
+  std::iota(order.begin(), order.end(), 0);
+  k = std::max(0, std::min(k, (int)order.size()));
+  std::partial_sort(order.begin(), order.begin() + k, order.end(), [&](int a, int b) {
+    if (cosine[a] != cosine[b]) return cosine[a] > cosine[b];
+    return a < b;
+  });
+  order.resize(k);
+  return order;
+}
+
+double CaptionMemory::agreement(const Tokens& words, const std::vector<int>& photos) const {
+  if (!cider_) throw Error("caption memory used before prepare()");
+  return cider_->score(words, photos);
+}
+
+Mat mean_grid_vectors(const Mat& F, int N) {
+  if (N <= 0 || F.rows() % N != 0) throw Error("mean_grid_vectors: the grid rows do not split into the images");
+  const int64_t L = F.rows() / N;
+  Mat out(N, F.cols());
+  for (int i = 0; i < N; ++i) out.row(i) = F.middleRows(i * L, L).colwise().mean();
+  return out;
+}
+
+int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::vector<Tokens>& words,
+                        const CaptionMemory& memory, const float* mean_vector, const ConsensusSettings& settings,
+                        std::vector<double>* agreements) {
+  if (candidates.empty()) throw Error("consensus: no candidate captions");
+  if (words.size() != candidates.size()) throw Error("consensus: one word list per candidate expected");
+  if (agreements) agreements->assign(candidates.size(), 0.0);
+  if (settings.weight == 0 || candidates.size() == 1) return 0;
+  const std::vector<int> photos = memory.nearest(mean_vector, settings.neighbours);
+  int best = 0;
+  double best_total = 0;
+  for (size_t i = 0; i < candidates.size(); ++i) {
+    const double a = memory.agreement(words[i], photos);
+    if (agreements) (*agreements)[i] = a;
+    const double total = candidates[i].score + settings.weight * a;
+    if (i == 0 || total > best_total) best = (int)i, best_total = total;
+  }
+  return best;
+}
+
+}  // namespace sat

@@ -1,0 +1,58 @@
+// Consensus reranking (Devlin et al. 2015, "Exploring Nearest Neighbor Approaches for Image Captioning"; Mao et
+// al. 2015 rerank a beam the same way): beam search finds the model's candidate captions for a photo, and the one
+// kept is the one with the best
+//
+//     score + weight * CIDEr-D(candidate, captions of the photo's k nearest training photos)
+//
+// where score is the beam's own (log p / words^length_norm) and the neighbours are the training photos whose mean
+// grid vector (the decoder's grid, mean over locations, unit length) has the largest cosine with the photo's.
+// CIDEr-D here takes its document frequencies from all the memory's captions, so a caption's agreement does not
+// depend on what else is captioned with it. The memory (the training photos' vectors and captions) lives in the
+// model file: `sat model memory` builds it from the training split, and weight 0 turns reranking off.
+#pragma once
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "seq/search.hpp"
+#include "train/metrics.hpp"
+
+namespace sat {
+
+struct CaptionMemory {
+  Mat keys;  // M x D: each memory photo's mean grid vector, unit length
+  // Per memory photo, its captions as memory_caption() gives them (words joined by single spaces).
+  std::vector<std::vector<std::string>> captions;
+
+  int photos() const { return (int)keys.rows(); }
+  // Checks the shapes (one caption list per key, at least one caption each, unit-length keys of dimension D) and
+  // builds the CIDEr-D document frequencies; errors name `source`.
+  void prepare(int D, const std::string& source);
+  // The k memory photos nearest to one grid's mean vector (any length), nearest first (ties: the lower index).
+  std::vector<int> nearest(const float* mean_vector, int k) const;
+  // CIDEr-D of `words` against the captions of `photos` pooled.
+  double agreement(const Tokens& words, const std::vector<int>& photos) const;
+
+ private:
+  std::shared_ptr<CiderDScorer> cider_;
+};
+
+struct ConsensusSettings {
+  int neighbours = 30;  // k
+  double weight = 0;    // 0: off (the beam's best caption)
+};
+
+// A reference caption as the memory keeps it: PTB-tokenized and lowercased as coco-caption scores it, words joined
+// by single spaces.
+std::string memory_caption(const std::string& raw);
+
+// Mean over each image's L rows of F (N*L x D), one row per image: the vectors the memory is keyed by.
+Mat mean_grid_vectors(const Mat& F, int N);
+
+// Chooses among one image's candidates (best score first, as beam_search_nbest gives them): the index of the one
+// with the best score + weight * agreement. words[i] is candidate i's caption as words.
+int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::vector<Tokens>& words,
+                        const CaptionMemory& memory, const float* mean_vector, const ConsensusSettings& settings,
+                        std::vector<double>* agreements = nullptr);
+
+}  // namespace sat
