@@ -1,0 +1,258 @@
+// Consensus reranking: the beam's candidate lists, the caption memory (nearest photos, pooled CIDEr-D), the choice,
+// and the memory in a model file.
+#include <doctest/doctest.h>
+
+#include <algorithm>
+#include <functional>
+#include <numeric>
+#include <set>
+
+#include "datasets/safetensors.hpp"
+#include "seq/search.hpp"
+#include "tests/decoder_fixtures.hpp"
+#include "tests/scratch.hpp"
+#include "train/consensus.hpp"
+#include "train/metrics.hpp"
+#include "train/model.hpp"
+
+using namespace sat;
+using test::error_of;
+using test::random_features;
+using test::small_config;
+using test::TempDir;
+
+namespace {
+
+// A memory of `photos` random unit vectors of dimension D, photo i's captions given by `captions(i)`.
+CaptionMemory random_memory(int photos, int D, Rng& rng,
+                            const std::function<std::vector<std::string>(int)>& captions) {
+  CaptionMemory m;
+  m.keys.resize(photos, D);
+  for (int i = 0; i < photos; ++i) {
+    for (int d = 0; d < D; ++d) m.keys(i, d) = (float)rng.normal();
+    m.keys.row(i).normalize();
+    m.captions.push_back(captions(i));
+  }
+  return m;
+}
+
+std::string joined(const Tokens& words) {
+  std::string out;
+  for (auto& w : words) out += (out.empty() ? "" : " ") + w;
+  return out;
+}
+
+Tokens word_list(const Vocab& vocab, const Hypothesis& h) { return vocab.decode(h.tokens); }
+
+}  // namespace
+
+TEST_CASE("consensus: the beam's candidate lists are best first, and the first is beam_search's caption") {
+  for (uint64_t seed : {1, 2, 3}) {
+    Rng rng(seed);
+    DecoderConfig cfg = small_config(0);
+    Decoder dec(cfg);
+    dec.init(rng);
+    const int n = 6, beam = 4;
+    Mat F = random_features(n, cfg, rng);
+    for (double norm : {0.0, 0.5, 1.0}) {
+      auto best = beam_search(dec, F, n, beam, 8, norm, 2);
+      auto lists = beam_search_nbest(dec, F, n, beam, 8, norm, 2);
+      REQUIRE(lists.size() == (size_t)n);
+      for (int i = 0; i < n; ++i) {
+        CAPTURE(i);
+        REQUIRE(!lists[i].empty());
+        CHECK(lists[i].size() >= (size_t)beam);  // beam captions end, or more are still live at max_len
+        CHECK(lists[i][0].tokens == best[i].tokens);
+        CHECK(lists[i][0].logprob == best[i].logprob);
+        for (size_t k = 1; k < lists[i].size(); ++k) CHECK(lists[i][k - 1].score >= lists[i][k].score);
+        std::set<std::vector<int>> distinct;
+        for (auto& h : lists[i]) distinct.insert(h.tokens);
+        CHECK(distinct.size() == lists[i].size());  // a beam never finishes one caption twice
+      }
+    }
+  }
+}
+
+TEST_CASE("consensus: CIDEr-D against pooled references is the reference-weighted mean of the per-photo scores") {
+  std::vector<std::vector<Tokens>> refs = {{{"a", "dog", "runs"}, {"a", "brown", "dog", "runs", "fast"}},
+                                           {{"a", "man", "rides", "a", "bike"}},
+                                           {{"two", "dogs", "play"}, {"dogs", "in", "snow"}, {"a", "dog", "runs"}}};
+  CiderDScorer scorer(refs);
+  for (const Tokens& h : {Tokens{"a", "dog", "runs"}, Tokens{"a", "man", "on", "a", "bike"}, Tokens{"zebra"}}) {
+    const double s0 = scorer.score(h, 0), s1 = scorer.score(h, 1), s2 = scorer.score(h, 2);
+    CHECK(scorer.score(h, std::vector<int>{0, 2}) == doctest::Approx((2 * s0 + 3 * s2) / 5).epsilon(1e-12));
+    CHECK(scorer.score(h, std::vector<int>{0, 1, 2}) == doctest::Approx((2 * s0 + s1 + 3 * s2) / 6).epsilon(1e-12));
+    CHECK(scorer.score(h, std::vector<int>{1}) == s1);
+  }
+  CHECK_THROWS(scorer.score(Tokens{"a"}, std::vector<int>{}));
+  CHECK_THROWS(scorer.score(Tokens{"a"}, std::vector<int>{0, 3}));
+}
+
+TEST_CASE("consensus: the memory finds the nearest photos by cosine and checks its shapes") {
+  Rng rng(5);
+  const int D = 16, photos = 40;
+  CaptionMemory m = random_memory(photos, D, rng, [](int i) {
+    return std::vector<std::string>{"photo " + std::to_string(i), "a picture"};
+  });
+  m.prepare(D, "mem");
+  CHECK(m.photos() == photos);
+  for (int q = 0; q < 5; ++q) {
+    std::vector<float> query(D);
+    for (auto& v : query) v = (float)rng.normal() * 3;  // any length
+    Eigen::Map<Eigen::VectorXf> qv(query.data(), D);
+    std::vector<float> cosine(photos);
+    for (int i = 0; i < photos; ++i) cosine[i] = m.keys.row(i).dot(qv.transpose()) / qv.norm();
+    std::vector<int> order(photos);
+    std::iota(order.begin(), order.end(), 0);
+    std::sort(order.begin(), order.end(), [&](int a, int b) { return cosine[a] > cosine[b]; });
+    auto near = m.nearest(query.data(), 7);
+    CHECK(near == std::vector<int>(order.begin(), order.begin() + 7));
+    CHECK(m.nearest(query.data(), photos + 5).size() == (size_t)photos);
+  }
+  // A photo's own vector finds it first.
+  CHECK(m.nearest(m.keys.row(17).data(), 1) == std::vector<int>{17});
+
+  auto broken = [&](const std::function<void(CaptionMemory&)>& damage, int dim = 16) {
+    CaptionMemory copy = m;
+    damage(copy);
+    return error_of([&] { copy.prepare(dim, "mem.sat"); });
+  };
+  CHECK(broken([](CaptionMemory&) {}, D + 1).find("mem.sat: caption memory vectors have 16 values, the model's grid has 17") == 0);
+  CHECK(broken([](CaptionMemory& c) { c.captions.pop_back(); }).find("40 photos but 39 caption lists") != std::string::npos);
+  CHECK(broken([](CaptionMemory& c) { c.captions[3].clear(); }).find("photo 3 has no captions") != std::string::npos);
+  CHECK(broken([](CaptionMemory& c) { c.captions[4][1] = "  "; }).find("photo 4 has an empty caption") != std::string::npos);
+  CHECK(broken([](CaptionMemory& c) { c.keys.row(2) *= 2; }).find("vector 2 is not of unit length") != std::string::npos);
+  CHECK(broken([](CaptionMemory& c) { c.keys.resize(0, D); c.captions.clear(); }).find("holds no photos") != std::string::npos);
+  CHECK(error_of([&] { CaptionMemory{}.agreement({"a"}, {0}); }) != "");
+}
+
+TEST_CASE("consensus: the choice is the best score + weight x agreement, and weight 0 keeps the beam's best") {
+  Rng rng(7);
+  DecoderConfig cfg = small_config(0);
+  Decoder dec(cfg);
+  dec.init(rng);
+  std::vector<std::string> names = {"<pad>", "<start>", "<end>", "<unk>"};
+  for (int w = 4; w < cfg.vocab_size; ++w) names.push_back("w" + std::to_string(w));
+  Vocab vocab = Vocab::from_words(names, "test");
+  const int n = 8;
+  Mat F = random_features(n, cfg, rng);
+  auto lists = beam_search_nbest(dec, F, n, 5, 7, 0.5, 0);
+  const Mat means = mean_grid_vectors(F, n);
+  CHECK(means.row(3).isApprox(F.middleRows(3 * cfg.locations(), cfg.locations()).colwise().mean()));
+  int moved = 0;
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    const auto& cands = lists[i];
+    REQUIRE(cands.size() >= 2);
+    std::vector<Tokens> words;
+    for (auto& h : cands) words.push_back(word_list(vocab, h));
+    // The memory: this image's own mean vector, whose captions are the last candidate's words, and random photos
+    // whose captions share nothing with any candidate.
+    CaptionMemory memory = random_memory(12, cfg.feature_dim, rng, [](int) {
+      return std::vector<std::string>{"zebra crossing", "an elephant"};
+    });
+    memory.keys.row(0) = means.row(i).normalized();
+    memory.captions[0] = {joined(words.back()), joined(words.back())};
+    memory.prepare(cfg.feature_dim, "mem");
+    std::vector<double> agree;
+    CHECK(choose_by_consensus(cands, words, memory, means.row(i).data(), {3, 0.0}, &agree) == 0);
+    const int chosen = choose_by_consensus(cands, words, memory, means.row(i).data(), {3, 1000.0}, &agree);
+    CHECK(chosen == (int)cands.size() - 1);  // its words are the nearest photo's captions
+    // By hand: the same neighbours, the same pooled CIDEr-D, the same sum.
+    const auto near = memory.nearest(means.row(i).data(), 3);
+    CHECK(near[0] == 0);
+    int best = 0;
+    for (size_t k = 0; k < cands.size(); ++k) {
+      CHECK(agree[k] == memory.agreement(words[k], near));
+      if (cands[k].score + 1000.0 * agree[k] > cands[best].score + 1000.0 * agree[best]) best = (int)k;
+    }
+    CHECK(best == chosen);
+    const int mild = choose_by_consensus(cands, words, memory, means.row(i).data(), {3, 0.05}, &agree);
+    moved += mild != 0;
+  }
+  CHECK(moved < n);  // a small weight mostly keeps the beam's choice
+}
+
+TEST_CASE("consensus: a model's memory reranks its search, survives its file, and damaged memories are errors") {
+  TempDir dir;
+  CaptionModel m;
+  m.encoder_config.input_size = 32;
+  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
+  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}, {"the", "green", "triangle"}}, 1);
+  m.decoder_config.embed_dim = 8;
+  m.decoder_config.hidden_dim = 12;
+  m.decoder_config.attn_dim = 6;
+  m.max_len = 6;
+  m.build();
+  Rng rng(9);
+  m.init(rng);
+  const int n = 6, D = m.encoder_config.feature_dim();
+  std::vector<float> planes((size_t)n * 3 * 32 * 32);
+  for (auto& v : planes) v = (float)rng.normal();
+  Mat F = m.encode(planes, n);
+  const auto plain = m.search(F, n, 4, 0.5, 0);
+  const auto lists = beam_search_nbest(*m.decoder, F, n, 4, m.max_len, 0.5, 0);
+
+  auto memory = std::make_shared<CaptionMemory>(random_memory(20, D, rng, [](int i) {
+    const char* captions[] = {"a red circle", "the green triangle", "a blue square", "red red red"};
+    return std::vector<std::string>{captions[i % 4], captions[(i + 1) % 4]};
+  }));
+  memory->prepare(D, "mem");
+  m.memory = memory;
+  m.consensus = {5, 0.0};
+  auto off = m.search(F, n, 4, 0.5, 0);
+  m.consensus.weight = 50;
+  auto on = m.search(F, n, 4, 0.5, 0);
+  auto greedy = m.search(F, n, 1, 0.5, 0);  // one candidate: nothing to rerank
+  auto greedy_plain = greedy_search(*m.decoder, F, n, m.max_len, 0);
+  const Mat means = mean_grid_vectors(F, n);
+  int moved = 0;
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(greedy[i].tokens == greedy_plain[i].tokens);
+    CHECK(off[i].tokens == plain[i].tokens);
+    moved += on[i].tokens != plain[i].tokens;
+    std::vector<Tokens> words;
+    for (auto& h : lists[i]) words.push_back(word_list(m.vocab, h));
+    const int k = choose_by_consensus(lists[i], words, *memory, means.row(i).data(), m.consensus);
+    CHECK(on[i].tokens == lists[i][k].tokens);
+    CHECK(on[i].alphas.size() == lists[i][k].alphas.size());  // the chosen caption's own attention maps
+  }
+  CHECK(moved > 0);  // the memory changed some captions
+  for (int i = 0; i < n; ++i)  // the call's weight over the model's
+    CHECK(m.search(F, n, 4, 0.5, 0, 0.0)[i].tokens == plain[i].tokens);
+
+  const std::string path = dir.file("mem.sat");
+  m.save(path);
+  auto loaded = CaptionModel::load(path);
+  REQUIRE(loaded->memory);
+  CHECK(loaded->consensus.neighbours == 5);
+  CHECK(loaded->consensus.weight == 50);
+  CHECK(loaded->memory->captions == memory->captions);
+  CHECK((loaded->memory->keys - memory->keys).cwiseAbs().maxCoeff() < 1e-3f);  // stored in float16
+  auto again = loaded->search(loaded->encode(planes, n), n, 4, 0.5, 0);
+  for (int i = 0; i < n; ++i) CHECK(again[i].tokens == on[i].tokens);
+
+  auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
+    TensorFile tf = load_safetensors(path);
+    damage(tf);
+    save_safetensors(dir.file(name), tf);
+    return error_of([&] { CaptionModel::load(dir.file(name)); });
+  };
+  CHECK(damaged("a.sat", [](TensorFile& tf) { tf.tensors.erase(kMemoryKeys); tf.half.erase(kMemoryKeys); }).find("caption memory is incomplete") !=
+        std::string::npos);
+  CHECK(damaged("b.sat", [](TensorFile& tf) { tf.metadata["memory_captions"] = "[[\"a\"]]"; })
+            .find("20 photos but 1 caption lists") != std::string::npos);
+  CHECK(damaged("c.sat", [](TensorFile& tf) { tf.metadata["memory_captions"] = "{\"x\": 1"; })
+            .find(dir.file("c.sat") + ": ") == 0);
+  CHECK(damaged("d.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "{\"neighbours\": 0, \"weight\": 1}"; })
+            .find("consensus neighbours must be in [1, 20]") != std::string::npos);
+  CHECK(damaged("e.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "{\"neighbours\": 3, \"weight\": -1}"; })
+            .find("consensus weight must be in") != std::string::npos);
+  CHECK(damaged("f.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "[1, 2]"; }).find(dir.file("f.sat") + ": ") == 0);
+  CHECK(damaged("g.sat", [&](TensorFile& tf) {
+          Param wrong(kMemoryKeys, {20, (int64_t)D + 1}, false);
+          tf.tensors.erase(kMemoryKeys);
+          tf.tensors.emplace(kMemoryKeys, std::move(wrong));
+        }).find("caption memory vectors have " + std::to_string(D + 1) + " values") != std::string::npos);
+}
