@@ -16,7 +16,8 @@ fail() { echo "recipe test: $*" >&2; exit 1; }
 
 # The stand-in. A model file is text: its first line says how it was made. Dev BLEU-4 (eval --json) is read from
 # $scratch/scores (a line "NAME SCORE" for a model's path relative to the work folder, beam 3), else 0.1; the search
-# settings' scores are 0.2 except beam 5, length norm 0.5, no repeat 3 (0.3). FAIL_TRAIN=WORD makes a train call
+# settings' scores are 0.2 except beam 5, length norm 0.5, no repeat 3 (0.3); consensus reranking's 0.25 except beam
+# 10, 60 neighbours, weight 12 ($CONSENSUS_SCORE, else 0.35), without it 0.3. FAIL_TRAIN=WORD makes a train call
 # whose arguments contain WORD fail once (the file $scratch/failed marks that it has).
 cat >"$scratch/sat" <<'EOF'
 #!/usr/bin/env bash
@@ -53,6 +54,9 @@ case $cmd in
       score=$(awk -v m="${model#"$WORK"/}" '$1 == m { print $2 }' "$SCRATCH/scores")
       echo "{\"Bleu_4\": ${score:-0.1}}"
     elif [[ "$*" == *"--beam 5 --length-norm 0.5 --no-repeat 3 --json"* ]]; then echo '{"Bleu_4": 0.3}'
+    elif [[ "$*" == *"--consensus-weight 0 --json"* ]]; then echo '{"Bleu_4": 0.3}'
+    elif [[ "$*" == *"--beam 10 --neighbours 60 --consensus-weight 12 --json"* ]]; then echo "{\"Bleu_4\": ${CONSENSUS_SCORE:-0.35}}"
+    elif [[ "$*" == *"--consensus-weight"* ]]; then echo '{"Bleu_4": 0.25}'
     else echo '{"Bleu_4": 0.2}'; fi ;;
   model)
     sub=$1; shift
@@ -61,6 +65,7 @@ case $cmd in
       average | ensemble) args=("$@"); echo "$sub of ${args[*]:0:$(($# - 2))}" >"$out" ;;
       compact) { cat "$1"; echo "recipe: $(arg --recipe "$@")"; } >"$out" ;;
       set) [ "$1" = "$out" ] || cp "$1" "$out"; echo "set ${*:4}" >>"$out" ;;
+      memory) { cat "$1"; echo "memory of $(arg --split "$@") from $(arg --features "$@")"; } >"$out" ;;
       *) echo "sat: unknown model subcommand $sub" >&2; exit 1 ;;
     esac ;;
   *) echo "sat: unknown command $cmd" >&2; exit 1 ;;
@@ -109,6 +114,12 @@ grep -q "recipe: .*TUNE_MOST=block3/unit_20 .*member2c_2/model-epoch5.sat alone"
   fail "the shipped model's recipe line does not name stage 2c and its choice"
 grep -q "^set --length-norm 0.5 --beam 5 --no-repeat 3" "$repo/models/flickr8k.sat" ||
   fail "the shipped model's search settings are not the best scoring ones"
+# consensus reranking: a memory of the training photos from the last stage's cache, its best settings stored
+grep -q "^memory of ../shared/data/flickr8k/train.txt from runs/w/block3_unit_20_448.feat" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model has no caption memory of the training photos from stage 2c's cache"
+grep -q "^set --beam 10 --neighbours 60 --consensus-weight 12" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model's consensus settings are not the best scoring ones"
+[ "$(grep -c '^model memory' "$scratch/calls")" = 1 ] || fail "the rerun built $(grep -c '^model memory' "$scratch/calls") memories, not 1"
 # the earlier stages started where they should
 grep -qx "trained from  tune-from " "$work/model/start" || fail "stage 1: $(cat "$work/model/start")"
 grep -qx "trained from runs/w/stage1.sat tune-from block3/unit_22" "$work/stage2/start" || fail "stage 2: $(cat "$work/stage2/start")"
@@ -123,6 +134,7 @@ cp "$repo/models/flickr8k.sat" "$scratch/shipped"
 : >"$scratch/calls"
 run env || fail "the third run failed"
 grep '^train' "$scratch/calls" | grep -qv -- '--resume' && fail "the third run started a training run"
+grep -q '^model memory' "$scratch/calls" && fail "the third run built the caption memory again"
 cmp -s "$repo/models/flickr8k.sat" "$scratch/shipped" || fail "the third run shipped a different model"
 
 # TUNE_MOST= stops after stage 3; MEMBERS=0 after stage 2b.
@@ -134,4 +146,15 @@ rm -rf "$repo/runs" "$scratch/calls"
 run env MEMBERS=0 || fail "MEMBERS=0 failed"
 grep -q -- "--fresh-decoder" "$scratch/calls" && fail "MEMBERS=0 still trained members"
 grep -q "^epoch 2 of runs/w/stage2b" "$repo/models/flickr8k.sat" || fail "MEMBERS=0 did not ship stage 2b's epoch 2"
+grep -q "^memory of .* from runs/w/block3_unit_21_448.feat" "$repo/models/flickr8k.sat" ||
+  fail "MEMBERS=0 shipped no caption memory from stage 2b's cache"
+# Without a gain on dev, no memory ships; MEMORY=0 builds none.
+rm -rf "$repo/runs" "$scratch/calls"
+run env TUNE_MOST= CONSENSUS_SCORE=0.29 || fail "CONSENSUS_SCORE=0.29 failed"
+grep -q "^memory" "$repo/models/flickr8k.sat" && fail "a caption memory without a dev gain was shipped"
+grep -q "^model memory" "$scratch/calls" || fail "the consensus step did not run"
+[ -e "$repo/models/flickr8k.sat.memory" ] && fail "the unshipped memory model was left behind"
+rm -rf "$repo/runs" "$scratch/calls"
+run env TUNE_MOST= MEMORY=0 || fail "MEMORY=0 failed"
+grep -q "^model memory" "$scratch/calls" && fail "MEMORY=0 still built a caption memory"
 echo "recipe test: passed"

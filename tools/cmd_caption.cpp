@@ -56,15 +56,25 @@ void SearchFlags::add_to(CLI::App* command) {
                       "Beam search: keep the candidate with the best score + W x CIDEr-D against the captions of the "
                       "nearest training photos (the model's caption memory; 0: off; default: the model's)")
       ->check(CLI::Range(0.0, kMaxConsensusWeight));
+  command->add_option("--neighbours", neighbours, "Consensus reranking: how many nearest training photos' captions a "
+                                                  "candidate is compared with (default: the model's)")
+      ->check(CLI::PositiveNumber);
 }
 
-void SearchFlags::apply(CaptionModel& model) const {
+void SearchFlags::apply(CaptionModel& model, const std::string& model_path) const {
   if (beam > 0) model.beam = beam;
   if (length_norm >= 0) model.length_norm = length_norm;
   if (no_repeat >= 0) model.no_repeat_ngram = no_repeat;
   if (consensus_weight > 0 && !model.memory)
-    throw Error("--consensus-weight: the model has no caption memory (sat model memory builds one)");
+    fail(model_path, "has no caption memory for --consensus-weight (sat model memory builds one)");
   if (consensus_weight >= 0) model.consensus.weight = consensus_weight;
+  if (neighbours > 0) {
+    if (!model.memory) fail(model_path, "has no caption memory for --neighbours (sat model memory builds one)");
+    if (neighbours > model.memory->photos())
+      fail(model_path, "its caption memory holds " + std::to_string(model.memory->photos()) + " photos: --neighbours " +
+                           std::to_string(neighbours) + " is more");
+    model.consensus.neighbours = neighbours;
+  }
 }
 
 void add_caption_commands(CLI::App& app) {
@@ -89,7 +99,7 @@ void add_caption_commands(CLI::App& app) {
     auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
     const auto start = clock::now();
     auto model = CaptionModel::load(a->model);
-    a->search.apply(*model);
+    a->search.apply(*model, a->model);
     const double t_load = seconds(start);
     double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
@@ -171,7 +181,7 @@ void add_caption_commands(CLI::App& app) {
   att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
-    b->search.apply(*model);
+    b->search.apply(*model, b->model);
     cv::Mat img = load_image_bgr(b->image);
     auto planes = model->load_planes({b->image});
     Mat F = model->encode(planes, 1);

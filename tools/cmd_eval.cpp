@@ -68,7 +68,7 @@ void add_eval_commands(CLI::App& app) {
     } else {
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
       auto model = CaptionModel::load(e->model);
-      e->search.apply(*model);
+      e->search.apply(*model, e->model);
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
       nlohmann::json results;
       if (!e->features.empty()) {

@@ -149,9 +149,16 @@ void add_model_commands(CLI::App& app) {
     std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s\n",
                 s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
                 s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
+    if (!s["caption_memory"].is_null()) {
+      const auto& c = s["caption_memory"];
+      std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos\n",
+                  c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
+                  c["neighbours"].get<int>(), c["photos"].get<int>());
+    }
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
-                            "ensembled", "members", "member_of", "compacted", "search_set", "rebased", "started_from"}) {
+                            "ensembled", "members", "member_of", "compacted", "search_set", "caption_memory", "rebased",
+                            "started_from"}) {
       if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
       std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
     }

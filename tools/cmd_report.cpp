@@ -35,7 +35,7 @@ void add_report_command(CLI::App& app) {
   rep->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal)");
   rep->callback([a] {
     auto model = CaptionModel::load(a->model);
-    a->search.apply(*model);
+    a->search.apply(*model, a->model);
     CaptionSet set = load_caption_set(a->data, a->images, a->split);
     if (a->limit > 0 && (int)set.images.size() > a->limit) {
       std::vector<std::string> names;

@@ -15,8 +15,9 @@ struct SearchFlags {
   double length_norm = -1;  // < 0: the model's
   int no_repeat = -1;       // < 0: the model's
   double consensus_weight = -1;  // < 0: the model's
+  int neighbours = 0;            // 0: the model's
   void add_to(CLI::App* command);
-  void apply(CaptionModel& model) const;
+  void apply(CaptionModel& model, const std::string& model_path) const;  // errors name model_path
 };
 
 void add_synth_command(CLI::App& app);

@@ -3,6 +3,7 @@
 #   choose_and_ship SAT DATA FEATURES RUN_DIR OUT RECIPE [ENCODER_PRECISION]: choose_epoch, then ship
 #   choose_epoch SAT DATA FEATURES RUN_DIR: sets `chosen` and its BLEU-4, `chosen_b4` (step 1)
 #   ship SAT DATA FEATURES MODEL OUT RECIPE [ENCODER_PRECISION]: steps 2-4 for one model (an ensemble too)
+#   consensus_stage FEATURES OUT [ENCODER_PRECISION]: step 5 for the shipped model OUT (needs $sat, $data, $work)
 #  1. candidates: every epoch (RUN_DIR/model-epochN.sat) and the weight averages of the last 2, 3 and 4 epochs
 #     (sat model average), the best by BLEU-4 with beam 3, length norm 1;
 #  2. compacted to float16 (sat model compact) with RECIPE plus the choice recorded;
@@ -10,7 +11,12 @@
 #     (0, 0.5, 1), repeat blocking (none, or no 3-word phrase twice); with ENCODER_PRECISION (f32, bf16, auto), the
 #     encoder's arithmetic stored too (sat model set --encoder-precision); its dev scores recorded (sat eval
 #     --record: from FEATURES, or with ENCODER_PRECISION from the photos, encoded in that arithmetic);
-#  4. renamed onto OUT.
+#  4. renamed onto OUT;
+#  5. consensus reranking: a caption memory of the training photos from FEATURES (sat model memory), its use chosen
+#     by BLEU-4 against OUT's own settings without it: beam width (5, 10, 20), neighbours (30, 60), weight (8, 12,
+#     20) (sat model set; its dev scores recorded as in step 3); without a gain OUT stays as it was. A finished step
+#     keeps its result as $work/consensus.sat and the checksum of the OUT it started from in $work/memory.txt: a
+#     rerun over the same OUT (or over that result) ships that result again.
 dev_bleu4() {  # sat data features model [eval flags]: BLEU-4 on the 1000 dev photos
   local sat=$1 data=$2 features=$3 m=$4
   shift 4
@@ -75,4 +81,45 @@ choose_and_ship() {
   choose_epoch "$sat" "$data" "$features" "$run"
   ship "$sat" "$data" "$features" "$chosen" "$out" "$recipe; $(basename "$chosen") chosen by dev BLEU-4 with beam 3)" \
     "$precision"
+}
+
+consensus_stage() {
+  local features=$1 out=$2 precision=${3:-}
+  local k n w b4 best_b4 best="" given
+  given=$(cksum <"$out")
+  if [ -f "$work/memory.txt" ] && [ -f "$work/consensus.sat" ]; then  # done before, for this model or its result
+    if [ "$given" = "$(cat "$work/memory.txt")" ] || cmp -s "$out" "$work/consensus.sat"; then
+      cp "$work/consensus.sat" "$out.memory" && mv "$out.memory" "$out"
+      echo "consensus reranking: done before ($work/consensus.sat)"
+      return 0
+    fi
+  fi
+  "$sat" model memory "$out" --data "$data" --split "$data/train.txt" --features "$features" --out "$out.memory"
+  best_b4=$(dev_bleu4 "$sat" "$data" "$features" "$out.memory" --consensus-weight 0)
+  echo "without consensus reranking: dev BLEU-4 $best_b4"
+  for k in 5 10 20; do
+    for n in 30 60; do
+      for w in 8 12 20; do
+        b4=$(dev_bleu4 "$sat" "$data" "$features" "$out.memory" --beam $k --neighbours $n --consensus-weight $w)
+        echo "beam $k, $n neighbours, consensus weight $w: dev BLEU-4 $b4"
+        if better "$b4" "$best_b4"; then best="$k $n $w" best_b4=$b4; fi
+      done
+    done
+  done
+  if [ -z "$best" ]; then
+    echo "consensus reranking does not raise dev BLEU-4: $out ships without a caption memory"
+    rm "$out.memory"
+  else
+    read -r k n w <<<"$best"
+    "$sat" model set "$out.memory" --out "$out.memory" --beam "$k" --neighbours "$n" --consensus-weight "$w"
+    if [ -n "$precision" ]; then
+      "$sat" eval --model "$out.memory" --data "$data" --split "$data/dev.txt" --record
+    else
+      "$sat" eval --model "$out.memory" --data "$data" --split "$data/dev.txt" --features "$features" --record
+    fi
+    mv "$out.memory" "$out"
+    echo "wrote $out with consensus reranking (beam $k, $n neighbours, weight $w)"
+  fi
+  cp "$out" "$work/consensus.sat.partial" && mv "$work/consensus.sat.partial" "$work/consensus.sat"
+  echo "$given" >"$work/memory.txt.partial" && mv "$work/memory.txt.partial" "$work/memory.txt"
 }

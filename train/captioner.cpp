@@ -23,15 +23,20 @@ struct Search {
   int beam;
   double length_norm;
   int no_repeat_ngram;
+  double consensus_weight;
 };
 
 Search search_settings(const CaptionModel& model, const CaptionOptions& options) {
   Search s{options.beam.value_or(model.beam), options.length_norm.value_or(model.length_norm),
-           options.no_repeat_ngram.value_or(model.no_repeat_ngram)};
+           options.no_repeat_ngram.value_or(model.no_repeat_ngram),
+           options.consensus_weight.value_or(model.consensus.weight)};
   if (s.beam < 1 || s.beam > kMaxBeam) throw Error("beam must be in [1, " + std::to_string(kMaxBeam) + "]");
   if (!(s.length_norm >= 0 && s.length_norm <= 2)) throw Error("length_norm must be in [0, 2]");
   if (s.no_repeat_ngram < 0 || s.no_repeat_ngram > kMaxNoRepeat)
     throw Error("no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
+  if (!(s.consensus_weight >= 0 && s.consensus_weight <= kMaxConsensusWeight))
+    throw Error("consensus_weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
+  if (s.consensus_weight > 0 && !model.memory) throw Error("consensus_weight: the model has no caption memory");
   return s;
 }
 
@@ -106,7 +111,7 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
       const int m = std::min(kMaxBatch, n - start);
       const std::vector<float> chunk(planes.begin() + start * plane, planes.begin() + (start + m) * plane);
       const Mat F = model->encode(chunk, m);
-      auto found = model->search(F, m, s.beam, s.length_norm, s.no_repeat_ngram);
+      auto found = model->search(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight);
       for (auto& h : found) hyps.push_back(std::move(h));
     }
   }
@@ -197,6 +202,8 @@ ModelInfo Captioner::info() const {
   info.beam = m.beam;
   info.length_norm = m.length_norm;
   info.no_repeat_ngram = m.no_repeat_ngram;
+  info.memory_photos = m.memory_photos();
+  info.consensus_weight = m.consensus.weight;
   info.attention = m.decoder_config.attention;
   info.encoder_precision = precision_name(m.pretrained ? m.pretrained->precision() : Precision::f32);
   return info;

@@ -44,6 +44,9 @@ struct CaptionOptions {
   std::optional<int> beam;             // 1: greedy; at most 100
   std::optional<double> length_norm;   // beam search ranks captions by log p / words^length_norm; in [0, 2]
   std::optional<int> no_repeat_ngram;  // never repeat an n-word phrase (0: off); at most 9
+  // Consensus reranking of the beam's candidates by the captions of the nearest training photos (0: off; the model
+  // needs a caption memory for more, see `sat model memory`); at most 1000
+  std::optional<double> consensus_weight;
   bool attention = false;              // fill CaptionResult::attention (and ::glimpses for hard attention)
 };
 
@@ -77,6 +80,8 @@ struct ModelInfo {
   int beam = 0;        // the stored search settings CaptionOptions falls back to
   double length_norm = 0;
   int no_repeat_ngram = 0;
+  int memory_photos = 0;        // the caption memory's photos (0: none)
+  double consensus_weight = 0;  // consensus reranking's stored weight (0: off)
   std::string attention;  // "soft", "local", "hard" or "none"
   std::string encoder_precision;  // what the encoder computes in: "f32" or "bf16" ("f32" for a model's own CNN)
 };
