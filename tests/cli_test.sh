@@ -156,6 +156,9 @@ B_OFF=$("$SAT" eval --model "$WORK/memory.sat" --data "$WORK/val" --beam 5 --con
 echo "synthetic val CIDEr-D, beam 5: consensus reranking $B_ON, without $B_OFF"
 python3 -c "import sys; sys.exit(0 if $CHANGED > 0 and $B_ON > 0 and $B_OFF > 0 else 1)" && pass "consensus reranking changes captions and eval scores them" ||
   fail "consensus reranking: $CHANGED changed, CIDEr-D $B_ON / $B_OFF"
+"$SAT" train --init-from "$WORK/memory.sat" --data "$WORK/train" --val-data "$WORK/val" --epochs 0 --out "$WORK/from_memory" >/dev/null 2>&1 &&
+  [ -f "$WORK/from_memory/model.sat" ] && ! "$SAT" model info "$WORK/from_memory/model.sat" | grep -q "^consensus reranking" &&
+  pass "a model trained from one with a caption memory starts without it" || fail "train --init-from a model with a memory"
 
 # --- self-critical fine-tuning: sampled captions rewarded by CIDEr-D raise the model's CIDEr-D --------------------
 # (--lr 1e-4: at 5e-5 two seeds gave +0.10 and +0.15 from one trained model, and -0.02 from another trained by the

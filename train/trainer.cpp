@@ -349,6 +349,10 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       model->more_members.clear();
     }
     model->half_precision = false;  // the weights keep training in float32
+    // A caption memory holds grid vectors of the encoder it was built with, and its settings were chosen for that
+    // decoder: the trained model is another one (sat model memory builds it a memory of its own).
+    model->memory.reset();
+    model->consensus = ConsensusSettings{};
     opt.started_from = provenance_of(opt.init_from, model->info);
     model->info = json::object();
     note(lead, "starting from %s\n", opt.init_from.c_str());
