@@ -84,6 +84,16 @@ TEST_CASE("consensus: CIDEr-D against pooled references is the reference-weighte
     CHECK(scorer.score(h, std::vector<int>{0, 1, 2}) == doctest::Approx((2 * s0 + s1 + 3 * s2) / 6).epsilon(1e-12));
     CHECK(scorer.score(h, std::vector<int>{1}) == s1);
   }
+  // Reference vectors built on demand (the caption memory's scorer) give the same scores.
+  CiderDScorer lazy(refs, 6.0, CiderDScorer::ReferenceVectors::on_demand);
+  CHECK(lazy.images() == 3);
+  const std::vector<Tokens> hyps = {{"a", "dog", "runs"}, {"two", "dogs"}, {"a", "man", "on", "a", "bike"}};
+  const auto many = lazy.scores(hyps, {2, 0, 1});
+  for (size_t k = 0; k < hyps.size(); ++k) {
+    CHECK(many[k] == doctest::Approx(scorer.score(hyps[k], std::vector<int>{2, 0, 1})).epsilon(1e-12));
+    CHECK(lazy.score(hyps[k], 1) == doctest::Approx(scorer.score(hyps[k], 1)).epsilon(1e-12));
+  }
+  CHECK_THROWS(lazy.score(Tokens{"a"}, std::vector<int>{3}));
   CHECK_THROWS(scorer.score(Tokens{"a"}, std::vector<int>{}));
   CHECK_THROWS(scorer.score(Tokens{"a"}, std::vector<int>{0, 3}));
 }

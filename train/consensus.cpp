@@ -46,7 +46,7 @@ void CaptionMemory::prepare(int D, const std::string& source) {
     }
   }
   try {
-    cider_ = std::make_shared<CiderDScorer>(refs);
+    cider_ = std::make_shared<CiderDScorer>(refs, 6.0, CiderDScorer::ReferenceVectors::on_demand);
   } catch (const Error& e) {
     fail(source, std::string("caption memory: ") + e.what());
   }
@@ -68,8 +68,12 @@ std::vector<int> CaptionMemory::nearest(const float* mean_vector, int k) const {
 }
 
 double CaptionMemory::agreement(const Tokens& words, const std::vector<int>& photos) const {
+  return agreements({words}, photos)[0];
+}
+
+std::vector<double> CaptionMemory::agreements(const std::vector<Tokens>& words, const std::vector<int>& photos) const {
   if (!cider_) throw Error("caption memory used before prepare()");
-  return cider_->score(words, photos);
+  return cider_->scores(words, photos);
 }
 
 Mat mean_grid_vectors(const Mat& F, int N) {
@@ -88,10 +92,11 @@ int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::ve
   if (agreements) agreements->assign(candidates.size(), 0.0);
   if (settings.weight == 0 || candidates.size() == 1) return 0;
   const std::vector<int> photos = memory.nearest(mean_vector, settings.neighbours);
+  const std::vector<double> agree = memory.agreements(words, photos);
   int best = 0;
   double best_total = 0;
   for (size_t i = 0; i < candidates.size(); ++i) {
-    const double a = memory.agreement(words[i], photos);
+    const double a = agree[i];
     if (agreements) (*agreements)[i] = a;
     const double total = candidates[i].score + settings.weight * a;
     if (i == 0 || total > best_total) best = (int)i, best_total = total;

@@ -32,6 +32,8 @@ struct CaptionMemory {
   std::vector<int> nearest(const float* mean_vector, int k) const;
   // CIDEr-D of `words` against the captions of `photos` pooled.
   double agreement(const Tokens& words, const std::vector<int>& photos) const;
+  // The same for several captions (the pooled captions' vectors built once).
+  std::vector<double> agreements(const std::vector<Tokens>& words, const std::vector<int>& photos) const;
 
  private:
   std::shared_ptr<CiderDScorer> cider_;

@@ -223,22 +223,59 @@ CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<st
 struct CiderDScorer::Data {
   NgramIndex index;
   std::unordered_map<Ngram, int, NgramHash> df;
-  std::vector<std::vector<TfIdf>> refs;  // per image, per reference
+  std::vector<std::vector<TfIdf>> refs;                     // per image, per reference (precomputed)
+  std::vector<std::vector<std::vector<uint32_t>>> ref_ids;  // per image, per reference: word ids (on demand)
   double log_ref_len = 0, sigma = 6.0;
+
+  // The pooled references' tf-idf vectors, in order.
+  std::vector<const TfIdf*> pooled(const std::vector<int>& images, std::vector<TfIdf>& built) const {
+    std::vector<const TfIdf*> out;
+    if (ref_ids.empty()) {
+      for (int image : images)
+        for (auto& r : refs[image]) out.push_back(&r);
+      return out;
+    }
+    size_t n = 0;
+    for (int image : images) n += ref_ids[image].size();
+    built.clear();
+    built.reserve(n);
+    for (int image : images)
+      for (auto& ids : ref_ids[image]) built.push_back(to_vec(ngram_counts(ids), df, log_ref_len));
+    for (auto& v : built) out.push_back(&v);
+    return out;
+  }
+
+  TfIdf hypothesis(const Tokens& hyp) const {
+    // Words no reference uses get ids of their own above the corpus's (n-grams with them match nothing).
+    std::vector<uint32_t> ids;
+    std::unordered_map<std::string, uint32_t> unseen;
+    for (auto& w : hyp) {
+      auto it = index.words.find(w);
+      if (it != index.words.end()) ids.push_back(it->second);
+      else ids.push_back(unseen.emplace(w, 0x7000u + (uint32_t)unseen.size()).first->second & 0x7fff);
+    }
+    return to_vec(ngram_counts(ids), df, log_ref_len);
+  }
 };
 
-CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma) : d_(std::make_unique<Data>()) {
+CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma, ReferenceVectors vectors)
+    : d_(std::make_unique<Data>()) {
   if (refs.empty()) throw Error("cider: no reference images");
   d_->sigma = sigma;
-  std::vector<std::vector<std::array<SparseVec, 4>>> counts(refs.size());
+  const bool keep = vectors == ReferenceVectors::precomputed;
+  std::vector<std::vector<std::array<SparseVec, 4>>> counts(keep ? refs.size() : 0);
+  if (!keep) d_->ref_ids.resize(refs.size());
   std::vector<Ngram> present;
   for (size_t i = 0; i < refs.size(); ++i) {
     if (refs[i].empty()) throw Error("cider: an image has no references");
     present.clear();
     for (auto& r : refs[i]) {
-      counts[i].push_back(ngram_counts(intern(d_->index, r)));
-      for (auto& c : counts[i].back())
-        for (auto& [g, n] : c) present.push_back(g);
+      std::vector<uint32_t> ids = intern(d_->index, r);
+      std::array<SparseVec, 4> c = ngram_counts(ids);
+      for (auto& byn : c)
+        for (auto& [g, n] : byn) present.push_back(g);
+      if (keep) counts[i].push_back(std::move(c));
+      else d_->ref_ids[i].push_back(std::move(ids));
     }
     std::sort(present.begin(), present.end());
     present.erase(std::unique(present.begin(), present.end()), present.end());
@@ -246,6 +283,7 @@ CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double 
   }
   if (d_->index.words.size() >= 0x7000) throw Error("cider: more than 28671 distinct reference words");
   d_->log_ref_len = std::log((double)refs.size());
+  if (!keep) return;
   d_->refs.resize(refs.size());
   for (size_t i = 0; i < refs.size(); ++i)
     for (auto& c : counts[i]) d_->refs[i].push_back(to_vec(c, d_->df, d_->log_ref_len));
@@ -253,30 +291,29 @@ CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double 
 
 CiderDScorer::~CiderDScorer() = default;
 
-int CiderDScorer::images() const { return (int)d_->refs.size(); }
+int CiderDScorer::images() const { return (int)(d_->ref_ids.empty() ? d_->refs.size() : d_->ref_ids.size()); }
 
 double CiderDScorer::score(const Tokens& hyp, int image) const { return score(hyp, std::vector<int>{image}); }
 
 double CiderDScorer::score(const Tokens& hyp, const std::vector<int>& images_pooled) const {
+  return scores({hyp}, images_pooled)[0];
+}
+
+std::vector<double> CiderDScorer::scores(const std::vector<Tokens>& hyps, const std::vector<int>& images_pooled) const {
   if (images_pooled.empty()) throw Error("cider: no reference images to score against");
   for (int image : images_pooled)
     if (image < 0 || image >= images()) throw Error("cider: image index out of range");
-  // Words no reference uses get ids of their own above the corpus's (n-grams with them match nothing).
-  std::vector<uint32_t> ids;
-  std::unordered_map<std::string, uint32_t> unseen;
-  for (auto& w : hyp) {
-    auto it = d_->index.words.find(w);
-    if (it != d_->index.words.end()) ids.push_back(it->second);
-    else ids.push_back(unseen.emplace(w, 0x7000u + (uint32_t)unseen.size()).first->second & 0x7fff);
+  std::vector<TfIdf> built;
+  const std::vector<const TfIdf*> refs = d_->pooled(images_pooled, built);
+  std::vector<double> out;
+  out.reserve(hyps.size());
+  for (auto& hyp : hyps) {
+    TfIdf h = d_->hypothesis(hyp);
+    double s = 0;
+    for (const TfIdf* r : refs) s += cider_sim(h, *r, d_->sigma);
+    out.push_back(s / 4.0 / refs.size() * 10.0);
   }
-  TfIdf h = to_vec(ngram_counts(ids), d_->df, d_->log_ref_len);
-  double s = 0;
-  size_t refs = 0;
-  for (int image : images_pooled) {
-    for (auto& r : d_->refs[image]) s += cider_sim(h, r, d_->sigma);
-    refs += d_->refs[image].size();
-  }
-  return s / 4.0 / refs * 10.0;
+  return out;
 }
 
 }  // namespace sat

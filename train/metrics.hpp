@@ -39,7 +39,12 @@ CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<st
 // The reward of self-critical training. Otherwise the same definition as corpus_cider_d (sigma, clipping, x10).
 class CiderDScorer {
  public:
-  explicit CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma = 6.0);
+  // precomputed: every reference's tf-idf vector is built once (fast repeated scoring against few images, as in
+  // self-critical training); on_demand: only the document frequencies (fast to build for a large corpus scored
+  // against a few of its images at a time, as consensus reranking's caption memory is).
+  enum class ReferenceVectors { precomputed, on_demand };
+  explicit CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma = 6.0,
+                        ReferenceVectors vectors = ReferenceVectors::precomputed);
   ~CiderDScorer();
   CiderDScorer(const CiderDScorer&) = delete;
   CiderDScorer& operator=(const CiderDScorer&) = delete;
@@ -48,6 +53,8 @@ class CiderDScorer {
   // Against the references of several images pooled (the mean over all of them: consensus reranking's agreement
   // of a caption with its photo's neighbours' captions); thread-safe.
   double score(const Tokens& hyp, const std::vector<int>& images) const;
+  // Several captions against the same pooled references (their vectors built once); thread-safe.
+  std::vector<double> scores(const std::vector<Tokens>& hyps, const std::vector<int>& images) const;
 
  private:
   struct Data;
