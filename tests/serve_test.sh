@@ -69,6 +69,10 @@ check_error truncated 400 -X POST --data-binary @"$WORK/truncated.jpg" "$URL/cap
 check_error oversize 413 -X POST --data-binary @"$WORK/big.bin" "$URL/caption"
 check_error bad_beam 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam=0"
 check_error bad_norm 400 -X POST --data-binary @"$PHOTO" "$URL/caption?length_norm=abc"
+check_error bad_consensus 400 -X POST --data-binary @"$PHOTO" "$URL/caption?consensus_weight=-1"
+check_error no_memory 400 -X POST --data-binary @"$PHOTO" "$URL/caption?consensus_weight=2"
+grep -q 'no caption memory' "$WORK/no_memory.body" && pass "consensus_weight on a model without a caption memory: named" ||
+  fail "no_memory: $(cat "$WORK/no_memory.body")"
 check_error unknown_param 400 -X POST --data-binary @"$PHOTO" "$URL/caption?bean=3"
 check_error no_file 400 -F "note=x" "$URL/caption"
 check_error get_caption 405 "$URL/caption"
@@ -102,11 +106,11 @@ for line in text.splitlines():
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
 assert samples['sat_requests_total{code="200"}'] == 3 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 7, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="400"}'] == 9, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 11
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 22
+assert samples["sat_errors_total"] == 13
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 24
 assert samples["sat_batch_size_sum"] == 11 and samples["sat_batch_size_count"] < 11, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY

@@ -73,7 +73,7 @@ size_t BatchQueue::depth() const {
 
 bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
-         a.attention == b.attention;
+         a.consensus_weight == b.consensus_weight && a.attention == b.attention;
 }
 
 const std::vector<double> ServerMetrics::kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -174,12 +174,18 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       if (!parse_int(value, n) || n < 0 || n > kMaxNoRepeat)
         return "no_repeat must be a whole number in [0, " + std::to_string(kMaxNoRepeat) + "], got '" + value + "'";
       out.no_repeat_ngram = n;
+    } else if (key == "consensus_weight") {
+      double w = 0;
+      if (!parse_double(value, w) || !(w >= 0 && w <= kMaxConsensusWeight))
+        return "consensus_weight must be a number in [0, " + std::to_string((int)kMaxConsensusWeight) + "], got '" +
+               value + "'";
+      out.consensus_weight = w;
     } else if (key == "attention") {
       if (value != "0" && value != "1" && value != "true" && value != "false")
         return "attention must be 0 or 1, got '" + value + "'";
       out.attention = value == "1" || value == "true";
     } else {
-      return "unknown parameter '" + key + "' (beam, length_norm, no_repeat, attention)";
+      return "unknown parameter '" + key + "' (beam, length_norm, no_repeat, consensus_weight, attention)";
     }
   }
   return "";
@@ -256,6 +262,7 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
     }
   });
 
+  const int memory_photos = captioner.info().memory_photos;
   httplib::Server http;
   const int threads = opt.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
@@ -327,6 +334,8 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
     }
     CaptionOptions options;
     if (std::string bad = parse_search_query(req.params, options); !bad.empty()) return answer_error(res, 400, bad);
+    if (options.consensus_weight.value_or(0) > 0 && memory_photos == 0)
+      return answer_error(res, 400, "consensus_weight: the model has no caption memory (sat model memory builds one)");
     if (bytes.empty()) return answer_error(res, 400, "empty body: POST the image's bytes (or a multipart file)");
     CaptionJob job;
     job.options = options;

@@ -74,7 +74,8 @@ class ServerMetrics {
   static const std::vector<double> kLatencyBounds, kBatchBounds;
 };
 
-// Parses the query's search settings (beam, length_norm, no_repeat, attention); "" or an Error message.
+// Parses the query's search settings (beam, length_norm, no_repeat, consensus_weight, attention); "" or an Error
+// message.
 std::string parse_search_query(const std::multimap<std::string, std::string>& params, CaptionOptions& out);
 // The JSON answer for one caption.
 std::string caption_json(const CaptionResult& r, bool attention);
