@@ -165,6 +165,16 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
     bad.beam = s.beam, bad.length_norm = s.length_norm, bad.no_repeat_ngram = s.no_repeat_ngram;
     CHECK_THROWS_AS(captioner.caption_file(kPhoto, bad), sat::Error);
   }
+  // consensus reranking: this model has no caption memory, so weight 0 is its own search and more is an error
+  CHECK(info.memory_photos == 0);
+  sat::CaptionOptions off;
+  off.consensus_weight = 0.0;
+  check_same(captioner.caption_file(kPhoto, off), captioner.caption_file(kPhoto));
+  for (double w : {2.0, -1.0, 1001.0}) {
+    sat::CaptionOptions bad;
+    bad.consensus_weight = w;
+    CHECK_THROWS_AS(captioner.caption_file(kPhoto, bad), sat::Error);
+  }
 }
 
 TEST_CASE("captioner: attention grids per word, and hard attention's glimpse at the grid's peak") {
