@@ -188,6 +188,14 @@ def model_seed(sat):
                        stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
         with open(tmp + "/run/model.sat", "rb") as f:
             put("model", "tiny_untrained.sat", f.read())
+        # the same with a caption memory of its 4 photos (consensus reranking)
+        with open(tmp + "/split.txt", "w") as f:
+            f.write("".join(name + "\n" for name in sorted(os.listdir(tmp + "/data/images"))))
+        subprocess.run([sat, "model", "memory", tmp + "/run/model.sat", "--data", tmp + "/data", "--split",
+                        tmp + "/split.txt", "--neighbours", "2", "--consensus-weight", "3", "--out",
+                        tmp + "/run/memory.sat"], check=True, stdout=subprocess.DEVNULL)
+        with open(tmp + "/run/memory.sat", "rb") as f:
+            put("model", "tiny_memory.sat", f.read())
     put("model", "not_a_model.safetensors", safetensors_bytes({"a": ("F32", [1], struct.pack("<f", 1))}, {}))
 
 
