@@ -6,6 +6,24 @@ namespace sat {
 
 using nlohmann::json;
 
+// The cached grids of the set's images first..first+m-1, in order, into out (m records of `record` floats).
+static void read_cached_grids(const FeatureCache& cache, const CaptionSet& set, int first, int m, size_t record,
+                              float* out) {
+  for (int k = 0; k < m; ++k) {
+    const std::string& name = set.images[first + k].file_name;
+    const int idx = cache.index_of(name);
+    if (idx < 0) fail(cache.path(), "feature cache has no features for image '" + name + "'");
+    cache.read(idx, out + (size_t)k * record);
+  }
+}
+
+// Cached grids (n records of the model's cache_config) -> the decoder's features, through any tuned blocks.
+static Mat decoder_features(CaptionModel& model, const float* grids, int n) {
+  if (model.tuned) return model.features_from_cache(grids, n);
+  const EncoderConfig& c = model.encoder_config;
+  return Eigen::Map<const Mat>(grids, (int64_t)n * c.locations(), c.feature_dim());
+}
+
 std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
                                                      int beam, int batch) {
   const int S = model.encoder_config.input_size;
@@ -21,9 +39,7 @@ std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const 
 }
 
 std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam) {
-  const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
-  auto hyps = model.tuned ? model.search(model.features_from_cache(grids, n), n, beam)
-                          : model.search(Eigen::Map<const Mat>(grids, (int64_t)n * L, D), n, beam);
+  auto hyps = model.search(decoder_features(model, grids, n), n, beam);
   std::vector<std::vector<std::string>> out;
   for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
   return out;
@@ -40,11 +56,7 @@ CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, cons
   if (results) *results = json::array();
   for (int s = 0; s < n; s += chunk) {
     const int m = std::min(chunk, n - s);
-    for (int k = 0; k < m; ++k) {
-      int idx = cache.index_of(set.images[s + k].file_name);
-      if (idx < 0) fail(cache.path(), "feature cache has no features for image '" + set.images[s + k].file_name + "'");
-      cache.read(idx, grids.data() + (size_t)k * L * D);
-    }
+    read_cached_grids(cache, set, s, m, (size_t)L * D, grids.data());
     auto caps = caption_grids(model, grids.data(), m, beam);
     for (int k = 0; k < m; ++k) {
       hyps.push_back(join_words(caps[k]));
@@ -66,11 +78,7 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
     std::vector<float> grids((size_t)chunk * L * D);
     for (int s = mine.begin; s < mine.end; s += chunk) {
       const int m = std::min(chunk, mine.end - s);
-      for (int k = 0; k < m; ++k) {
-        int idx = cache->index_of(set.images[s + k].file_name);
-        if (idx < 0) fail(cache->path(), "feature cache has no features for image '" + set.images[s + k].file_name + "'");
-        cache->read(idx, grids.data() + (size_t)k * L * D);
-      }
+      read_cached_grids(*cache, set, s, m, (size_t)L * D, grids.data());
       for (auto& w : caption_grids(model, grids.data(), m, 1)) words.push_back(std::move(w));
     }
   } else if (mine.size() == n) {
@@ -144,13 +152,8 @@ std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const C
     if (cache) {
       const int L = cached.locations(), D = cached.feature_dim();
       grids.resize((size_t)m * L * D);
-      for (int k = 0; k < m; ++k) {
-        int idx = cache->index_of(set.images[s + k].file_name);
-        if (idx < 0) fail(cache->path(), "feature cache has no features for image '" + set.images[s + k].file_name + "'");
-        cache->read(idx, grids.data() + (size_t)k * L * D);
-      }
-      F = model.tuned ? model.features_from_cache(grids.data(), m)
-                      : Mat(Eigen::Map<const Mat>(grids.data(), (int64_t)m * L, D));
+      read_cached_grids(*cache, set, s, m, (size_t)L * D, grids.data());
+      F = decoder_features(model, grids.data(), m);
     } else {
       std::vector<std::string> paths;
       for (int k = 0; k < m; ++k) paths.push_back(set.image_path(set.images[s + k]));
