@@ -5,6 +5,7 @@
 #include <cmath>
 #include <cstdlib>
 #include <unordered_map>
+#include <utility>
 
 #include "datasets/io.hpp"
 
@@ -16,7 +17,10 @@ namespace {
 // orders occupy disjoint ranges and keys are exact (caption vocabularies stay far below 32767 words).
 struct NgramIndex {
   std::unordered_map<std::string, uint32_t> words;
-  uint32_t id(const std::string& w) { return words.emplace(w, (uint32_t)words.size() + 1).first->second; }
+  uint32_t id(const std::string& w) {
+    auto it = words.find(w);  // emplace would build (and free) a node for every word already seen
+    return it != words.end() ? it->second : words.emplace(w, (uint32_t)words.size() + 1).first->second;
+  }
 };
 using Ngram = uint64_t;
 struct NgramHash {
@@ -145,14 +149,14 @@ struct TfIdf {
   double length = 0;  // the toolkit's "length": the number of bigrams (its n == 1 branch)
 };
 
-TfIdf to_vec(const std::array<SparseVec, 4>& counts, const std::unordered_map<Ngram, int, NgramHash>& df,
-             double log_ref_len) {
+// `df(g)`: in how many images' references n-gram g occurs.
+template <class DocumentFrequency>
+TfIdf to_vec(const std::array<SparseVec, 4>& counts, const DocumentFrequency& df, double log_ref_len) {
   TfIdf v;
   for (int n = 0; n < 4; ++n) {
     v.vec[n].reserve(counts[n].size());
     for (auto& [g, tf] : counts[n]) {
-      auto it = df.find(g);
-      double d = std::log(std::max(1.0, it == df.end() ? 0.0 : (double)it->second));
+      double d = std::log(std::max(1.0, (double)df(g)));
       double w = tf * (log_ref_len - d);
       v.vec[n].push_back({g, w});
       v.norm[n] += w * w;
@@ -207,11 +211,15 @@ CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<st
   const double log_ref_len = std::log((double)refs.size());
   double sum = 0;
   res.per_image.resize(hyps.size());
+  auto df_of = [&df](Ngram g) {
+    auto it = df.find(g);
+    return it == df.end() ? 0 : it->second;
+  };
 #pragma omp parallel for reduction(+ : sum) schedule(dynamic, 64)
   for (size_t i = 0; i < hyps.size(); ++i) {
-    TfIdf h = to_vec(hyp_counts[i], df, log_ref_len);
+    TfIdf h = to_vec(hyp_counts[i], df_of, log_ref_len);
     double s = 0;
-    for (auto& rc : ref_counts[i]) s += cider_sim(h, to_vec(rc, df, log_ref_len), sigma);
+    for (auto& rc : ref_counts[i]) s += cider_sim(h, to_vec(rc, df_of, log_ref_len), sigma);
     s = s / 4.0 / ref_counts[i].size() * 10.0;
     res.per_image[i] = s;
     sum += s;
@@ -220,41 +228,77 @@ CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<st
   return res;
 }
 
+namespace {
+
+// Sorts 64-bit keys by 11-bit digits (few enough buckets for the scatter to stay in cache), least significant
+// first, skipping digits all keys share: the document frequencies of a large corpus (a million n-gram keys) are
+// counted in a few linear passes.
+void radix_sort(std::vector<Ngram>& keys) {
+  constexpr int kBits = 11;
+  constexpr Ngram kMask = (1u << kBits) - 1;
+  std::vector<Ngram> buffer(keys.size());
+  std::vector<size_t> start(size_t(1) << kBits);
+  for (int shift = 0; shift < 64; shift += kBits) {
+    std::fill(start.begin(), start.end(), 0);
+    for (Ngram k : keys) ++start[(k >> shift) & kMask];
+    if (std::find(start.begin(), start.end(), keys.size()) != start.end()) continue;  // one bucket: in order already
+    size_t sum = 0;
+    for (auto& c : start) sum += std::exchange(c, sum);
+    for (Ngram k : keys) buffer[start[(k >> shift) & kMask]++] = k;
+    keys.swap(buffer);
+  }
+}
+
+}  // namespace
+
 struct CiderDScorer::Data {
   NgramIndex index;
-  std::unordered_map<Ngram, int, NgramHash> df;
-  std::vector<std::vector<TfIdf>> refs;                     // per image, per reference (precomputed)
-  std::vector<std::vector<std::vector<uint32_t>>> ref_ids;  // per image, per reference: word ids (on demand)
+  // Document frequencies: every n-gram some reference has, sorted, and in how many images' references it occurs.
+  std::vector<Ngram> df_keys;
+  std::vector<uint32_t> df_counts;
+  std::vector<std::vector<TfIdf>> refs;  // per image, per reference (precomputed)
+  // On demand: every reference's word ids end to end; reference r is ids[ref_end[r-1], ref_end[r]), image i's
+  // references are [image_end[i-1], image_end[i]).
+  std::vector<uint32_t> ids, ref_end, image_end;
   double log_ref_len = 0, sigma = 6.0;
+
+  uint32_t df(Ngram g) const {
+    auto it = std::lower_bound(df_keys.begin(), df_keys.end(), g);
+    return it != df_keys.end() && *it == g ? df_counts[it - df_keys.begin()] : 0;
+  }
+  TfIdf vector_of(const std::array<SparseVec, 4>& counts) const {
+    return to_vec(counts, [this](Ngram g) { return df(g); }, log_ref_len);
+  }
 
   // The pooled references' tf-idf vectors, in order.
   std::vector<const TfIdf*> pooled(const std::vector<int>& images, std::vector<TfIdf>& built) const {
     std::vector<const TfIdf*> out;
-    if (ref_ids.empty()) {
+    if (image_end.empty()) {
       for (int image : images)
         for (auto& r : refs[image]) out.push_back(&r);
       return out;
     }
-    size_t n = 0;
-    for (int image : images) n += ref_ids[image].size();
     built.clear();
-    built.reserve(n);
+    std::vector<uint32_t> one;
     for (int image : images)
-      for (auto& ids : ref_ids[image]) built.push_back(to_vec(ngram_counts(ids), df, log_ref_len));
+      for (uint32_t r = image ? image_end[image - 1] : 0; r < image_end[image]; ++r) {
+        one.assign(ids.begin() + (r ? ref_end[r - 1] : 0), ids.begin() + ref_end[r]);
+        built.push_back(vector_of(ngram_counts(one)));
+      }
     for (auto& v : built) out.push_back(&v);
     return out;
   }
 
   TfIdf hypothesis(const Tokens& hyp) const {
     // Words no reference uses get ids of their own above the corpus's (n-grams with them match nothing).
-    std::vector<uint32_t> ids;
+    std::vector<uint32_t> word_ids;
     std::unordered_map<std::string, uint32_t> unseen;
     for (auto& w : hyp) {
       auto it = index.words.find(w);
-      if (it != index.words.end()) ids.push_back(it->second);
-      else ids.push_back(unseen.emplace(w, 0x7000u + (uint32_t)unseen.size()).first->second & 0x7fff);
+      if (it != index.words.end()) word_ids.push_back(it->second);
+      else word_ids.push_back(unseen.emplace(w, 0x7000u + (uint32_t)unseen.size()).first->second & 0x7fff);
     }
-    return to_vec(ngram_counts(ids), df, log_ref_len);
+    return vector_of(ngram_counts(word_ids));
   }
 };
 
@@ -264,34 +308,41 @@ CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double 
   d_->sigma = sigma;
   const bool keep = vectors == ReferenceVectors::precomputed;
   std::vector<std::vector<std::array<SparseVec, 4>>> counts(keep ? refs.size() : 0);
-  if (!keep) d_->ref_ids.resize(refs.size());
-  std::vector<Ngram> present;
+  std::vector<Ngram> present, all;  // one image's distinct n-grams; every image's, end to end
   for (size_t i = 0; i < refs.size(); ++i) {
     if (refs[i].empty()) throw Error("cider: an image has no references");
     present.clear();
     for (auto& r : refs[i]) {
       std::vector<uint32_t> ids = intern(d_->index, r);
-      std::array<SparseVec, 4> c = ngram_counts(ids);
-      for (auto& byn : c)
-        for (auto& [g, n] : byn) present.push_back(g);
-      if (keep) counts[i].push_back(std::move(c));
-      else d_->ref_ids[i].push_back(std::move(ids));
+      for (int n = 1; n <= 4; ++n)
+        for (int k = 0; k + n <= (int)ids.size(); ++k) present.push_back(pack(ids.data() + k, n));
+      if (keep) {
+        counts[i].push_back(ngram_counts(ids));
+      } else {
+        d_->ids.insert(d_->ids.end(), ids.begin(), ids.end());
+        d_->ref_end.push_back((uint32_t)d_->ids.size());
+      }
     }
+    if (!keep) d_->image_end.push_back((uint32_t)d_->ref_end.size());
     std::sort(present.begin(), present.end());
-    present.erase(std::unique(present.begin(), present.end()), present.end());
-    for (Ngram g : present) d_->df[g]++;
+    all.insert(all.end(), present.begin(), std::unique(present.begin(), present.end()));
   }
   if (d_->index.words.size() >= 0x7000) throw Error("cider: more than 28671 distinct reference words");
+  radix_sort(all);
+  for (size_t i = 0; i < all.size(); ++i) {
+    if (i == 0 || all[i] != all[i - 1]) d_->df_keys.push_back(all[i]), d_->df_counts.push_back(0);
+    ++d_->df_counts.back();
+  }
   d_->log_ref_len = std::log((double)refs.size());
   if (!keep) return;
   d_->refs.resize(refs.size());
   for (size_t i = 0; i < refs.size(); ++i)
-    for (auto& c : counts[i]) d_->refs[i].push_back(to_vec(c, d_->df, d_->log_ref_len));
+    for (auto& c : counts[i]) d_->refs[i].push_back(d_->vector_of(c));
 }
 
 CiderDScorer::~CiderDScorer() = default;
 
-int CiderDScorer::images() const { return (int)(d_->ref_ids.empty() ? d_->refs.size() : d_->ref_ids.size()); }
+int CiderDScorer::images() const { return (int)(d_->image_end.empty() ? d_->refs.size() : d_->image_end.size()); }
 
 double CiderDScorer::score(const Tokens& hyp, int image) const { return score(hyp, std::vector<int>{image}); }
 
