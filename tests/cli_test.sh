@@ -156,6 +156,37 @@ B_OFF=$("$SAT" eval --model "$WORK/memory.sat" --data "$WORK/val" --beam 5 --con
 echo "synthetic val CIDEr-D, beam 5: consensus reranking $B_ON, without $B_OFF"
 python3 -c "import sys; sys.exit(0 if $CHANGED > 0 and $B_ON > 0 and $B_OFF > 0 else 1)" && pass "consensus reranking changes captions and eval scores them" ||
   fail "consensus reranking: $CHANGED changed, CIDEr-D $B_ON / $B_OFF"
+# --candidates: each image's list, best score first; the kept one is the caption, its total the best
+"$SAT" caption "$WORK/val/images" --model "$WORK/memory.sat" --beam 5 --candidates 3 --json >"$WORK/cands.json" &&
+  "$SAT" caption "$WORK/val/images" --model "$MODEL" --beam 5 --candidates 2 --json >"$WORK/cands_plain.json" &&
+  python3 - "$WORK/cands.json" "$WORK/cons_on.txt" "$WORK/cands_plain.json" "$WORK/cons_plain.txt" <<'PY' &&
+import json, sys
+def check(path, captions_path, reranked, shown):
+    got = json.load(open(path))
+    captions = dict(l.rstrip("\n").split("\t") for l in open(captions_path))
+    assert len(got) == len(captions) == 150, len(got)
+    for one in got:
+        cands = one["candidates"]
+        chosen = [c for c in cands if c["chosen"]]
+        assert len(chosen) == 1 and chosen[0]["caption"] == one["caption"] == captions[one["file"]], one
+        ranks = [c["rank"] for c in cands]
+        assert ranks == sorted(ranks) and len([r for r in ranks if r > shown]) == (chosen[0]["rank"] > shown), one
+        scores = [c["score"] for c in cands]
+        assert scores == sorted(scores, reverse=True), one
+        if reranked:
+            for c in cands:
+                assert abs(c["total"] - (c["score"] + 3 * c["agreement"])) < 1e-9, c
+                assert c["total"] <= chosen[0]["total"] + 1e-12, one
+        else:
+            assert "agreement" not in chosen[0] and chosen[0]["rank"] == 1, one
+check(sys.argv[1], sys.argv[2], True, 3)
+check(sys.argv[3], sys.argv[4], False, 2)
+PY
+  "$SAT" caption "$IMG" --model "$WORK/memory.sat" --beam 5 --candidates 3 >"$WORK/cands.txt" &&
+  [ "$(sed -n 2p "$WORK/cands.txt" | tr -s ' ')" = " # log p score agree total caption" ] &&
+  grep '^\*' "$WORK/cands.txt" | grep -q -- "  $(head -1 "$WORK/cands.txt")\$" &&
+  pass "caption --candidates: the lists, scores and agreements, and the kept caption marked" ||
+  fail "caption --candidates: $(head -5 "$WORK/cands.txt")"
 "$SAT" train --init-from "$WORK/memory.sat" --data "$WORK/train" --val-data "$WORK/val" --epochs 0 --out "$WORK/from_memory" >/dev/null 2>&1 &&
   [ -f "$WORK/from_memory/model.sat" ] && ! "$SAT" model info "$WORK/from_memory/model.sat" | grep -q "^consensus reranking" &&
   pass "a model trained from one with a caption memory starts without it" || fail "train --init-from a model with a memory"

@@ -229,6 +229,35 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     CHECK(on[i].alphas.size() == lists[i][k].alphas.size());  // the chosen caption's own attention maps
   }
   CHECK(moved > 0);  // the memory changed some captions
+
+  // The candidate lists behind each search: the kept one is what search() returns; totals add the weighted agreement.
+  const auto reranked = m.search_candidates(F, n, 4, 0.5, 0);
+  const auto unranked = m.search_candidates(F, n, 4, 0.5, 0, 0.0);
+  const auto one = m.search_candidates(F, n, 1, 0.5, 0);
+  REQUIRE(reranked.size() == (size_t)n);
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    CHECK(reranked[i].reranked);
+    CHECK_FALSE(unranked[i].reranked);
+    REQUIRE(reranked[i].candidates.size() == lists[i].size());
+    CHECK(reranked[i].candidates[reranked[i].chosen].hypothesis.tokens == on[i].tokens);
+    CHECK(unranked[i].chosen == 0);
+    CHECK(unranked[i].candidates[0].hypothesis.tokens == plain[i].tokens);
+    std::vector<Tokens> words;
+    for (auto& h : lists[i]) words.push_back(word_list(m.vocab, h));
+    const std::vector<double> agree = memory->agreements(words, memory->nearest(means.row(i).data(), 5));
+    for (size_t k = 0; k < lists[i].size(); ++k) {
+      const auto& c = reranked[i].candidates[k];
+      CHECK(c.hypothesis.tokens == lists[i][k].tokens);
+      CHECK(c.agreement == doctest::Approx(agree[k]));
+      CHECK(c.total == doctest::Approx(c.hypothesis.score + 50 * agree[k]));
+      CHECK(c.total <= reranked[i].candidates[reranked[i].chosen].total);
+      CHECK(unranked[i].candidates[k].total == unranked[i].candidates[k].hypothesis.score);
+    }
+    REQUIRE(one[i].candidates.size() == 1);  // greedy: its one caption
+    CHECK(one[i].candidates[0].hypothesis.tokens == greedy_plain[i].tokens);
+    CHECK_FALSE(one[i].reranked);
+  }
   for (int i = 0; i < n; ++i)  // the call's weight over the model's
     CHECK(m.search(F, n, 4, 0.5, 0, 0.0)[i].tokens == plain[i].tokens);
 

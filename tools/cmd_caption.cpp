@@ -43,6 +43,39 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 
+// The first `shown` candidates (and the kept one, wherever it ranks), one per line under the image's caption.
+void print_candidates(const CaptionModel& model, const CaptionModel::CandidateList& list, int shown) {
+  const char* header = list.reranked ? "  #  log p    score   agree   total  caption" : "  #  log p    score  caption";
+  std::printf("%s\n", header);
+  for (size_t k = 0; k < list.candidates.size(); ++k) {
+    if ((int)k >= shown && (int)k != list.chosen) continue;
+    const auto& c = list.candidates[k];
+    const std::string words = join_words(model.vocab.decode(c.hypothesis.tokens));
+    const char mark = (int)k == list.chosen ? '*' : ' ';
+    if (list.reranked)
+      std::printf("%c%2zu %7.3f %7.3f %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
+                  c.agreement, c.total, words.c_str());
+    else
+      std::printf("%c%2zu %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score, words.c_str());
+  }
+}
+
+nlohmann::json candidates_json(const CaptionModel& model, const CaptionModel::CandidateList& list, int shown) {
+  nlohmann::json out = nlohmann::json::array();
+  for (size_t k = 0; k < list.candidates.size(); ++k) {
+    if ((int)k >= shown && (int)k != list.chosen) continue;
+    const auto& c = list.candidates[k];
+    nlohmann::json one = {{"rank", k + 1},
+                          {"caption", join_words(model.vocab.decode(c.hypothesis.tokens))},
+                          {"logprob", c.hypothesis.logprob},
+                          {"score", c.hypothesis.score},
+                          {"chosen", (int)k == list.chosen}};
+    if (list.reranked) one["agreement"] = c.agreement, one["total"] = c.total;
+    out.push_back(one);
+  }
+  return out;
+}
+
 }  // namespace
 
 void SearchFlags::add_to(CLI::App* command) {
@@ -82,7 +115,7 @@ void add_caption_commands(CLI::App& app) {
     std::vector<std::string> images;
     std::string model = default_model_path();
     SearchFlags search;
-    int batch = 16;
+    int batch = 16, candidates = 0;
     bool json = false, timing = false, quiet = false;
   };
   auto a = std::make_shared<CaptionArgs>();
@@ -91,7 +124,12 @@ void add_caption_commands(CLI::App& app) {
   cap->add_option("--model", a->model, "Model file")->capture_default_str();
   a->search.add_to(cap);
   cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
-  cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}]");
+  cap->add_option("--candidates", a->candidates,
+                  "Also show the N best captions the search considered, with their scores (and, when a caption "
+                  "memory reranks them, each one's agreement with the nearest training photos' captions); the kept "
+                  "one is marked *")
+      ->check(CLI::Range(1, kMaxBeam));
+  cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}] (with --candidates, each image's list too)");
   cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
   cap->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal, for more than one batch)");
   cap->callback([a] {
@@ -136,13 +174,26 @@ void add_caption_commands(CLI::App& app) {
       Mat F = model->encode(planes, (int)good.size());
       t_encode += seconds(t0);
       t0 = clock::now();
-      auto hyps = model->search(F, (int)good.size(), model->beam);
+      std::vector<CaptionModel::CandidateList> lists;
+      std::vector<Hypothesis> hyps;
+      if (a->candidates > 0) {
+        lists = model->search_candidates(F, (int)good.size(), model->beam, model->length_norm, model->no_repeat_ngram);
+        for (auto& list : lists) hyps.push_back(list.candidates[list.chosen].hypothesis);
+      } else {
+        hyps = model->search(F, (int)good.size(), model->beam);
+      }
       t_search += seconds(t0);
       for (size_t i = 0; i < good.size(); ++i) {
         std::string caption = join_words(model->vocab.decode(hyps[i].tokens));
-        if (a->json) out.push_back({{"file", good[i]}, {"caption", caption}});
-        else if (files.size() == 1) std::printf("%s\n", caption.c_str());
+        if (a->json) {
+          nlohmann::json one = {{"file", good[i]}, {"caption", caption}};
+          if (a->candidates > 0) one["candidates"] = candidates_json(*model, lists[i], a->candidates);
+          out.push_back(one);
+          continue;
+        }
+        if (files.size() == 1) std::printf("%s\n", caption.c_str());
         else std::printf("%s\t%s\n", good[i].c_str(), caption.c_str());
+        if (a->candidates > 0) print_candidates(*model, lists[i], a->candidates);
       }
       std::fflush(stdout);
       if (bar) {

@@ -90,7 +90,7 @@ int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::ve
   if (candidates.empty()) throw Error("consensus: no candidate captions");
   if (words.size() != candidates.size()) throw Error("consensus: one word list per candidate expected");
   if (agreements) agreements->assign(candidates.size(), 0.0);
-  if (settings.weight == 0 || candidates.size() == 1) return 0;
+  if (settings.weight == 0 || (candidates.size() == 1 && !agreements)) return 0;
   const std::vector<int> photos = memory.nearest(mean_vector, settings.neighbours);
   const std::vector<double> agree = memory.agreements(words, photos);
   int best = 0;

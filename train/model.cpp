@@ -402,9 +402,8 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam) {
 
 std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, double norm, int no_repeat,
                                              double consensus_weight) {
-  ConsensusSettings rerank = consensus;
-  if (consensus_weight >= 0) rerank.weight = consensus_weight;
-  if (beam <= 1 || !memory || rerank.weight == 0) {
+  const double weight = consensus_weight >= 0 ? consensus_weight : consensus.weight;
+  if (beam <= 1 || !memory || weight == 0) {  // the plain searches: no candidate lists to build
     if (more_members.empty())
       return beam <= 1 ? greedy_search(*decoder, F, n, max_len, no_repeat)
                        : beam_search(*decoder, F, n, beam, max_len, norm, no_repeat);
@@ -412,21 +411,46 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, doub
     return beam <= 1 ? greedy_search(all, F, n, max_len, no_repeat)
                      : beam_search(all, F, n, beam, max_len, norm, no_repeat);
   }
-  std::vector<std::vector<Hypothesis>> candidates;
-  if (more_members.empty()) {
-    candidates = beam_search_nbest(*decoder, F, n, beam, max_len, norm, no_repeat);
-  } else {
-    DecoderEnsemble all(member_decoders());
-    candidates = beam_search_nbest(all, F, n, beam, max_len, norm, no_repeat);
-  }
-  const Mat means = mean_grid_vectors(F, n);
+  std::vector<CandidateList> lists = search_candidates(F, n, beam, norm, no_repeat, consensus_weight);
   std::vector<Hypothesis> out;
   out.reserve(n);
+  for (auto& list : lists) out.push_back(std::move(list.candidates[list.chosen].hypothesis));
+  return out;
+}
+
+std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const Mat& F, int n, int beam, double norm,
+                                                                         int no_repeat, double consensus_weight) {
+  ConsensusSettings rerank = consensus;
+  if (consensus_weight >= 0) rerank.weight = consensus_weight;
+  std::vector<std::vector<Hypothesis>> found;
+  if (beam <= 1) {
+    std::vector<Hypothesis> greedy = search(F, n, 1, norm, no_repeat, 0);
+    for (auto& h : greedy) found.push_back({std::move(h)});
+  } else if (more_members.empty()) {
+    found = beam_search_nbest(*decoder, F, n, beam, max_len, norm, no_repeat);
+  } else {
+    DecoderEnsemble all(member_decoders());
+    found = beam_search_nbest(all, F, n, beam, max_len, norm, no_repeat);
+  }
+  const bool reranked = beam > 1 && memory && rerank.weight > 0;
+  const Mat means = reranked ? mean_grid_vectors(F, n) : Mat();
+  std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
-    std::vector<Tokens> words;
-    for (auto& h : candidates[i]) words.push_back(vocab.decode(h.tokens));
-    const int k = choose_by_consensus(candidates[i], words, *memory, means.row(i).data(), rerank);
-    out.push_back(std::move(candidates[i][k]));
+    CandidateList& list = out[i];
+    list.reranked = reranked;
+    std::vector<double> agreements;
+    if (reranked) {
+      std::vector<Tokens> words;
+      for (auto& h : found[i]) words.push_back(vocab.decode(h.tokens));
+      list.chosen = choose_by_consensus(found[i], words, *memory, means.row(i).data(), rerank, &agreements);
+    }
+    for (size_t k = 0; k < found[i].size(); ++k) {
+      Candidate c;
+      c.agreement = reranked ? agreements[k] : 0.0;
+      c.total = found[i][k].score + (reranked ? rerank.weight * c.agreement : 0.0);
+      c.hypothesis = std::move(found[i][k]);
+      list.candidates.push_back(std::move(c));
+    }
   }
   return out;
 }

@@ -98,6 +98,22 @@ struct CaptionModel {
   // with a memory and weight > 0, a beam search's caption is chosen among its candidates by consensus reranking.
   std::vector<Hypothesis> search(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
                                  double consensus_weight = -1);
+  // Every caption a search considered for each of n images, best score first, and which one it keeps: what
+  // search() returns is list.candidates[list.chosen]. Greedy search (beam 1) has one candidate; beam search every
+  // caption it finished. With reranking (a memory and weight > 0) each candidate carries its agreement with the
+  // nearest training photos' captions, and total = score + weight x agreement decides; otherwise total = score.
+  struct Candidate {
+    Hypothesis hypothesis;
+    double agreement = 0;
+    double total = 0;
+  };
+  struct CandidateList {
+    std::vector<Candidate> candidates;
+    int chosen = 0;
+    bool reranked = false;
+  };
+  std::vector<CandidateList> search_candidates(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
+                                               double consensus_weight = -1);
 };
 
 // Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs
