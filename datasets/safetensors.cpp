@@ -1,11 +1,13 @@
 #include "datasets/safetensors.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <nlohmann/json.hpp>
 #include <string_view>
 
 #include "datasets/features.hpp"
+#include "datasets/io.hpp"
 #include "datasets/json_checks.hpp"
 
 namespace sat {
@@ -119,7 +121,12 @@ std::string encode_safetensors(const TensorFile& tf) {
 
 void save_safetensors(const std::string& path, const TensorFile& tf) { write_file_atomic(path, encode_safetensors(tf)); }
 
-TensorFile load_safetensors(const std::string& path) { return decode_safetensors(read_file(path), path); }
+TensorFile load_safetensors(const std::string& path) {
+  // Mapped, not read: the page cache's pages are the bytes (no copy into freshly faulted memory; model files are
+  // tens of MB).
+  MappedFile file(path);
+  return decode_safetensors(file.data(), file.size(), path);
+}
 
 TensorFile decode_safetensors(const std::string& bytes, const std::string& path) {
   return decode_safetensors(bytes.data(), bytes.size(), path);
@@ -190,9 +197,14 @@ TensorFile decode_safetensors(const char* data, size_t size, const std::string& 
         fail(path, "tensor '" + name + "' size does not match its shape " + shape_str(shape));
       Param p(name, shape, false);
       if (dtype == "F16") {
-        std::vector<uint16_t> halves(count);  // the data may sit at any byte offset: copied out, then converted
-        if (count) std::memcpy(halves.data(), bytes.data() + data_start + offs[0], count * 2);
-        half_to_floats(halves.data(), p.value.data(), count);
+        // The data may sit at any byte offset: copied out a cache-sized piece at a time, then converted.
+        uint16_t piece[4096];
+        const char* from = bytes.data() + data_start + offs[0];
+        for (uint64_t done = 0; done < count; done += 4096) {
+          const uint64_t m = std::min<uint64_t>(4096, count - done);
+          std::memcpy(piece, from + done * 2, m * 2);
+          half_to_floats(piece, p.value.data() + done, m);
+        }
         tf.half.insert(name);
       } else if (count) {
         std::memcpy(p.value.data(), bytes.data() + data_start + offs[0], count * sizeof(float));
