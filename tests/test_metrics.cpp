@@ -148,6 +148,35 @@ TEST_CASE("CIDEr-D scorer with fixed document frequencies: equals the corpus met
   CHECK_THROWS(CiderDScorer({{{"a"}}, {}}));
 }
 
+TEST_CASE("CIDEr-D scorer: its sorted document-frequency table equals the corpus metric's counts on a large corpus") {
+  // 400 images of 1-5 random captions over 3000 words (word ids past 11 bits, so every radix digit of the n-gram
+  // keys varies), common words drawn often enough that n-grams repeat across images: both of the scorer's modes
+  // must give corpus_cider_d's per-image scores, whose document frequencies come from a hash map.
+  Rng rng(17);
+  auto word = [&](int limit) { return "w" + std::to_string(rng.integer(0, limit - 1)); };
+  std::vector<std::vector<Tokens>> refs(400);
+  std::vector<Tokens> hyps;
+  for (auto& image : refs) {
+    const int captions = (int)rng.integer(1, 5);
+    for (int c = 0; c < captions; ++c) {
+      Tokens t;
+      const int len = (int)rng.integer(1, 14);
+      for (int k = 0; k < len; ++k) t.push_back(rng.uniform() < 0.7 ? word(40) : word(3000));
+      image.push_back(t);
+    }
+    Tokens h = image[0];
+    if (h.size() > 2) h[1] = word(40);
+    hyps.push_back(h);
+  }
+  const auto corpus = corpus_cider_d(hyps, refs);
+  CiderDScorer precomputed(refs), on_demand(refs, 6.0, CiderDScorer::ReferenceVectors::on_demand);
+  for (int i = 0; i < 400; ++i) {
+    CAPTURE(i);
+    CHECK(precomputed.score(hyps[i], i) == doctest::Approx(corpus.per_image[i]).epsilon(1e-12));
+    CHECK(on_demand.score(hyps[i], i) == doctest::Approx(corpus.per_image[i]).epsilon(1e-12));
+  }
+}
+
 TEST_CASE("METEOR approximation: formulas, stages, and the toolkit's demo within 0.01") {
   std::string why;
   if (!meteor_available(&why)) {
