@@ -214,6 +214,34 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
   return finished;
 }
 
+// Teacher forcing through the inference path: row r emits captions[r], then <end>; each word's log-probability is
+// taken after the searches' bans, so a caption the search could never emit (a repeated phrase under no_repeat_ngram,
+// say) scores -inf.
+template <typename Dec>
+static std::vector<Hypothesis> score_captions_over(Dec& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
+                                                   int max_len, double length_norm, int no_repeat_ngram) {
+  if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
+  if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
+  if (F.rows() != dec.config().locations()) throw Error("score_captions: one image's grid expected");
+  if (captions.empty()) return {};
+  for (const auto& c : captions) {
+    if (c.empty() || (int)c.size() >= max_len)
+      throw Error("score_captions: a caption must have 1 to " + std::to_string(max_len - 1) + " words");
+    for (int w : c)
+      if (w < 0 || w >= dec.config().vocab_size) throw Error("score_captions: a word id outside the vocabulary");
+  }
+  std::vector<size_t> emitted(captions.size(), 0);  // words row r has emitted so far
+  std::vector<Hypothesis> out = one_path_search(
+      dec, F, 1, max_len,
+      [&](const Mat&, int, int row) {
+        const auto& c = captions[row];
+        return emitted[row] < c.size() ? c[emitted[row]++] : kEnd;
+      },
+      (int)captions.size(), no_repeat_ngram);
+  for (auto& h : out) h = finish(std::move(h), true, length_norm);  // every caption ended with <end>
+  return out;
+}
+
 static std::vector<Hypothesis> best_of_each(std::vector<std::vector<Hypothesis>> lists) {
   std::vector<Hypothesis> out;
   out.reserve(lists.size());
@@ -242,6 +270,15 @@ std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& 
 std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
                                                        int max_len, double length_norm, int no_repeat_ngram) {
   return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
+}
+
+std::vector<Hypothesis> score_captions(Decoder& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
+                                       int max_len, double length_norm, int no_repeat_ngram) {
+  return score_captions_over(dec, F, captions, max_len, length_norm, no_repeat_ngram);
+}
+std::vector<Hypothesis> score_captions(DecoderEnsemble& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
+                                       int max_len, double length_norm, int no_repeat_ngram) {
+  return score_captions_over(dec, F, captions, max_len, length_norm, no_repeat_ngram);
 }
 
 }  // namespace sat

@@ -41,6 +41,14 @@ std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& 
                                                        double length_norm = 1.0, int no_repeat_ngram = 0);
 std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
                                                        int max_len, double length_norm = 1.0, int no_repeat_ngram = 0);
+// Given captions (word ids, no <start>/<end>; 1 to max_len - 1 words) scored on one image's grid F (L x D) as the
+// searches would score them: teacher-forced through the inference path, each word's log-probability after the
+// searches' bans (a caption they could never emit scores -inf), <end> appended; score = logprob / (words + 1)^
+// length_norm, as beam search's. Consensus reranking scores the memory's captions this way.
+std::vector<Hypothesis> score_captions(Decoder& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
+                                       int max_len, double length_norm = 1.0, int no_repeat_ngram = 0);
+std::vector<Hypothesis> score_captions(DecoderEnsemble& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
+                                       int max_len, double length_norm = 1.0, int no_repeat_ngram = 0);
 // The same searches over an ensemble's mean distribution (seq/ensemble.hpp).
 std::vector<Hypothesis> greedy_search(DecoderEnsemble& dec, const Mat& F, int N, int max_len, int no_repeat_ngram = 0);
 std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,

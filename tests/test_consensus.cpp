@@ -3,6 +3,7 @@
 #include <doctest/doctest.h>
 
 #include <algorithm>
+#include <cmath>
 #include <functional>
 #include <numeric>
 #include <set>
@@ -73,6 +74,58 @@ TEST_CASE("consensus: the beam's candidate lists are best first, and the first i
   }
 }
 
+TEST_CASE("consensus: score_captions gives a caption the log-probability and score the searches give it") {
+  for (uint64_t seed : {4, 5}) {
+    Rng rng(seed);
+    DecoderConfig cfg = small_config(0);
+    Decoder dec(cfg);
+    dec.init(rng);
+    const int n = 3, beam = 4, max_len = 20;
+    Mat F = random_features(n, cfg, rng);
+    const int64_t L = cfg.locations();
+    int checked = 0;
+    for (double norm : {0.0, 0.5, 1.0}) {
+      auto lists = beam_search_nbest(dec, F, n, beam, max_len, norm, 2);
+      auto greedy = greedy_search(dec, F, n, max_len, 2);
+      for (int i = 0; i < n; ++i) {
+        CAPTURE(i);
+        std::vector<std::vector<int>> captions;
+        std::vector<const Hypothesis*> wanted;
+        for (auto* h : {&greedy[i]}) lists[i].push_back(*h);
+        for (auto& h : lists[i])
+          if ((int)h.tokens.size() < max_len) captions.push_back(h.tokens), wanted.push_back(&h);  // ended with <end>
+        const Mat grid = F.middleRows(i * L, L);
+        checked += (int)captions.size();
+        auto scored = score_captions(dec, grid, captions, max_len, norm, 2);
+        REQUIRE(scored.size() == captions.size());
+        for (size_t k = 0; k < captions.size(); ++k) {
+          CAPTURE(k);
+          const Hypothesis& want = *wanted[k];
+          CHECK(scored[k].tokens == captions[k]);
+          CHECK(scored[k].logprob == doctest::Approx(want.logprob).epsilon(1e-5));
+          CHECK(scored[k].score == doctest::Approx(want.logprob / std::pow(captions[k].size() + 1.0, norm)).epsilon(1e-5));
+          REQUIRE(scored[k].alphas.size() == captions[k].size() + 1);  // one map per word and one for <end>
+          for (size_t t = 0; t < want.alphas.size(); ++t)
+            for (size_t l = 0; l < want.alphas[t].size(); ++l) CHECK(scored[k].alphas[t][l] == doctest::Approx(want.alphas[t][l]));
+        }
+      }
+    }
+    CHECK(checked >= 10);  // enough captions ended before max_len to compare
+    const Mat grid = F.topRows(L);
+    // A caption the search could never emit: a repeated bigram under no_repeat 2, <unk>.
+    auto banned = score_captions(dec, grid, {{5, 6, 5, 6}, {Vocab::kUnk, 5}, {5, 6, 5}}, 8, 1.0, 2);
+    CHECK(std::isinf(banned[0].logprob));
+    CHECK(std::isinf(banned[1].logprob));
+    CHECK(std::isfinite(banned[2].logprob));  // "5 6 5" repeats no bigram
+    CHECK(std::isfinite(score_captions(dec, grid, {{5, 6, 5, 6}}, 8, 1.0, 0)[0].logprob));  // repeats allowed
+    CHECK(score_captions(dec, grid, {}, 8).empty());
+    CHECK(error_of([&] { score_captions(dec, grid, {{}}, 8); }).find("1 to 7 words") != std::string::npos);
+    CHECK(error_of([&] { score_captions(dec, grid, {{5, 5, 5, 5, 5, 5, 5, 5}}, 8); }).find("1 to 7 words") != std::string::npos);
+    CHECK(error_of([&] { score_captions(dec, grid, {{cfg.vocab_size}}, 8); }).find("outside the vocabulary") != std::string::npos);
+    CHECK(error_of([&] { score_captions(dec, F, {{5}}, 8); }).find("one image's grid") != std::string::npos);
+  }
+}
+
 TEST_CASE("consensus: CIDEr-D against pooled references is the reference-weighted mean of the per-photo scores") {
   std::vector<std::vector<Tokens>> refs = {{{"a", "dog", "runs"}, {"a", "brown", "dog", "runs", "fast"}},
                                            {{"a", "man", "rides", "a", "bike"}},
@@ -92,6 +145,15 @@ TEST_CASE("consensus: CIDEr-D against pooled references is the reference-weighte
   for (size_t k = 0; k < hyps.size(); ++k) {
     CHECK(many[k] == doctest::Approx(scorer.score(hyps[k], std::vector<int>{2, 0, 1})).epsilon(1e-12));
     CHECK(lazy.score(hyps[k], 1) == doctest::Approx(scorer.score(hyps[k], 1)).epsilon(1e-12));
+  }
+  // Leaving a photo out compares a caption with the others' references only.
+  for (auto* one : {&scorer, &lazy}) {
+    const auto left = one->scores(hyps, {2, 0, 1}, {0, -1, 2});
+    CHECK(left[0] == doctest::Approx(scorer.score(hyps[0], std::vector<int>{2, 1})).epsilon(1e-12));
+    CHECK(left[1] == doctest::Approx(scorer.score(hyps[1], std::vector<int>{2, 0, 1})).epsilon(1e-12));
+    CHECK(left[2] == doctest::Approx(scorer.score(hyps[2], std::vector<int>{0, 1})).epsilon(1e-12));
+    CHECK(one->scores({hyps[0]}, {1}, {1})[0] == 0.0);  // nothing left to compare with
+    CHECK_THROWS(one->scores(hyps, {0}, {-1}));          // one leave-out per caption
   }
   CHECK_THROWS(lazy.score(Tokens{"a"}, std::vector<int>{3}));
   CHECK_THROWS(scorer.score(Tokens{"a"}, std::vector<int>{}));
@@ -258,6 +320,47 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     CHECK(one[i].candidates[0].hypothesis.tokens == greedy_plain[i].tokens);
     CHECK_FALSE(one[i].reranked);
   }
+
+  // The memory's captions as candidates: those of the 2 nearest photos join the beam's, scored by the decoder, each
+  // compared with the other neighbours' captions only.
+  m.consensus.memory_candidates = 2;
+  const auto joined_lists = m.search_candidates(F, n, 4, 0.5, 0);
+  const auto joined_best = m.search(F, n, 4, 0.5, 0);
+  int from_memory = 0, memory_chosen = 0;
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    const auto& list = joined_lists[i];
+    const std::vector<int> photos = memory->nearest(means.row(i).data(), 5);
+    std::set<std::vector<int>> distinct;
+    double best_total = -1e300;
+    for (size_t k = 0; k < list.candidates.size(); ++k) {
+      const auto& c = list.candidates[k];
+      CHECK(distinct.insert(c.hypothesis.tokens).second);  // a caption appears once
+      if (k > 0) CHECK(list.candidates[k - 1].hypothesis.score >= c.hypothesis.score);
+      best_total = std::max(best_total, c.total);
+      const Tokens words = word_list(m.vocab, c.hypothesis);
+      if (c.memory_photo < 0) {
+        CHECK(c.agreement == doctest::Approx(memory->agreements({words}, photos)[0]));
+        continue;
+      }
+      ++from_memory;
+      CHECK((c.memory_photo == photos[0] || c.memory_photo == photos[1]));
+      const auto& own = memory->captions[c.memory_photo];
+      CHECK(std::find(own.begin(), own.end(), joined(words)) != own.end());
+      const auto rescored = score_captions(*m.decoder, F.middleRows(i * F.rows() / n, F.rows() / n),
+                                           {c.hypothesis.tokens}, m.max_len, 0.5, 0);
+      CHECK(c.hypothesis.score == doctest::Approx(rescored[0].score));
+      CHECK(c.hypothesis.alphas.size() == words.size() + 1);
+      CHECK(c.agreement == doctest::Approx(memory->agreements({words}, photos, {c.memory_photo})[0]));
+      CHECK(c.total == doctest::Approx(c.hypothesis.score + 50 * c.agreement));
+    }
+    CHECK(list.candidates[list.chosen].total == best_total);
+    CHECK(joined_best[i].tokens == list.candidates[list.chosen].hypothesis.tokens);
+    memory_chosen += list.candidates[list.chosen].memory_photo >= 0;
+  }
+  CHECK(from_memory > 0);
+  MESSAGE(memory_chosen << " of " << n << " captions taken from the memory");
+  m.consensus.memory_candidates = 0;
   for (int i = 0; i < n; ++i)  // the call's weight over the model's
     CHECK(m.search(F, n, 4, 0.5, 0, 0.0)[i].tokens == plain[i].tokens);
 
@@ -269,8 +372,16 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   CHECK(loaded->consensus.weight == 50);
   CHECK(loaded->memory->captions == memory->captions);
   CHECK((loaded->memory->keys - memory->keys).cwiseAbs().maxCoeff() < 1e-3f);  // stored in float16
+  CHECK(loaded->consensus.memory_candidates == 0);
   auto again = loaded->search(loaded->encode(planes, n), n, 4, 0.5, 0);
   for (int i = 0; i < n; ++i) CHECK(again[i].tokens == on[i].tokens);
+  m.consensus.memory_candidates = 2;
+  m.save(dir.file("mem2.sat"));
+  m.consensus.memory_candidates = 0;
+  auto loaded2 = CaptionModel::load(dir.file("mem2.sat"));
+  CHECK(loaded2->consensus.memory_candidates == 2);
+  auto again2 = loaded2->search(loaded2->encode(planes, n), n, 4, 0.5, 0);
+  for (int i = 0; i < n; ++i) CHECK(again2[i].tokens == joined_best[i].tokens);
 
   auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
     TensorFile tf = load_safetensors(path);
@@ -289,6 +400,12 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   CHECK(damaged("e.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "{\"neighbours\": 3, \"weight\": -1}"; })
             .find("consensus weight must be in") != std::string::npos);
   CHECK(damaged("f.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "[1, 2]"; }).find(dir.file("f.sat") + ": ") == 0);
+  CHECK(damaged("h.sat", [](TensorFile& tf) {
+          tf.metadata["consensus"] = "{\"neighbours\": 3, \"weight\": 1, \"memory_candidates\": 21}";
+        }).find("consensus memory_candidates must be in [0, 20], got 21") != std::string::npos);
+  CHECK(damaged("i.sat", [](TensorFile& tf) {
+          tf.metadata["consensus"] = "{\"neighbours\": 3, \"weight\": 1, \"memory_candidates\": \"x\"}";
+        }).find(dir.file("i.sat") + ": ") == 0);
   CHECK(damaged("g.sat", [&](TensorFile& tf) {
           Param wrong(kMemoryKeys, {20, (int64_t)D + 1}, false);
           tf.tensors.erase(kMemoryKeys);

@@ -53,8 +53,9 @@ void print_candidates(const CaptionModel& model, const CaptionModel::CandidateLi
     const std::string words = join_words(model.vocab.decode(c.hypothesis.tokens));
     const char mark = (int)k == list.chosen ? '*' : ' ';
     if (list.reranked)
-      std::printf("%c%2zu %7.3f %7.3f %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
-                  c.agreement, c.total, words.c_str());
+      std::printf("%c%2zu %7.3f %7.3f %7.3f %7.3f  %s%s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
+                  c.agreement, c.total, words.c_str(),
+                  c.memory_photo >= 0 ? ("  [memory photo " + std::to_string(c.memory_photo) + "]").c_str() : "");
     else
       std::printf("%c%2zu %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score, words.c_str());
   }
@@ -71,6 +72,7 @@ nlohmann::json candidates_json(const CaptionModel& model, const CaptionModel::Ca
                           {"score", c.hypothesis.score},
                           {"chosen", (int)k == list.chosen}};
     if (list.reranked) one["agreement"] = c.agreement, one["total"] = c.total;
+    if (c.memory_photo >= 0) one["memory_photo"] = c.memory_photo;
     out.push_back(one);
   }
   return out;
@@ -92,6 +94,10 @@ void SearchFlags::add_to(CLI::App* command) {
   command->add_option("--neighbours", neighbours, "Consensus reranking: how many nearest training photos' captions a "
                                                   "candidate is compared with (default: the model's)")
       ->check(CLI::PositiveNumber);
+  command->add_option("--memory-candidates", memory_candidates,
+                      "Consensus reranking: the captions of the M nearest training photos join the beam's candidates, "
+                      "scored by the decoder (0: the beam's alone; default: the model's)")
+      ->check(CLI::Range(0, 1000));
 }
 
 void SearchFlags::apply(CaptionModel& model, const std::string& model_path) const {
@@ -108,6 +114,9 @@ void SearchFlags::apply(CaptionModel& model, const std::string& model_path) cons
                            std::to_string(neighbours) + " is more");
     model.consensus.neighbours = neighbours;
   }
+  if (memory_candidates > 0 && !model.memory)
+    fail(model_path, "has no caption memory for --memory-candidates (sat model memory builds one)");
+  if (memory_candidates >= 0) model.consensus.memory_candidates = memory_candidates;
 }
 
 void add_caption_commands(CLI::App& app) {

@@ -24,9 +24,12 @@ static long long file_bytes(const std::string& path) {
 // "; consensus reranking ..." when the model has a caption memory, else nothing
 static std::string consensus_text(const CaptionModel& m) {
   if (!m.memory) return "";
-  char text[160];
-  std::snprintf(text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos)",
-                m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos());
+  char text[200];
+  std::snprintf(text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos%s)",
+                m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos(),
+                m.consensus.memory_candidates > 0
+                    ? (", the " + std::to_string(m.consensus.memory_candidates) + " nearest's captions as candidates").c_str()
+                    : "");
   return text;
 }
 
@@ -71,7 +74,8 @@ static nlohmann::json model_summary(const std::string& path) {
           {"no_repeat_ngram", m->no_repeat_ngram},
           {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
                                                          {"neighbours", m->consensus.neighbours},
-                                                         {"consensus_weight", m->consensus.weight}}
+                                                         {"consensus_weight", m->consensus.weight},
+                                                         {"memory_candidates", m->consensus.memory_candidates}}
                                        : nlohmann::json(nullptr)},
           {"info", m->info}};
 }
@@ -104,6 +108,7 @@ void add_model_commands(CLI::App& app) {
     int no_repeat = -1;       // < 0: unchanged
     std::string precision;    // "": unchanged
     double consensus_weight = -1;  // < 0: unchanged
+    int memory_candidates = -1;    // < 0: unchanged
     int neighbours = 0;            // 0: unchanged
     bool json = false;
   };
@@ -151,9 +156,13 @@ void add_model_commands(CLI::App& app) {
                 s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
     if (!s["caption_memory"].is_null()) {
       const auto& c = s["caption_memory"];
-      std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos\n",
+      const int from_memory = c["memory_candidates"].get<int>();
+      std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos%s\n",
                   c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
-                  c["neighbours"].get<int>(), c["photos"].get<int>());
+                  c["neighbours"].get<int>(), c["photos"].get<int>(),
+                  from_memory > 0 ? ("; the " + std::to_string(from_memory) +
+                                     " nearest photos' captions join the beam's candidates").c_str()
+                                  : "");
     }
     const auto& i = s["info"];
     for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
@@ -350,20 +359,27 @@ void add_model_commands(CLI::App& app) {
   set->add_option("--neighbours", a->neighbours, "Consensus reranking: how many nearest training photos' captions a "
                                                  "candidate is compared with; choose it on dev data")
       ->check(CLI::PositiveNumber);
+  set->add_option("--memory-candidates", a->memory_candidates,
+                  "Consensus reranking: the captions of the M nearest training photos join the beam's candidates "
+                  "(0: the beam's alone); choose it on dev data")
+      ->check(CLI::Range(0, 1000));
   set->callback([a] {
     if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0 && a->precision.empty() && a->consensus_weight < 0 &&
-        a->neighbours == 0)
-      throw CLI::RequiredError("--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight or --neighbours");
+        a->neighbours == 0 && a->memory_candidates < 0)
+      throw CLI::RequiredError("--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
+                               "--neighbours or --memory-candidates");
     std::optional<PrecisionChoice> precision;
     if (!a->precision.empty()) precision = parse_precision(a->precision);
     auto m = CaptionModel::load(a->in);
-    if ((a->consensus_weight >= 0 || a->neighbours > 0) && !m->memory)
-      fail(a->in, "has no caption memory (sat model memory builds one; --consensus-weight and --neighbours set its use)");
+    if ((a->consensus_weight >= 0 || a->neighbours > 0 || a->memory_candidates >= 0) && !m->memory)
+      fail(a->in, "has no caption memory (sat model memory builds one; --consensus-weight, --neighbours and "
+                  "--memory-candidates set its use)");
     if (a->neighbours > m->memory_photos())
       fail(a->in, "its caption memory holds " + std::to_string(m->memory_photos()) + " photos: --neighbours " +
                       std::to_string(a->neighbours) + " is more");
     if (a->consensus_weight >= 0) m->consensus.weight = a->consensus_weight;
     if (a->neighbours > 0) m->consensus.neighbours = a->neighbours;
+    if (a->memory_candidates >= 0) m->consensus.memory_candidates = a->memory_candidates;
     if (precision) {
       if (!m->encoder_config.pretrained()) fail(a->in, "has no pretrained encoder (--encoder-precision is for those)");
       m->encoder_precision = *precision;

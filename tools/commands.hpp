@@ -16,6 +16,7 @@ struct SearchFlags {
   int no_repeat = -1;       // < 0: the model's
   double consensus_weight = -1;  // < 0: the model's
   int neighbours = 0;            // 0: the model's
+  int memory_candidates = -1;    // < 0: the model's
   void add_to(CLI::App* command);
   void apply(CaptionModel& model, const std::string& model_path) const;  // errors name model_path
 };

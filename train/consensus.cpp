@@ -76,6 +76,19 @@ std::vector<double> CaptionMemory::agreements(const std::vector<Tokens>& words, 
   return cider_->scores(words, photos);
 }
 
+std::vector<double> CaptionMemory::agreements(const std::vector<Tokens>& words, const std::vector<int>& photos,
+                                              const std::vector<int>& leave_out) const {
+  if (!cider_) throw Error("caption memory used before prepare()");
+  return cider_->scores(words, photos, leave_out);
+}
+
+std::vector<Tokens> CaptionMemory::caption_words(int photo) const {
+  if (photo < 0 || photo >= (int)captions.size()) throw Error("caption memory: no photo " + std::to_string(photo));
+  std::vector<Tokens> out;
+  for (auto& c : captions[photo]) out.push_back(split_words(c));
+  return out;
+}
+
 Mat mean_grid_vectors(const Mat& F, int N) {
   if (N <= 0 || F.rows() % N != 0) throw Error("mean_grid_vectors: the grid rows do not split into the images");
   const int64_t L = F.rows() / N;

@@ -34,6 +34,11 @@ struct CaptionMemory {
   double agreement(const Tokens& words, const std::vector<int>& photos) const;
   // The same for several captions (the pooled captions' vectors built once).
   std::vector<double> agreements(const std::vector<Tokens>& words, const std::vector<int>& photos) const;
+  // The same, caption k not compared with memory photo leave_out[k]'s own captions (-1: none).
+  std::vector<double> agreements(const std::vector<Tokens>& words, const std::vector<int>& photos,
+                                 const std::vector<int>& leave_out) const;
+  // Memory photo i's captions as words.
+  std::vector<Tokens> caption_words(int photo) const;
 
  private:
   std::shared_ptr<CiderDScorer> cider_;
@@ -42,6 +47,9 @@ struct CaptionMemory {
 struct ConsensusSettings {
   int neighbours = 30;  // k
   double weight = 0;    // 0: off (the beam's best caption)
+  // The captions of the photo's nearest `memory_candidates` memory photos join the beam's candidates, scored by the
+  // decoder as the search scores its own, each compared with the other neighbours' captions only (0: the beam's alone).
+  int memory_candidates = 0;
 };
 
 // A reference caption as the memory keeps it: PTB-tokenized and lowercased as coco-caption scores it, words joined

@@ -351,18 +351,37 @@ double CiderDScorer::score(const Tokens& hyp, const std::vector<int>& images_poo
 }
 
 std::vector<double> CiderDScorer::scores(const std::vector<Tokens>& hyps, const std::vector<int>& images_pooled) const {
+  return scores(hyps, images_pooled, std::vector<int>(hyps.size(), -1));
+}
+
+std::vector<double> CiderDScorer::scores(const std::vector<Tokens>& hyps, const std::vector<int>& images_pooled,
+                                         const std::vector<int>& leave_out) const {
   if (images_pooled.empty()) throw Error("cider: no reference images to score against");
+  if (leave_out.size() != hyps.size()) throw Error("cider: one leave-out image per caption expected");
   for (int image : images_pooled)
     if (image < 0 || image >= images()) throw Error("cider: image index out of range");
   std::vector<TfIdf> built;
   const std::vector<const TfIdf*> refs = d_->pooled(images_pooled, built);
+  // Which pooled image each reference came from (in pooled()'s order).
+  std::vector<int> owner;
+  owner.reserve(refs.size());
+  for (int image : images_pooled) {
+    const size_t n = d_->image_end.empty() ? d_->refs[image].size()
+                                           : d_->image_end[image] - (image ? d_->image_end[image - 1] : 0);
+    owner.insert(owner.end(), n, image);
+  }
   std::vector<double> out;
   out.reserve(hyps.size());
-  for (auto& hyp : hyps) {
-    TfIdf h = d_->hypothesis(hyp);
+  for (size_t k = 0; k < hyps.size(); ++k) {
+    TfIdf h = d_->hypothesis(hyps[k]);
     double s = 0;
-    for (const TfIdf* r : refs) s += cider_sim(h, *r, d_->sigma);
-    out.push_back(s / 4.0 / refs.size() * 10.0);
+    size_t used = 0;
+    for (size_t r = 0; r < refs.size(); ++r) {
+      if (owner[r] == leave_out[k]) continue;
+      s += cider_sim(h, *refs[r], d_->sigma);
+      ++used;
+    }
+    out.push_back(used ? s / 4.0 / used * 10.0 : 0.0);
   }
   return out;
 }

@@ -55,6 +55,10 @@ class CiderDScorer {
   double score(const Tokens& hyp, const std::vector<int>& images) const;
   // Several captions against the same pooled references (their vectors built once); thread-safe.
   std::vector<double> scores(const std::vector<Tokens>& hyps, const std::vector<int>& images) const;
+  // The same, caption k left uncompared with the references of image leave_out[k] (-1: none; consensus reranking's
+  // captions taken from a memory photo are not compared with that photo's own captions). 0 when nothing is left.
+  std::vector<double> scores(const std::vector<Tokens>& hyps, const std::vector<int>& images,
+                             const std::vector<int>& leave_out) const;
 
  private:
   struct Data;

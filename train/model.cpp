@@ -4,6 +4,7 @@
 #include <cctype>
 #include <cstdio>
 #include <filesystem>
+#include <set>
 
 #include "datasets/json_checks.hpp"
 #include "datasets/features.hpp"
@@ -200,7 +201,9 @@ TensorFile CaptionModel::to_tensor_file() const {
     tf.metadata["ensemble"] = configs.dump();
   }
   if (memory) {  // consensus reranking: the training photos' mean grid vectors (float16) and their captions
-    tf.metadata["consensus"] = nlohmann::json{{"neighbours", consensus.neighbours}, {"weight", consensus.weight}}.dump();
+    nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
+    if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
+    tf.metadata["consensus"] = settings.dump();
     tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
     Param keys(kMemoryKeys, {memory->keys.rows(), memory->keys.cols()}, false);
     std::copy(memory->keys.data(), memory->keys.data() + memory->keys.size(), keys.value.begin());
@@ -319,6 +322,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       auto settings = parse_json_checked(tf.metadata.at("consensus"), path, "model header is malformed");
       m->consensus.neighbours = settings.at("neighbours").get<int>();
       m->consensus.weight = settings.at("weight").get<double>();
+      m->consensus.memory_candidates = settings.value("memory_candidates", 0);
     } catch (const Error&) {
       throw;
     } catch (const std::exception& e) {
@@ -327,6 +331,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (m->consensus.neighbours < 1 || m->consensus.neighbours > memory->photos())
       fail(path, "consensus neighbours must be in [1, " + std::to_string(memory->photos()) + "], got " +
                      std::to_string(m->consensus.neighbours));
+    if (m->consensus.memory_candidates < 0 || m->consensus.memory_candidates > memory->photos())
+      fail(path, "consensus memory_candidates must be in [0, " + std::to_string(memory->photos()) + "], got " +
+                     std::to_string(m->consensus.memory_candidates));
     if (!(m->consensus.weight >= 0 && m->consensus.weight <= kMaxConsensusWeight))
       fail(path, "consensus weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
     memory->prepare(m->encoder_config.feature_dim(), path);
@@ -434,22 +441,64 @@ std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const M
   }
   const bool reranked = beam > 1 && memory && rerank.weight > 0;
   const Mat means = reranked ? mean_grid_vectors(F, n) : Mat();
+  const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
     CandidateList& list = out[i];
     list.reranked = reranked;
-    std::vector<double> agreements;
-    if (reranked) {
-      std::vector<Tokens> words;
-      for (auto& h : found[i]) words.push_back(vocab.decode(h.tokens));
-      list.chosen = choose_by_consensus(found[i], words, *memory, means.row(i).data(), rerank, &agreements);
-    }
-    for (size_t k = 0; k < found[i].size(); ++k) {
+    for (auto& h : found[i]) {
       Candidate c;
-      c.agreement = reranked ? agreements[k] : 0.0;
-      c.total = found[i][k].score + (reranked ? rerank.weight * c.agreement : 0.0);
-      c.hypothesis = std::move(found[i][k]);
+      c.total = h.score;
+      c.hypothesis = std::move(h);
       list.candidates.push_back(std::move(c));
+    }
+    if (!reranked) continue;
+    const std::vector<int> photos = memory->nearest(means.row(i).data(), rerank.neighbours);
+    if (rerank.memory_candidates > 0) {
+      std::set<std::vector<int>> seen;
+      for (auto& c : list.candidates) seen.insert(c.hypothesis.tokens);
+      std::vector<std::vector<int>> captions;
+      std::vector<int> from;
+      for (int m = 0; m < std::min<int>(rerank.memory_candidates, (int)photos.size()); ++m)
+        for (const Tokens& words : memory->caption_words(photos[m])) {
+          if (words.empty() || (int)words.size() >= max_len) continue;
+          std::vector<int> ids;
+          for (auto& w : words)
+            if (vocab.contains(w)) ids.push_back(vocab.id(w));
+          if (ids.size() != words.size() || !seen.insert(ids).second) continue;  // a word it cannot say; a repeat
+          captions.push_back(std::move(ids));
+          from.push_back(photos[m]);
+        }
+      const Mat grid = F.middleRows(i * L, L);
+      std::vector<Hypothesis> scored;
+      if (more_members.empty()) {
+        scored = score_captions(*decoder, grid, captions, max_len, norm, no_repeat);
+      } else {
+        DecoderEnsemble all(member_decoders());
+        scored = score_captions(all, grid, captions, max_len, norm, no_repeat);
+      }
+      for (size_t k = 0; k < scored.size(); ++k) {
+        Candidate c;
+        c.hypothesis = std::move(scored[k]);
+        c.memory_photo = from[k];
+        list.candidates.push_back(std::move(c));
+      }
+      std::stable_sort(list.candidates.begin(), list.candidates.end(), [](const Candidate& a, const Candidate& b) {
+        return a.hypothesis.score > b.hypothesis.score;  // best score first, as the beam's own list
+      });
+    }
+    std::vector<Tokens> words;
+    std::vector<int> leave_out;
+    for (auto& c : list.candidates) {
+      words.push_back(vocab.decode(c.hypothesis.tokens));
+      leave_out.push_back(c.memory_photo);
+    }
+    const std::vector<double> agree = memory->agreements(words, photos, leave_out);
+    for (size_t k = 0; k < list.candidates.size(); ++k) {
+      Candidate& c = list.candidates[k];
+      c.agreement = agree[k];
+      c.total = c.hypothesis.score + rerank.weight * c.agreement;
+      if (k == 0 || c.total > list.candidates[list.chosen].total) list.chosen = (int)k;
     }
   }
   return out;

@@ -102,10 +102,13 @@ struct CaptionModel {
   // search() returns is list.candidates[list.chosen]. Greedy search (beam 1) has one candidate; beam search every
   // caption it finished. With reranking (a memory and weight > 0) each candidate carries its agreement with the
   // nearest training photos' captions, and total = score + weight x agreement decides; otherwise total = score.
+  // With consensus.memory_candidates M > 0 the captions of the M nearest memory photos follow the beam's (those the
+  // vocabulary can spell in fewer than max_len words, not already among them), scored by score_captions().
   struct Candidate {
     Hypothesis hypothesis;
     double agreement = 0;
     double total = 0;
+    int memory_photo = -1;  // a caption of this memory photo (ConsensusSettings::memory_candidates); -1: the beam's
   };
   struct CandidateList {
     std::vector<Candidate> candidates;
