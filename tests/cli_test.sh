@@ -187,6 +187,15 @@ PY
   grep '^\*' "$WORK/cands.txt" | grep -q -- "  $(head -1 "$WORK/cands.txt")\$" &&
   pass "caption --candidates: the lists, scores and agreements, and the kept caption marked" ||
   fail "caption --candidates: $(head -5 "$WORK/cands.txt")"
+# --memory-candidates: the nearest photos' captions join the beam's, marked with their memory photo
+"$SAT" model set "$WORK/memory.sat" --out "$WORK/memory_cands.sat" --memory-candidates 2 >/dev/null &&
+  "$SAT" model info "$WORK/memory_cands.sat" | grep -q "; the 2 nearest photos' captions join the beam's candidates$" &&
+  "$SAT" caption "$IMG" --model "$WORK/memory_cands.sat" --beam 5 --candidates 100 >"$WORK/cands_mem.txt" &&
+  grep -q "  \[memory photo [0-9]*\]$" "$WORK/cands_mem.txt" &&
+  "$SAT" caption "$IMG" --model "$WORK/memory_cands.sat" --beam 5 --memory-candidates 0 --candidates 100 |
+  cmp -s - <("$SAT" caption "$IMG" --model "$WORK/memory.sat" --beam 5 --candidates 100) &&
+  pass "memory captions as candidates: stored, listed with their photo, 0 turns them off" ||
+  fail "memory captions as candidates: $(head -3 "$WORK/cands_mem.txt")"
 "$SAT" train --init-from "$WORK/memory.sat" --data "$WORK/train" --val-data "$WORK/val" --epochs 0 --out "$WORK/from_memory" >/dev/null 2>&1 &&
   [ -f "$WORK/from_memory/model.sat" ] && ! "$SAT" model info "$WORK/from_memory/model.sat" | grep -q "^consensus reranking" &&
   pass "a model trained from one with a caption memory starts without it" || fail "train --init-from a model with a memory"
@@ -264,6 +273,8 @@ expect_error "a memory split naming a photo the data lacks" "^sat: .*split_missi
   "$SAT" model memory "$MODEL" --data "$WORK/train" --split "$WORK/split_missing.txt" --out "$WORK/never.sat"
 expect_error "consensus reranking without a memory" "^sat: $MODEL: has no caption memory for --consensus-weight" \
   "$SAT" caption "$IMG" --model "$MODEL" --consensus-weight 2
+expect_error "memory candidates without a memory" "^sat: $MODEL: has no caption memory for --memory-candidates" \
+  "$SAT" caption "$IMG" --model "$MODEL" --memory-candidates 2
 expect_error "model set --neighbours without a memory" "^sat: $MODEL: has no caption memory" \
   "$SAT" model set "$MODEL" --out "$WORK/never.sat" --neighbours 3
 [ ! -e "$WORK/never.sat" ] || fail "a memory command wrote a file after an error"

@@ -54,6 +54,17 @@ if [ "$s" = 200 ] && [ "$(json_field greedy "['caption']")" = "$cli_greedy" ] &&
   pass "beam=1&attention=1: the CLI's greedy caption, one attention grid per word, each summing to 1"
 else fail "beam=1&attention=1: $s $(head -c 300 "$WORK/greedy.body")"; fi
 
+s=$(post cands -X POST --data-binary @"$PHOTO" "$URL/caption?beam=4&candidates=2")
+if [ "$s" = 200 ] && python3 -c "
+import json, sys
+d = json.load(open(sys.argv[1]))
+c = d['candidates']
+assert 1 <= len(c) <= 2 and c[0]['rank'] == 1 and c[0]['chosen'] and c[0]['caption'] == d['caption'], c
+assert all(x['total'] == x['score'] and x['agreement'] == 0 for x in c), c
+assert [x['score'] for x in c] == sorted((x['score'] for x in c), reverse=True), c
+" "$WORK/cands.body"; then pass "candidates=2: the beam's best two, the kept one first"
+else fail "candidates=2: $s $(head -c 300 "$WORK/cands.body")"; fi
+
 # bad requests: status and a JSON error each
 check_error() {  # NAME STATUS curl args...
   local name="$1" want="$2"; shift 2
@@ -73,6 +84,10 @@ check_error bad_consensus 400 -X POST --data-binary @"$PHOTO" "$URL/caption?cons
 check_error no_memory 400 -X POST --data-binary @"$PHOTO" "$URL/caption?consensus_weight=2"
 grep -q 'no caption memory' "$WORK/no_memory.body" && pass "consensus_weight on a model without a caption memory: named" ||
   fail "no_memory: $(cat "$WORK/no_memory.body")"
+check_error bad_candidates 400 -X POST --data-binary @"$PHOTO" "$URL/caption?candidates=101"
+check_error memory_candidates 400 -X POST --data-binary @"$PHOTO" "$URL/caption?memory_candidates=2"
+grep -q 'memory_candidates: the model' "$WORK/memory_candidates.body" && pass "memory_candidates without a caption memory: named" ||
+  fail "memory_candidates: $(cat "$WORK/memory_candidates.body")"
 check_error unknown_param 400 -X POST --data-binary @"$PHOTO" "$URL/caption?bean=3"
 check_error no_file 400 -F "note=x" "$URL/caption"
 check_error get_caption 405 "$URL/caption"
@@ -105,13 +120,13 @@ for line in text.splitlines():
     m = re.match(r'^([a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$', line)
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-assert samples['sat_requests_total{code="200"}'] == 3 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 9, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="200"}'] == 4 + 8, samples
+assert samples['sat_requests_total{code="400"}'] == 11, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 13
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 24
-assert samples["sat_batch_size_sum"] == 11 and samples["sat_batch_size_count"] < 11, samples  # batched
+assert samples["sat_errors_total"] == 15
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 27
+assert samples["sat_batch_size_sum"] == 12 and samples["sat_batch_size_count"] < 12, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY
 s=$(post health "$URL/health")

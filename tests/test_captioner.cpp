@@ -175,6 +175,38 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
     bad.consensus_weight = w;
     CHECK_THROWS_AS(captioner.caption_file(kPhoto, bad), sat::Error);
   }
+  CHECK(info.memory_candidates == 0);
+  sat::CaptionOptions no_memory;
+  no_memory.memory_candidates = 0;
+  check_same(captioner.caption_file(kPhoto, no_memory), captioner.caption_file(kPhoto));
+  no_memory.memory_candidates = 1;  // no memory to take captions from
+  CHECK_THROWS_AS(captioner.caption_file(kPhoto, no_memory), sat::Error);
+
+  // The candidates behind a caption: the beam's list, best score first; the kept one is the caption.
+  sat::CaptionOptions listed = wide;
+  listed.candidates = 3;
+  const sat::CaptionResult l = captioner.caption_file(kPhoto, listed);
+  check_same(l, w);
+  const auto lists = sat::beam_search_nbest(*model->decoder, F, 1, 8, model->max_len, 0.0, 0);
+  REQUIRE(l.candidates.size() == std::min<size_t>(3, lists[0].size()));
+  for (size_t k = 0; k < l.candidates.size(); ++k) {
+    const sat::CaptionCandidate& c = l.candidates[k];
+    CHECK(c.rank == (int)k + 1);
+    CHECK(c.text == sat::join_words(model->vocab.decode(lists[0][k].tokens)));
+    CHECK(c.logprob == lists[0][k].logprob);
+    CHECK(c.score == lists[0][k].score);
+    CHECK(c.total == c.score);  // no reranking
+    CHECK(c.agreement == 0);
+    CHECK(c.chosen == (k == 0));
+    CHECK(c.memory_photo == -1);
+  }
+  CHECK(l.candidates[0].text == l.text);
+  CHECK(captioner.caption_file(kPhoto, wide).candidates.empty());  // only when asked for
+  for (int n : {-1, 101}) {
+    sat::CaptionOptions bad;
+    bad.candidates = n;
+    CHECK_THROWS_AS(captioner.caption_file(kPhoto, bad), sat::Error);
+  }
 }
 
 TEST_CASE("captioner: attention grids per word, and hard attention's glimpse at the grid's peak") {

@@ -73,7 +73,8 @@ size_t BatchQueue::depth() const {
 
 bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
-         a.consensus_weight == b.consensus_weight && a.attention == b.attention;
+         a.consensus_weight == b.consensus_weight && a.memory_candidates == b.memory_candidates &&
+         a.attention == b.attention && a.candidates == b.candidates;
 }
 
 const std::vector<double> ServerMetrics::kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -180,12 +181,23 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
         return "consensus_weight must be a number in [0, " + std::to_string((int)kMaxConsensusWeight) + "], got '" +
                value + "'";
       out.consensus_weight = w;
+    } else if (key == "memory_candidates") {
+      int m = 0;
+      if (!parse_int(value, m) || m < 0 || m > 1000)
+        return "memory_candidates must be a whole number in [0, 1000], got '" + value + "'";
+      out.memory_candidates = m;
+    } else if (key == "candidates") {
+      int n = 0;
+      if (!parse_int(value, n) || n < 0 || n > kMaxBeam)
+        return "candidates must be a whole number in [0, " + std::to_string(kMaxBeam) + "], got '" + value + "'";
+      out.candidates = n;
     } else if (key == "attention") {
       if (value != "0" && value != "1" && value != "true" && value != "false")
         return "attention must be 0 or 1, got '" + value + "'";
       out.attention = value == "1" || value == "true";
     } else {
-      return "unknown parameter '" + key + "' (beam, length_norm, no_repeat, consensus_weight, attention)";
+      return "unknown parameter '" + key +
+             "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, candidates, attention)";
     }
   }
   return "";
@@ -202,6 +214,16 @@ std::string caption_json(const CaptionResult& r, bool attention) {
       for (const Glimpse& g : r.glimpses) glimpses.push_back({g.row, g.col});
       j["glimpses"] = std::move(glimpses);
     }
+  }
+  if (!r.candidates.empty()) {
+    json list = json::array();
+    for (const CaptionCandidate& c : r.candidates) {
+      json one = {{"rank", c.rank},   {"caption", c.text}, {"logprob", c.logprob}, {"score", c.score},
+                  {"agreement", c.agreement}, {"total", c.total}, {"chosen", c.chosen}};
+      if (c.memory_photo >= 0) one["memory_photo"] = c.memory_photo;
+      list.push_back(std::move(one));
+    }
+    j["candidates"] = std::move(list);
   }
   return j.dump();
 }
@@ -336,6 +358,9 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
     if (std::string bad = parse_search_query(req.params, options); !bad.empty()) return answer_error(res, 400, bad);
     if (options.consensus_weight.value_or(0) > 0 && memory_photos == 0)
       return answer_error(res, 400, "consensus_weight: the model has no caption memory (sat model memory builds one)");
+    if (options.memory_candidates.value_or(0) > memory_photos)
+      return answer_error(res, 400, "memory_candidates: the model's caption memory holds " +
+                                        std::to_string(memory_photos) + " photos (sat model memory builds one)");
     if (bytes.empty()) return answer_error(res, 400, "empty body: POST the image's bytes (or a multipart file)");
     CaptionJob job;
     job.options = options;

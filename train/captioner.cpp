@@ -24,12 +24,15 @@ struct Search {
   double length_norm;
   int no_repeat_ngram;
   double consensus_weight;
+  int memory_candidates;
+  int candidates;
 };
 
 Search search_settings(const CaptionModel& model, const CaptionOptions& options) {
   Search s{options.beam.value_or(model.beam), options.length_norm.value_or(model.length_norm),
            options.no_repeat_ngram.value_or(model.no_repeat_ngram),
-           options.consensus_weight.value_or(model.consensus.weight)};
+           options.consensus_weight.value_or(model.consensus.weight),
+           options.memory_candidates.value_or(model.consensus.memory_candidates), options.candidates};
   if (s.beam < 1 || s.beam > kMaxBeam) throw Error("beam must be in [1, " + std::to_string(kMaxBeam) + "]");
   if (!(s.length_norm >= 0 && s.length_norm <= 2)) throw Error("length_norm must be in [0, 2]");
   if (s.no_repeat_ngram < 0 || s.no_repeat_ngram > kMaxNoRepeat)
@@ -37,6 +40,11 @@ Search search_settings(const CaptionModel& model, const CaptionOptions& options)
   if (!(s.consensus_weight >= 0 && s.consensus_weight <= kMaxConsensusWeight))
     throw Error("consensus_weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
   if (s.consensus_weight > 0 && !model.memory) throw Error("consensus_weight: the model has no caption memory");
+  if (s.memory_candidates < 0 || s.memory_candidates > model.memory_photos())
+    throw Error("memory_candidates must be in [0, " + std::to_string(model.memory_photos()) + "]" +
+                (model.memory ? "" : " (the model has no caption memory)"));
+  if (s.candidates < 0 || s.candidates > kMaxBeam)
+    throw Error("candidates must be in [0, " + std::to_string(kMaxBeam) + "]");
   return s;
 }
 
@@ -104,6 +112,7 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
                                                      bool attention) {
   const size_t plane = (size_t)3 * model->encoder_config.input_size * model->encoder_config.input_size;
   std::vector<Hypothesis> hyps;
+  std::vector<CaptionModel::CandidateList> lists;
   {
     std::lock_guard<std::mutex> lock(network);
     ThreadCount team(threads);
@@ -111,13 +120,41 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
       const int m = std::min(kMaxBatch, n - start);
       const std::vector<float> chunk(planes.begin() + start * plane, planes.begin() + (start + m) * plane);
       const Mat F = model->encode(chunk, m);
-      auto found = model->search(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight);
-      for (auto& h : found) hyps.push_back(std::move(h));
+      if (s.candidates > 0) {
+        auto found = model->search_candidates(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight,
+                                              s.memory_candidates);
+        for (auto& list : found) {
+          hyps.push_back(list.candidates[list.chosen].hypothesis);
+          lists.push_back(std::move(list));
+        }
+      } else {
+        auto found = model->search(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight,
+                                   s.memory_candidates);
+        for (auto& h : found) hyps.push_back(std::move(h));
+      }
     }
   }
   std::vector<CaptionResult> out;
   out.reserve(hyps.size());
-  for (const Hypothesis& h : hyps) out.push_back(to_caption(h, attention));
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    out.push_back(to_caption(hyps[i], attention));
+    if (s.candidates == 0) continue;
+    const auto& list = lists[i];
+    for (size_t k = 0; k < list.candidates.size(); ++k) {
+      if ((int)k >= s.candidates && (int)k != list.chosen) continue;
+      const auto& c = list.candidates[k];
+      CaptionCandidate one;
+      one.text = join_words(model->vocab.decode(c.hypothesis.tokens));
+      one.rank = (int)k + 1;
+      one.logprob = c.hypothesis.logprob;
+      one.score = c.hypothesis.score;
+      one.agreement = c.agreement;
+      one.total = c.total;
+      one.chosen = (int)k == list.chosen;
+      one.memory_photo = c.memory_photo;
+      out.back().candidates.push_back(std::move(one));
+    }
+  }
   return out;
 }
 
@@ -204,6 +241,7 @@ ModelInfo Captioner::info() const {
   info.no_repeat_ngram = m.no_repeat_ngram;
   info.memory_photos = m.memory_photos();
   info.consensus_weight = m.consensus.weight;
+  info.memory_candidates = m.consensus.memory_candidates;
   info.attention = m.decoder_config.attention;
   info.encoder_precision = precision_name(m.pretrained ? m.pretrained->precision() : Precision::f32);
   return info;

@@ -408,7 +408,7 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam) {
 }
 
 std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, double norm, int no_repeat,
-                                             double consensus_weight) {
+                                             double consensus_weight, int memory_candidates) {
   const double weight = consensus_weight >= 0 ? consensus_weight : consensus.weight;
   if (beam <= 1 || !memory || weight == 0) {  // the plain searches: no candidate lists to build
     if (more_members.empty())
@@ -418,7 +418,7 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, doub
     return beam <= 1 ? greedy_search(all, F, n, max_len, no_repeat)
                      : beam_search(all, F, n, beam, max_len, norm, no_repeat);
   }
-  std::vector<CandidateList> lists = search_candidates(F, n, beam, norm, no_repeat, consensus_weight);
+  std::vector<CandidateList> lists = search_candidates(F, n, beam, norm, no_repeat, consensus_weight, memory_candidates);
   std::vector<Hypothesis> out;
   out.reserve(n);
   for (auto& list : lists) out.push_back(std::move(list.candidates[list.chosen].hypothesis));
@@ -426,9 +426,11 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, doub
 }
 
 std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const Mat& F, int n, int beam, double norm,
-                                                                         int no_repeat, double consensus_weight) {
+                                                                         int no_repeat, double consensus_weight,
+                                                                         int memory_candidates) {
   ConsensusSettings rerank = consensus;
   if (consensus_weight >= 0) rerank.weight = consensus_weight;
+  if (memory_candidates >= 0) rerank.memory_candidates = memory_candidates;
   std::vector<std::vector<Hypothesis>> found;
   if (beam <= 1) {
     std::vector<Hypothesis> greedy = search(F, n, 1, norm, no_repeat, 0);

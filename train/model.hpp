@@ -96,8 +96,9 @@ struct CaptionModel {
   std::vector<Hypothesis> search(const Mat& F, int n, int beam);
   // The same with other search settings (every member of an ensemble together). consensus_weight < 0: the model's;
   // with a memory and weight > 0, a beam search's caption is chosen among its candidates by consensus reranking.
+  // memory_candidates < 0: the model's consensus.memory_candidates.
   std::vector<Hypothesis> search(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
-                                 double consensus_weight = -1);
+                                 double consensus_weight = -1, int memory_candidates = -1);
   // Every caption a search considered for each of n images, best score first, and which one it keeps: what
   // search() returns is list.candidates[list.chosen]. Greedy search (beam 1) has one candidate; beam search every
   // caption it finished. With reranking (a memory and weight > 0) each candidate carries its agreement with the
@@ -116,7 +117,7 @@ struct CaptionModel {
     bool reranked = false;
   };
   std::vector<CandidateList> search_candidates(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
-                                               double consensus_weight = -1);
+                                               double consensus_weight = -1, int memory_candidates = -1);
 };
 
 // Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs

@@ -47,7 +47,11 @@ struct CaptionOptions {
   // Consensus reranking of the beam's candidates by the captions of the nearest training photos (0: off; the model
   // needs a caption memory for more, see `sat model memory`); at most 1000
   std::optional<double> consensus_weight;
+  // Consensus reranking: the captions of the M nearest training photos join the beam's candidates (0: the beam's
+  // alone); at most the memory's photos
+  std::optional<int> memory_candidates;
   bool attention = false;              // fill CaptionResult::attention (and ::glimpses for hard attention)
+  int candidates = 0;                  // fill CaptionResult::candidates with the N best (and the kept one); at most 100
 };
 
 // Where the model looked while emitting one word: weights over the encoder's grid, row-major rows x cols, summing
@@ -63,12 +67,24 @@ struct Glimpse {
   int row = 0, col = 0;
 };
 
+// A caption the search considered (CaptionOptions::candidates): why the kept one was kept.
+struct CaptionCandidate {
+  std::string text;
+  int rank = 0;            // 1: the best score
+  double logprob = 0;      // as CaptionResult::logprob
+  double score = 0;        // what the beam ranks by: logprob / (words + 1)^length_norm
+  double agreement = 0;    // consensus reranking: CIDEr-D against the nearest training photos' captions (else 0)
+  double total = 0;        // score + consensus weight x agreement: the kept candidate has the highest
+  bool chosen = false;     // the caption returned
+  int memory_photo = -1;   // a caption of this memory photo (CaptionOptions::memory_candidates); -1: the beam's
+};
 struct CaptionResult {
   std::vector<std::string> words;
   std::string text;                     // the words joined by single spaces
   double logprob = 0;                   // natural log of the caption's probability, its end included
   std::vector<AttentionGrid> attention;  // with CaptionOptions::attention: one per word (none: attention "none")
   std::vector<Glimpse> glimpses;         // with CaptionOptions::attention and a hard-attention model: one per word
+  std::vector<CaptionCandidate> candidates;  // with CaptionOptions::candidates: best score first
 };
 
 struct ModelInfo {
@@ -82,6 +98,7 @@ struct ModelInfo {
   int no_repeat_ngram = 0;
   int memory_photos = 0;        // the caption memory's photos (0: none)
   double consensus_weight = 0;  // consensus reranking's stored weight (0: off)
+  int memory_candidates = 0;    // how many nearest memory photos' captions join the beam's candidates (0: none)
   std::string attention;  // "soft", "local", "hard" or "none"
   std::string encoder_precision;  // what the encoder computes in: "f32" or "bf16" ("f32" for a model's own CNN)
 };
