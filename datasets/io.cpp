@@ -133,10 +133,17 @@ std::string join_path(const std::string& dir, const std::string& name) {
 Param::Param(std::string n, std::vector<int64_t> s, bool train)
     : name(std::move(n)), shape(std::move(s)), trainable(train) {
   value.assign(shape_size(shape), 0.f);
-  if (trainable) grad.assign(value.size(), 0.f);
 }
 
-void Param::zero_grad() { std::fill(grad.begin(), grad.end(), 0.f); }
+void Param::zero_grad() {
+  if (!trainable) return;
+  if (grad.size() != value.size()) grad.assign(value.size(), 0.f);
+  else std::fill(grad.begin(), grad.end(), 0.f);
+}
+
+void Param::ensure_grad() {
+  if (trainable && grad.size() != value.size()) grad.assign(value.size(), 0.f);
+}
 
 int64_t shape_size(const std::vector<int64_t>& shape) {
   int64_t n = 1;

@@ -62,17 +62,21 @@ struct AlignedAllocator {
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
 
 // A named float32 tensor with its gradient. Row-major; shape in the usual (out, in, ...) order.
+// A trainable tensor's gradient is allocated (zeros) when first needed: by zero_grad(), ensure_grad() or grad_of(),
+// so a model loaded only to caption never holds (or first-touches) a gradient as large as its weights. Code that
+// adds into `grad` calls one of them first.
 struct Param {
   std::string name;
   std::vector<int64_t> shape;
   FloatBuffer value;
-  FloatBuffer grad;
+  FloatBuffer grad;  // empty until needed (see above); then value.size() floats
   bool trainable = true;  // false for buffers such as batch-norm running statistics
 
   Param() = default;
   Param(std::string n, std::vector<int64_t> s, bool train = true);
   int64_t size() const { return (int64_t)value.size(); }
-  void zero_grad();
+  void zero_grad();    // a trainable tensor's gradient: allocated if it was not, set to zero
+  void ensure_grad();  // a trainable tensor's gradient: allocated (zeros) if it was not, else left as it is
 };
 int64_t shape_size(const std::vector<int64_t>& shape);
 std::string shape_str(const std::vector<int64_t>& shape);

@@ -134,6 +134,7 @@ class AdditiveScore final : public AttentionScore {
           }
         }
     }
+    params_[3].ensure_grad();
     Eigen::Map<Eigen::RowVectorXf>(params_[3].grad.data(), A_) += dv_rows.colwise().sum();
     grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();

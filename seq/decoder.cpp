@@ -508,6 +508,7 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
     dz = dzhat.array().colwise() * beta;
     Mat ds = (dbeta * beta * (1.f - beta)).matrix();  // B x 1
     grad_of(P(kGateW)).noalias() += q.transpose() * ds;
+    P(kGateB).ensure_grad();
     P(kGateB).grad[0] += ds.sum();
     dq.noalias() += ds * value_of(P(kGateW)).transpose();
   } else {

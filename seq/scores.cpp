@@ -189,6 +189,7 @@ class CosineScore final : public AttentionScore {
     grad_of(params_[2]).noalias() += s.h.transpose() * dq;
     dh.noalias() += dq * value_of(params_[2]).transpose();
     grad_of(params_[3]).noalias() += s.h.transpose() * dpre;
+    params_[4].ensure_grad();
     params_[4].grad[0] += dpre.sum();
     dh.noalias() += dpre * value_of(params_[3]).transpose();
   }

@@ -18,8 +18,10 @@ inline MatMap value_of(Param& p) {
   int64_t r = p.shape.size() == 2 ? p.shape[0] : 1, c = p.shape.size() == 2 ? p.shape[1] : p.shape[0];
   return MatMap(p.value.data(), r, c);
 }
+// The gradient viewed alike (allocated, zeros, on first use: Param::ensure_grad).
 inline MatMap grad_of(Param& p) {
   int64_t r = p.shape.size() == 2 ? p.shape[0] : 1, c = p.shape.size() == 2 ? p.shape[1] : p.shape[0];
+  p.ensure_grad();
   return MatMap(p.grad.data(), r, c);
 }
 

@@ -368,6 +368,7 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   m.save(path);
   auto loaded = CaptionModel::load(path);
   REQUIRE(loaded->memory);
+  for (Param* p : loaded->params()) CHECK(p->grad.empty());  // loaded to caption: no gradients allocated
   CHECK(loaded->consensus.neighbours == 5);
   CHECK(loaded->consensus.weight == 50);
   CHECK(loaded->memory->captions == memory->captions);

@@ -63,6 +63,26 @@ void check_gradients(Decoder& dec, const Mat& F, DecoderCache& cache, const std:
 
 }  // namespace
 
+TEST_CASE("Param: a trainable tensor's gradient is allocated, zeros, when first needed") {
+  Param w("w", {2, 3}), buffer("b", {4}, false);
+  CHECK(w.grad.empty());
+  CHECK(buffer.grad.empty());
+  w.ensure_grad();
+  REQUIRE(w.grad.size() == 6);
+  CHECK(w.grad[5] == 0.f);
+  w.grad[5] = 2.f;
+  w.ensure_grad();  // left as it is
+  CHECK(w.grad[5] == 2.f);
+  w.zero_grad();
+  CHECK(w.grad[5] == 0.f);
+  buffer.zero_grad(), buffer.ensure_grad();  // a buffer never has one
+  CHECK(buffer.grad.empty());
+  Param v("v", {3, 2});
+  grad_of(v)(2, 1) += 1.f;  // the view allocates it
+  REQUIRE(v.grad.size() == 6);
+  CHECK(v.grad[5] == 1.f);
+}
+
 TEST_CASE("decoder: every parameter and the features match finite differences") {
   struct Variant {
     std::string score, attention, order = "bahdanau";

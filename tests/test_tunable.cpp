@@ -218,7 +218,7 @@ TEST_CASE("Adam with per-parameter learning-rate scales (tuned encoder blocks st
   std::vector<Param*> params = {&a, &b, &c};
   Adam adam;
   adam.attach(params);
-  for (auto* p : params) std::fill(p->grad.begin(), p->grad.end(), 1.f);
+  for (auto* p : params) p->zero_grad(), std::fill(p->grad.begin(), p->grad.end(), 1.f);
   const std::vector<float> scale = {1.f, 0.2f, 0.f};
   adam.update(params, 0.1f, &scale);
   // The first Adam step moves every entry by lr * scale (m / sqrt(v) = 1 after bias correction).

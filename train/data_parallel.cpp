@@ -43,9 +43,10 @@ void StepExchange::pack(const std::vector<Param*>& params, const std::vector<flo
                 std::to_string(buffer_weight.size()) + " weights and " + std::to_string(stats.size()) +
                 " statistics; laid out for " + std::to_string(offset_.size()) + " and " + std::to_string(stats_));
   for (size_t k = 0; k < params.size(); ++k) {
-    const Param& p = *params[k];
+    Param& p = *params[k];
     float* dst = buffer_.data() + offset_[k];
     if (p.size() == 0) continue;  // an empty tensor's data() may be null: memcpy must not see it
+    p.ensure_grad();  // a tensor no backward reached sends zeros
     if (p.trainable) {
       std::memcpy(dst, p.grad.data(), sizeof(float) * p.size());
     } else {
@@ -62,6 +63,7 @@ void StepExchange::unpack(const std::vector<Param*>& params, std::vector<double>
     Param& p = *params[k];
     if (p.size() == 0) continue;
     const float* src = buffer_.data() + offset_[k];
+    p.ensure_grad();
     std::memcpy(p.trainable ? p.grad.data() : p.value.data(), src, sizeof(float) * p.size());
   }
   stats.assign(buffer_.begin() + stats_at_, buffer_.end());

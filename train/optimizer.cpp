@@ -15,8 +15,10 @@ void Adam::attach(const std::vector<Param*>& params) {
 
 double Adam::clip_grad_norm(const std::vector<Param*>& params, double max_norm) {
   double sq = 0;
-  for (auto* p : params)
+  for (auto* p : params) {
+    p->ensure_grad();
     for (float g : p->grad) sq += (double)g * g;
+  }
   double norm = std::sqrt(sq);
   if (max_norm > 0 && norm > max_norm) {
     float s = (float)(max_norm / (norm + 1e-12));
@@ -36,6 +38,7 @@ void Adam::update(const std::vector<Param*>& params, float lr, const std::vector
     Param& p = *params[k];
     if (!p.trainable) continue;
     const float ak = lr_scale ? a * (*lr_scale)[k] : a;
+    p.ensure_grad();
     float* w = p.value.data();
     const float* g = p.grad.data();
     float* mk = m[k].data();

@@ -433,6 +433,7 @@ void CnnEncoder::backward(const float* dgrid) {
     }
     s.wait();
     auto add = [](Param& p, const memory& m) {
+      p.ensure_grad();
       const float* src = (const float*)m.get_data_handle();
       for (size_t k = 0; k < p.grad.size(); ++k) p.grad[k] += src[k];
     };

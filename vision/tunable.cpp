@@ -341,6 +341,7 @@ void TunableBlocks::backward(const float* dgrid_out) {
       s.wait();
       const float* dw = static_cast<const float*>(N.diff_w_user.get_data_handle());
       const float* db = static_cast<const float*>(N.diff_b.get_data_handle());
+      W.ensure_grad(), B.ensure_grad();
       for (size_t k = 0; k < W.grad.size(); ++k) W.grad[k] += dw[k];
       for (size_t k = 0; k < B.grad.size(); ++k) B.grad[k] += db[k];
     } else if (node.op == "maxpool" || node.op == "avgpool") {
@@ -367,6 +368,7 @@ void TunableBlocks::backward(const float* dgrid_out) {
       s.wait();
       const float* ds = static_cast<const float*>(N.diff_scale.get_data_handle());
       const float* dh = static_cast<const float*>(N.diff_shift.get_data_handle());
+      scale.ensure_grad(), offset.ensure_grad();
       for (size_t k = 0; k < scale.grad.size(); ++k) scale.grad[k] += ds[k];
       for (size_t k = 0; k < offset.grad.size(); ++k) offset.grad[k] += dh[k];
     } else if (node.op == "add") {
