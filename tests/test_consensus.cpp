@@ -321,6 +321,14 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     CHECK_FALSE(one[i].reranked);
   }
 
+  CaptionModel::CandidateList five;
+  five.candidates.resize(5);
+  five.chosen = 3;
+  CHECK(five.shown(2) == std::vector<int>{0, 1, 3});  // the kept one after the first two
+  CHECK(five.shown(9) == std::vector<int>{0, 1, 2, 3, 4});
+  five.chosen = 1;
+  CHECK(five.shown(2) == std::vector<int>{0, 1});
+
   // The memory's captions as candidates: those of the 2 nearest photos join the beam's, scored by the decoder, each
   // compared with the other neighbours' captions only.
   m.consensus.memory_candidates = 2;

@@ -47,30 +47,28 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 void print_candidates(const CaptionModel& model, const CaptionModel::CandidateList& list, int shown) {
   const char* header = list.reranked ? "  #  log p    score   agree   total  caption" : "  #  log p    score  caption";
   std::printf("%s\n", header);
-  for (size_t k = 0; k < list.candidates.size(); ++k) {
-    if ((int)k >= shown && (int)k != list.chosen) continue;
+  for (int k : list.shown(shown)) {
     const auto& c = list.candidates[k];
     const std::string words = join_words(model.vocab.decode(c.hypothesis.tokens));
-    const char mark = (int)k == list.chosen ? '*' : ' ';
+    const char mark = k == list.chosen ? '*' : ' ';
     if (list.reranked)
-      std::printf("%c%2zu %7.3f %7.3f %7.3f %7.3f  %s%s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
+      std::printf("%c%2d %7.3f %7.3f %7.3f %7.3f  %s%s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
                   c.agreement, c.total, words.c_str(),
                   c.memory_photo >= 0 ? ("  [memory photo " + std::to_string(c.memory_photo) + "]").c_str() : "");
     else
-      std::printf("%c%2zu %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score, words.c_str());
+      std::printf("%c%2d %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score, words.c_str());
   }
 }
 
 nlohmann::json candidates_json(const CaptionModel& model, const CaptionModel::CandidateList& list, int shown) {
   nlohmann::json out = nlohmann::json::array();
-  for (size_t k = 0; k < list.candidates.size(); ++k) {
-    if ((int)k >= shown && (int)k != list.chosen) continue;
+  for (int k : list.shown(shown)) {
     const auto& c = list.candidates[k];
     nlohmann::json one = {{"rank", k + 1},
                           {"caption", join_words(model.vocab.decode(c.hypothesis.tokens))},
                           {"logprob", c.hypothesis.logprob},
                           {"score", c.hypothesis.score},
-                          {"chosen", (int)k == list.chosen}};
+                          {"chosen", k == list.chosen}};
     if (list.reranked) one["agreement"] = c.agreement, one["total"] = c.total;
     if (c.memory_photo >= 0) one["memory_photo"] = c.memory_photo;
     out.push_back(one);

@@ -140,17 +140,16 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
     out.push_back(to_caption(hyps[i], attention));
     if (s.candidates == 0) continue;
     const auto& list = lists[i];
-    for (size_t k = 0; k < list.candidates.size(); ++k) {
-      if ((int)k >= s.candidates && (int)k != list.chosen) continue;
+    for (int k : list.shown(s.candidates)) {
       const auto& c = list.candidates[k];
       CaptionCandidate one;
       one.text = join_words(model->vocab.decode(c.hypothesis.tokens));
-      one.rank = (int)k + 1;
+      one.rank = k + 1;
       one.logprob = c.hypothesis.logprob;
       one.score = c.hypothesis.score;
       one.agreement = c.agreement;
       one.total = c.total;
-      one.chosen = (int)k == list.chosen;
+      one.chosen = k == list.chosen;
       one.memory_photo = c.memory_photo;
       out.back().candidates.push_back(std::move(one));
     }

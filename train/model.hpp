@@ -115,6 +115,13 @@ struct CaptionModel {
     std::vector<Candidate> candidates;
     int chosen = 0;
     bool reranked = false;
+    // What a listing of the first n shows: their indices and, after them, the kept one's wherever it ranks.
+    std::vector<int> shown(int n) const {
+      std::vector<int> out;
+      for (int k = 0; k < (int)candidates.size(); ++k)
+        if (k < n || k == chosen) out.push_back(k);
+      return out;
+    }
   };
   std::vector<CandidateList> search_candidates(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
                                                double consensus_weight = -1, int memory_candidates = -1);
