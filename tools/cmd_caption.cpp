@@ -95,7 +95,7 @@ void SearchFlags::add_to(CLI::App* command) {
   command->add_option("--memory-candidates", memory_candidates,
                       "Consensus reranking: the captions of the M nearest training photos join the beam's candidates, "
                       "scored by the decoder (0: the beam's alone; default: the model's)")
-      ->check(CLI::Range(0, 1000));
+      ->check(CLI::Range(0, kMaxMemoryCandidates));
 }
 
 void SearchFlags::apply(CaptionModel& model, const std::string& model_path) const {

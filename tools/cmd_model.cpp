@@ -362,7 +362,7 @@ void add_model_commands(CLI::App& app) {
   set->add_option("--memory-candidates", a->memory_candidates,
                   "Consensus reranking: the captions of the M nearest training photos join the beam's candidates "
                   "(0: the beam's alone); choose it on dev data")
-      ->check(CLI::Range(0, 1000));
+      ->check(CLI::Range(0, kMaxMemoryCandidates));
   set->callback([a] {
     if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0 && a->precision.empty() && a->consensus_weight < 0 &&
         a->neighbours == 0 && a->memory_candidates < 0)

@@ -159,38 +159,34 @@ static bool parse_double(const std::string& s, double& out) {
   }
 }
 
+// A query value that must be a whole number (or any number) in [lo, hi]: "" when it is, stored in out; else the
+// error naming the parameter.
+static std::string whole_number(const std::string& key, const std::string& value, int lo, int hi, int& out) {
+  if (parse_int(value, out) && out >= lo && out <= hi) return "";
+  return key + " must be a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + value + "'";
+}
+static std::string number(const std::string& key, const std::string& value, int lo, int hi, double& out) {
+  if (parse_double(value, out) && out >= lo && out <= hi) return "";
+  return key + " must be a number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + value + "'";
+}
+
 std::string parse_search_query(const std::multimap<std::string, std::string>& params, CaptionOptions& out) {
   for (const auto& [key, value] : params) {
+    int n = 0;
+    double x = 0;
+    std::string bad;
     if (key == "beam") {
-      int beam = 0;
-      if (!parse_int(value, beam) || beam < 1 || beam > kMaxBeam)
-        return "beam must be a whole number in [1, " + std::to_string(kMaxBeam) + "], got '" + value + "'";
-      out.beam = beam;
+      if ((bad = whole_number(key, value, 1, kMaxBeam, n)).empty()) out.beam = n;
     } else if (key == "length_norm") {
-      double a = 0;
-      if (!parse_double(value, a) || !(a >= 0 && a <= 2)) return "length_norm must be a number in [0, 2], got '" + value + "'";
-      out.length_norm = a;
+      if ((bad = number(key, value, 0, 2, x)).empty()) out.length_norm = x;
     } else if (key == "no_repeat") {
-      int n = 0;
-      if (!parse_int(value, n) || n < 0 || n > kMaxNoRepeat)
-        return "no_repeat must be a whole number in [0, " + std::to_string(kMaxNoRepeat) + "], got '" + value + "'";
-      out.no_repeat_ngram = n;
+      if ((bad = whole_number(key, value, 0, kMaxNoRepeat, n)).empty()) out.no_repeat_ngram = n;
     } else if (key == "consensus_weight") {
-      double w = 0;
-      if (!parse_double(value, w) || !(w >= 0 && w <= kMaxConsensusWeight))
-        return "consensus_weight must be a number in [0, " + std::to_string((int)kMaxConsensusWeight) + "], got '" +
-               value + "'";
-      out.consensus_weight = w;
+      if ((bad = number(key, value, 0, (int)kMaxConsensusWeight, x)).empty()) out.consensus_weight = x;
     } else if (key == "memory_candidates") {
-      int m = 0;
-      if (!parse_int(value, m) || m < 0 || m > 1000)
-        return "memory_candidates must be a whole number in [0, 1000], got '" + value + "'";
-      out.memory_candidates = m;
+      if ((bad = whole_number(key, value, 0, kMaxMemoryCandidates, n)).empty()) out.memory_candidates = n;
     } else if (key == "candidates") {
-      int n = 0;
-      if (!parse_int(value, n) || n < 0 || n > kMaxBeam)
-        return "candidates must be a whole number in [0, " + std::to_string(kMaxBeam) + "], got '" + value + "'";
-      out.candidates = n;
+      if ((bad = whole_number(key, value, 0, kMaxBeam, n)).empty()) out.candidates = n;
     } else if (key == "attention") {
       if (value != "0" && value != "1" && value != "true" && value != "false")
         return "attention must be 0 or 1, got '" + value + "'";
@@ -199,6 +195,7 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       return "unknown parameter '" + key +
              "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, candidates, attention)";
     }
+    if (!bad.empty()) return bad;
   }
   return "";
 }

@@ -106,15 +106,23 @@ int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::ve
   if (settings.weight == 0 || (candidates.size() == 1 && !agreements)) return 0;
   const std::vector<int> photos = memory.nearest(mean_vector, settings.neighbours);
   const std::vector<double> agree = memory.agreements(words, photos);
-  int best = 0;
-  double best_total = 0;
-  for (size_t i = 0; i < candidates.size(); ++i) {
-    const double a = agree[i];
-    if (agreements) (*agreements)[i] = a;
-    const double total = candidates[i].score + settings.weight * a;
-    if (i == 0 || total > best_total) best = (int)i, best_total = total;
-  }
-  return best;
+  if (agreements) *agreements = agree;
+  std::vector<double> scores;
+  for (auto& h : candidates) scores.push_back(h.score);
+  return best_total(consensus_totals(scores, agree, settings.weight));
+}
+
+std::vector<double> consensus_totals(const std::vector<double>& scores, const std::vector<double>& agreements,
+                                     double weight) {
+  if (scores.size() != agreements.size()) throw Error("consensus: one agreement per candidate expected");
+  std::vector<double> totals(scores.size());
+  for (size_t i = 0; i < scores.size(); ++i) totals[i] = scores[i] + weight * agreements[i];
+  return totals;
+}
+
+int best_total(const std::vector<double>& totals) {
+  if (totals.empty()) throw Error("consensus: no candidate captions");
+  return (int)(std::max_element(totals.begin(), totals.end()) - totals.begin());  // the first of equals
 }
 
 }  // namespace sat

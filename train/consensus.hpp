@@ -59,6 +59,11 @@ std::string memory_caption(const std::string& raw);
 // Mean over each image's L rows of F (N*L x D), one row per image: the vectors the memory is keyed by.
 Mat mean_grid_vectors(const Mat& F, int N);
 
+// Consensus reranking's rule: totals[i] = scores[i] + weight * agreements[i]; the choice is the first of the best.
+std::vector<double> consensus_totals(const std::vector<double>& scores, const std::vector<double>& agreements,
+                                     double weight);
+int best_total(const std::vector<double>& totals);
+
 // Chooses among one image's candidates (best score first, as beam_search_nbest gives them): the index of the one
 // with the best score + weight * agreement. words[i] is candidate i's caption as words.
 int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::vector<Tokens>& words,

@@ -496,12 +496,12 @@ std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const M
       leave_out.push_back(c.memory_photo);
     }
     const std::vector<double> agree = memory->agreements(words, photos, leave_out);
-    for (size_t k = 0; k < list.candidates.size(); ++k) {
-      Candidate& c = list.candidates[k];
-      c.agreement = agree[k];
-      c.total = c.hypothesis.score + rerank.weight * c.agreement;
-      if (k == 0 || c.total > list.candidates[list.chosen].total) list.chosen = (int)k;
-    }
+    std::vector<double> scores;
+    for (auto& c : list.candidates) scores.push_back(c.hypothesis.score);
+    const std::vector<double> totals = consensus_totals(scores, agree, rerank.weight);
+    for (size_t k = 0; k < list.candidates.size(); ++k)
+      list.candidates[k].agreement = agree[k], list.candidates[k].total = totals[k];
+    list.chosen = best_total(totals);
   }
   return out;
 }

@@ -21,6 +21,8 @@ namespace sat {
 
 constexpr int kMaxBeam = 100;
 constexpr double kMaxConsensusWeight = 1000;
+// The most memory photos whose captions may join a search's candidates (ConsensusSettings::memory_candidates).
+constexpr int kMaxMemoryCandidates = 1000;
 constexpr const char* kMemoryKeys = "memory.keys";  // the caption memory's vectors (train/consensus.hpp)
 
 struct CaptionModel {
