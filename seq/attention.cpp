@@ -1,4 +1,5 @@
 #include "seq/attention.hpp"
+#include "seq/few_rows.hpp"
 
 #include <cmath>
 
@@ -81,7 +82,8 @@ class AdditiveScore final : public AttentionScore {
   void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) override {
     if (coverage_ && !coverage) throw Error("attention: this score needs the coverage");
     const int B = rows_.row_count();
-    Mat q = h * value_of(params_[2]);  // B x A
+    Mat q;  // B x A
+    times(h, value_of(params_[2]), q, false);
     e.resize(B, L_);
     Eigen::Map<const Eigen::VectorXf> v(params_[3].value.data(), A_);
 #pragma omp parallel

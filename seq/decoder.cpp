@@ -1,4 +1,5 @@
 #include "seq/decoder.hpp"
+#include "seq/few_rows.hpp"
 
 #include <cmath>
 
@@ -304,10 +305,10 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCa
 static void lstm_activate(Mat& g, const Mat& c, Mat& c_next, Mat* tanh_c, Mat& h_next);
 static void lstm_step(const Mat& emb, const Mat& x, const Mat& h, const Mat& c, const MatMap& Wemb, const MatMap& Wx,
                       const MatMap& Whh, const MatMap& bias, Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
-  Mat& g = gates;
-  g.noalias() = emb * Wemb;
-  g.noalias() += x * Wx;
-  g.noalias() += h * Whh;
+  Mat& g = gates;  // a search's few rows: the few-rows product (seq/few_rows.hpp)
+  times(emb, Wemb, g, false);
+  times(x, Wx, g, true);
+  times(h, Whh, g, true);
   g.rowwise() += bias.row(0);
   lstm_activate(g, c, c_next, tanh_c, h_next);
 }
@@ -729,20 +730,22 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
     step_attend(st.h, st, alpha, z);
     lstm_step(emb, z, st.h, st.c, value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
               value_of(P(kLstmB)), gates, c, nullptr, h);
-    pre.noalias() += h * value_of(P(kOutHidden));
-    pre.noalias() += z * value_of(P(kOutContext));
+    times(h, value_of(P(kOutHidden)), pre, true);
+    times(z, value_of(P(kOutContext)), pre, true);
   } else {
     lstm_step(emb, st.feed, st.h, st.c, value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
               value_of(P(kLstmB)), gates, c, nullptr, h);
     step_attend(h, st, alpha, z);
-    Mat u = z * value_of(P(combine_));
-    u.noalias() += h * value_of(P(combine_ + 1));
+    Mat u;
+    times(z, value_of(P(combine_)), u, false);
+    times(h, value_of(P(combine_ + 1)), u, true);
     u.rowwise() += value_of(P(combine_ + 2)).row(0);
     st.feed = u.array().tanh().matrix();
-    pre.noalias() += st.feed * value_of(P(kOutHidden));
+    times(st.feed, value_of(P(kOutHidden)), pre, true);
   }
   st.h = std::move(h), st.c = std::move(c);
-  logprobs = pre.array().tanh().matrix() * value_of(P(kOutW));
+  const Mat deep = pre.array().tanh().matrix();
+  times(deep, value_of(P(kOutW)), logprobs, false);
   logprobs.rowwise() += value_of(P(kOutB)).row(0);
   for (int b = 0; b < B; ++b) {  // log-softmax
     auto row = logprobs.row(b);

@@ -6,6 +6,7 @@
 #include <set>
 
 #include "seq/decoder.hpp"
+#include "seq/few_rows.hpp"
 #include "seq/search.hpp"
 #include "tests/decoder_fixtures.hpp"
 #include "tests/gradcheck.hpp"
@@ -638,4 +639,46 @@ TEST_CASE("REINFORCE with a leave-one-out baseline over K samples is unbiased an
     (loo ? var_loo : var_plain) = var;
   }
   CHECK(var_loo < 0.05 * var_plain);  // the shared offset of the rewards no longer enters the weights
+}
+
+TEST_CASE("few-rows product: equals Eigen's product at every row count, width and stride, set or accumulated") {
+  Rng rng(17);
+  auto random = [&](int r, int c) {
+    Mat m(r, c);
+    for (int64_t i = 0; i < m.size(); ++i) m.data()[i] = (float)rng.normal();
+    return m;
+  };
+  int checked = 0;
+  for (int B : {1, 2, 5, 10, 12, 13, 24, 25, 31})
+    for (int K : {0, 1, 7, 64, 300})
+      for (int N : {1, 31, 32, 33, 96, 257}) {
+        CAPTURE(B);
+        CAPTURE(K);
+        CAPTURE(N);
+        // Views into larger matrices: leading dimensions wider than the rows.
+        const Mat Xbig = random(B, K + 3), Wbig = random(std::max(K, 1), N + 5);
+        const auto X = Xbig.leftCols(K);
+        const auto W = Wbig.topLeftCorner(K, N);
+        const Mat want = X * W;
+        Mat outbig = random(B, N + 2);
+        const Mat before = outbig;
+        few_rows_product(X.data(), Xbig.outerStride(), B, K, W.data(), Wbig.outerStride(), N, outbig.data(),
+                         outbig.outerStride(), false);
+        CHECK((outbig.leftCols(N) - want).cwiseAbs().maxCoeff() <= 1e-4f * (1 + std::sqrt((float)K)));
+        CHECK(outbig.rightCols(2) == before.rightCols(2));  // nothing written past N
+        few_rows_product(X.data(), Xbig.outerStride(), B, K, W.data(), Wbig.outerStride(), N, outbig.data(),
+                         outbig.outerStride(), true);
+        CHECK((outbig.leftCols(N) - 2 * want).cwiseAbs().maxCoeff() <= 2e-4f * (1 + std::sqrt((float)K)));
+        // times(): the few-rows product up to kFewRows rows, Eigen's above; the same result either way.
+        Mat viaTimes;
+        times(Mat(X), Mat(W), viaTimes, false);
+        CHECK(viaTimes.rows() == B);
+        CHECK(viaTimes.cols() == N);
+        CHECK((viaTimes - want).cwiseAbs().maxCoeff() <= 1e-4f * (1 + std::sqrt((float)K)));
+        Mat acc = Mat::Ones(B, N);
+        times(Mat(X), Mat(W), acc, true);
+        CHECK((acc - want - Mat::Ones(B, N)).cwiseAbs().maxCoeff() <= 1e-4f * (1 + std::sqrt((float)K)));
+        ++checked;
+      }
+  CHECK(checked == 9 * 5 * 6);
 }

@@ -11,6 +11,8 @@
 #include "tools/bench_products.hpp"
 #include "tools/commands.hpp"
 #include "train/evaluate.hpp"
+#include "train/model.hpp"
+#include "seq/search.hpp"
 #include "train/meteor.hpp"
 #include "train/ptb_tokenizer.hpp"
 #include "train/data_parallel.hpp"
@@ -198,6 +200,93 @@ void add_bench_commands(CLI::App& app) {
       else
         std::printf("  share of the peak: not counted for this attention kind (the count covers the additive score "
                     "in Bahdanau order)\n");
+    }
+  });
+
+  struct SearchArgs {
+    std::string model, batches = "1,10";
+    int beam = 0;
+    double seconds = 3;
+    bool json = false;
+  };
+  auto sa = std::make_shared<SearchArgs>();
+  auto* search = bench->add_subcommand(
+      "search", "Time caption search (the decoder's inference step and beam search) with a model's decoder on random "
+                "grids of its shape");
+  search->add_option("--model", sa->model, "Model file (default: the default model)");
+  search->add_option("--batches", sa->batches, "Comma-separated numbers of images searched together")
+      ->capture_default_str();
+  search->add_option("--beam", sa->beam, "Beam size (default: the model's)")->check(CLI::Range(2, 100));
+  search->add_option("--seconds", sa->seconds, "Time spent per measurement (after one warm-up)")->capture_default_str();
+  search->add_flag("--json", sa->json, "One JSON line per batch");
+  search->callback([sa] {
+    const std::string path = sa->model.empty() ? default_model_path() : sa->model;
+    std::unique_ptr<CaptionModel> model = CaptionModel::load(path);
+    Decoder& dec = *model->decoder;
+    const DecoderConfig& c = dec.config();
+    const int beam = sa->beam > 0 ? sa->beam : std::max(2, model->beam), L = c.locations();
+    // One inference step's matrix products at B rows (Bahdanau order, additive score; 0 for other kinds).
+    auto step_flops = [&](int B) -> double {
+      if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
+      const double E = c.embed_dim, n = c.hidden_dim, A = c.attn_dim, V = c.vocab_size, Z = c.feature_dim;
+      return 2.0 * B * (E * 4 * n + Z * 4 * n + n * 4 * n + n * A + L * A + L * Z + (n + Z) * E + E * V);
+    };
+    if (!sa->json)
+      std::printf("caption search with %s's decoder (%s attention, %s score): L=%d D=%d E=%d H=%d A=%d V=%d, beam %d, "
+                  "max %d words, %d threads\n", path.c_str(), c.attention.c_str(), c.score.c_str(), L, c.feature_dim,
+                  c.embed_dim, c.hidden_dim, c.attn_dim, c.vocab_size, beam, model->max_len, omp_get_max_threads());
+    for (const auto& b : EncoderConfig::parse_blocks(sa->batches)) {
+      const int n = b.out_channels;
+      Rng rng(5);
+      Mat F((int64_t)n * L, c.feature_dim);  // non-negative, as the grids after the last ReLU
+      for (int64_t i = 0; i < F.size(); ++i) F.data()[i] = (float)std::abs(rng.normal());
+      // The step alone at the beam's row count: n images x beam rows, `steps` steps.
+      const int steps = 16;
+      auto time_steps = [&] {
+        Decoder::State st;
+        dec.begin(F, n, st, beam);
+        std::vector<int> tokens(n * beam, 4);
+        Mat logp, alpha;
+        auto t0 = std::chrono::steady_clock::now();
+        for (int t = 0; t < steps; ++t) dec.step(tokens, st, logp, alpha);
+        return seconds_since(t0) / steps;
+      };
+      time_steps();
+      double step_best = 1e30, step_total = 0;
+      int step_runs = 0;
+      for (auto t0 = std::chrono::steady_clock::now(); seconds_since(t0) < sa->seconds / 2 || step_runs < 3; ++step_runs) {
+        const double s = time_steps();
+        step_best = std::min(step_best, s), step_total += s;
+      }
+      const double step_mean = step_total / step_runs;
+      // Whole searches: beam search's candidate lists (no reranking), then the model's own caption path.
+      std::vector<std::vector<Hypothesis>> found = beam_search_nbest(dec, F, n, beam, model->max_len, model->length_norm,
+                                                                     model->no_repeat_ngram);
+      double words = 0;
+      for (auto& f : found) words += (double)f.front().tokens.size() / n;
+      double search_best = 1e30, search_total = 0;
+      int searches = 0;
+      for (auto t0 = std::chrono::steady_clock::now(); seconds_since(t0) < sa->seconds / 2 || searches < 3; ++searches) {
+        auto t1 = std::chrono::steady_clock::now();
+        beam_search_nbest(dec, F, n, beam, model->max_len, model->length_norm, model->no_repeat_ngram);
+        const double s = seconds_since(t1);
+        search_best = std::min(search_best, s), search_total += s;
+      }
+      const double search_mean = search_total / searches, flops = step_flops(n * beam);
+      if (sa->json) {
+        std::printf("{\"images\": %d, \"beam\": %d, \"rows\": %d, \"step_ms\": %.4f, \"step_best_ms\": %.4f, "
+                    "\"step_gflops\": %.2f, \"search_ms\": %.3f, \"search_best_ms\": %.3f, \"images_per_s\": %.2f, "
+                    "\"words\": %.2f}\n",
+                    n, beam, n * beam, step_mean * 1e3, step_best * 1e3, flops / step_mean / 1e9, search_mean * 1e3,
+                    search_best * 1e3, n / search_mean, words);
+      } else {
+        std::printf("  %d image%s (%d rows): decoder step %.3f ms (best %.3f)", n, n == 1 ? "" : "s", n * beam,
+                    step_mean * 1e3, step_best * 1e3);
+        if (flops > 0) std::printf(", %.2f GFLOP -> %.1f GFLOPS", flops / 1e9, flops / step_mean / 1e9);
+        std::printf("; beam search %.1f ms (best %.1f) -> %.1f images/s, captions of %.1f words\n", search_mean * 1e3,
+                    search_best * 1e3, n / search_mean, words);
+      }
+      std::fflush(stdout);
     }
   });
 
