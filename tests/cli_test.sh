@@ -568,6 +568,20 @@ done
     --json | grep -q '"flops_per_step": 37488}' && pass "bench decoder counts and times the step's products" ||
   fail "bench decoder --products: $(cat "$WORK/bench.txt")"
 fi  # MODE = all: the attention kinds
+# sat bench search times the inference step and beam searches with a model's decoder. The bundled synthetic model
+# (L 64, D 130, E 128, H 256, A 128, V 44) at beam 3 counts 2 x 3 rows x 630 656 multiply-adds = 3 783 936 FLOPs per
+# step; bad batch lists are one-line errors.
+"$SAT" bench search --model "$ROOT/models/synth.sat" --batches 1,2 --seconds 0.05 --json >"$WORK/bsearch.json" 2>&1 &&
+  python3 - "$WORK/bsearch.json" <<'PY' && pass "bench search: step and beam search timed, products counted" || fail "bench search: $(cat "$WORK/bsearch.json")"
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1])]
+assert [r["images"] for r in rows] == [1, 2] and [r["rows"] for r in rows] == [3, 6], rows
+assert rows[0]["flops_per_step"] == 3783936 and rows[1]["flops_per_step"] == 2 * 3783936, rows
+assert all(r["step_ms"] > 0 and r["search_ms"] > 0 and r["images_per_s"] > 0 and r["words"] >= 1 for r in rows), rows
+assert (rows[0]["L"], rows[0]["D"], rows[0]["V"]) == (64, 130, 44), rows
+PY
+expect_error "bench search: a batch of 0" "^sat: --batches: '1,0' is not a comma-separated list of batch sizes" "$SAT" bench search --model "$ROOT/models/synth.sat" --batches 1,0
+expect_error "bench search: not a model" "^sat: .*: not a sat model file" "$SAT" bench search --model "$WORK/val/captions.json"
 expect_error "soft-step probability out of range" "^sat: decoder config: hard_soft_prob must be in \[0, 1\]" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention hard --hard-soft-prob 1.5 --epochs 1
 expect_error "negative soft warm-up" "^sat: train: --hard-soft-warmup must be 0 or more" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention hard --hard-soft-warmup -1 --epochs 1
 expect_error "unknown attention kind" "^sat: decoder config: unknown attention" "$SAT" train --data "$WORK/train" --out "$WORK/r6" --attention sideways --epochs 1
