@@ -436,6 +436,7 @@ void add_model_commands(CLI::App& app) {
       throw Error("--neighbours " + std::to_string(mem->neighbours) + " is more than the " +
                   std::to_string(built->photos()) + " photos of " + mem->split);
     built->prepare(m->encoder_config.feature_dim(), mem->split);
+    built->ready();  // what building the scorer throws, before the file is written
     m->memory = built;
     m->consensus = {mem->neighbours, mem->weight};
     m->info["caption_memory"] = command_line();

@@ -33,24 +33,35 @@ void CaptionMemory::prepare(int D, const std::string& source) {
   if ((int64_t)captions.size() != keys.rows())
     fail(source, "caption memory has " + std::to_string(keys.rows()) + " photos but " +
                      std::to_string(captions.size()) + " caption lists");
-  std::vector<std::vector<Tokens>> refs(captions.size());
   for (size_t i = 0; i < captions.size(); ++i) {
     if (captions[i].empty()) fail(source, "caption memory photo " + std::to_string(i) + " has no captions");
     const double norm = keys.row((int64_t)i).norm();
     if (!(std::abs(norm - 1.0) < 1e-2))  // float16 storage rounds a unit vector to within ~1e-3
       fail(source, "caption memory vector " + std::to_string(i) + " is not of unit length (" + std::to_string(norm) + ")");
-    for (auto& c : captions[i]) {
-      Tokens words = split_words(c);
-      if (words.empty()) fail(source, "caption memory photo " + std::to_string(i) + " has an empty caption");
-      refs[i].push_back(std::move(words));
-    }
+    for (auto& c : captions[i])
+      if (c.find_first_not_of(' ') == std::string::npos)  // no word: split_words would give none
+        fail(source, "caption memory photo " + std::to_string(i) + " has an empty caption");
   }
+  source_ = source;
+  // The thread reads its own copy of the captions: the memory may be copied or moved while it runs.
+  cider_ = std::async(std::launch::async, [captions = captions]() -> std::shared_ptr<const CiderDScorer> {
+             std::vector<std::vector<Tokens>> refs(captions.size());
+             for (size_t i = 0; i < captions.size(); ++i)
+               for (auto& c : captions[i]) refs[i].push_back(split_words(c));
+             return std::make_shared<const CiderDScorer>(refs, 6.0, CiderDScorer::ReferenceVectors::on_demand);
+           }).share();
+}
+
+const CiderDScorer& CaptionMemory::scorer() const {
+  if (!cider_.valid()) throw Error("caption memory used before prepare()");
   try {
-    cider_ = std::make_shared<CiderDScorer>(refs, 6.0, CiderDScorer::ReferenceVectors::on_demand);
+    return *cider_.get();
   } catch (const Error& e) {
-    fail(source, std::string("caption memory: ") + e.what());
+    fail(source_, std::string("caption memory: ") + e.what());
   }
 }
+
+void CaptionMemory::ready() const { scorer(); }
 
 std::vector<int> CaptionMemory::nearest(const float* mean_vector, int k) const {
   const int64_t D = keys.cols();
@@ -72,14 +83,12 @@ double CaptionMemory::agreement(const Tokens& words, const std::vector<int>& pho
 }
 
 std::vector<double> CaptionMemory::agreements(const std::vector<Tokens>& words, const std::vector<int>& photos) const {
-  if (!cider_) throw Error("caption memory used before prepare()");
-  return cider_->scores(words, photos);
+  return scorer().scores(words, photos);
 }
 
 std::vector<double> CaptionMemory::agreements(const std::vector<Tokens>& words, const std::vector<int>& photos,
                                               const std::vector<int>& leave_out) const {
-  if (!cider_) throw Error("caption memory used before prepare()");
-  return cider_->scores(words, photos, leave_out);
+  return scorer().scores(words, photos, leave_out);
 }
 
 std::vector<Tokens> CaptionMemory::caption_words(int photo) const {

@@ -262,6 +262,39 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   if (m->vocab.size() != m->decoder_config.vocab_size)
     fail(path, "vocabulary has " + std::to_string(m->vocab.size()) + " words but the decoder expects " +
                    std::to_string(m->decoder_config.vocab_size));
+  // The caption memory first: its scorer builds on a thread of its own (CaptionMemory::prepare) while the encoder's
+  // weights load and the networks are built.
+  if (tf.tensors.count(kMemoryKeys) || tf.metadata.count("memory_captions") || tf.metadata.count("consensus")) {
+    if (!tf.tensors.count(kMemoryKeys) || !tf.metadata.count("memory_captions") || !tf.metadata.count("consensus"))
+      fail(path, "caption memory is incomplete (it needs the tensor '" + std::string(kMemoryKeys) +
+                     "' and the header's \"memory_captions\" and \"consensus\")");
+    auto memory = std::make_shared<CaptionMemory>();
+    const Param& keys = tf.tensors.at(kMemoryKeys);
+    if (keys.shape.size() != 2) fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels");
+    memory->keys = Eigen::Map<const Mat>(keys.value.data(), keys.shape[0], keys.shape[1]);
+    try {
+      auto captions = parse_json_checked(tf.metadata.at("memory_captions"), path, "model header is malformed");
+      memory->captions = captions.get<std::vector<std::vector<std::string>>>();
+      auto settings = parse_json_checked(tf.metadata.at("consensus"), path, "model header is malformed");
+      m->consensus.neighbours = settings.at("neighbours").get<int>();
+      m->consensus.weight = settings.at("weight").get<double>();
+      m->consensus.memory_candidates = settings.value("memory_candidates", 0);
+    } catch (const Error&) {
+      throw;
+    } catch (const std::exception& e) {
+      fail(path, std::string("model header is malformed (caption memory: ") + e.what() + ")");
+    }
+    if (m->consensus.neighbours < 1 || m->consensus.neighbours > memory->photos())
+      fail(path, "consensus neighbours must be in [1, " + std::to_string(memory->photos()) + "], got " +
+                     std::to_string(m->consensus.neighbours));
+    if (m->consensus.memory_candidates < 0 || m->consensus.memory_candidates > memory->photos())
+      fail(path, "consensus memory_candidates must be in [0, " + std::to_string(memory->photos()) + "], got " +
+                     std::to_string(m->consensus.memory_candidates));
+    if (!(m->consensus.weight >= 0 && m->consensus.weight <= kMaxConsensusWeight))
+      fail(path, "consensus weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
+    memory->prepare(m->encoder_config.feature_dim(), path);
+    m->memory = std::move(memory);
+  }
   if (m->encoder_config.pretrained()) {
     const EncoderConfig& ec = m->encoder_config;
     if (ec.weights_file.empty()) {
@@ -307,37 +340,6 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     } catch (const Error& e) {
       fail(path, e.what());
     }
-  }
-  if (tf.tensors.count(kMemoryKeys) || tf.metadata.count("memory_captions") || tf.metadata.count("consensus")) {
-    if (!tf.tensors.count(kMemoryKeys) || !tf.metadata.count("memory_captions") || !tf.metadata.count("consensus"))
-      fail(path, "caption memory is incomplete (it needs the tensor '" + std::string(kMemoryKeys) +
-                     "' and the header's \"memory_captions\" and \"consensus\")");
-    auto memory = std::make_shared<CaptionMemory>();
-    const Param& keys = tf.tensors.at(kMemoryKeys);
-    if (keys.shape.size() != 2) fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels");
-    memory->keys = Eigen::Map<const Mat>(keys.value.data(), keys.shape[0], keys.shape[1]);
-    try {
-      auto captions = parse_json_checked(tf.metadata.at("memory_captions"), path, "model header is malformed");
-      memory->captions = captions.get<std::vector<std::vector<std::string>>>();
-      auto settings = parse_json_checked(tf.metadata.at("consensus"), path, "model header is malformed");
-      m->consensus.neighbours = settings.at("neighbours").get<int>();
-      m->consensus.weight = settings.at("weight").get<double>();
-      m->consensus.memory_candidates = settings.value("memory_candidates", 0);
-    } catch (const Error&) {
-      throw;
-    } catch (const std::exception& e) {
-      fail(path, std::string("model header is malformed (caption memory: ") + e.what() + ")");
-    }
-    if (m->consensus.neighbours < 1 || m->consensus.neighbours > memory->photos())
-      fail(path, "consensus neighbours must be in [1, " + std::to_string(memory->photos()) + "], got " +
-                     std::to_string(m->consensus.neighbours));
-    if (m->consensus.memory_candidates < 0 || m->consensus.memory_candidates > memory->photos())
-      fail(path, "consensus memory_candidates must be in [0, " + std::to_string(memory->photos()) + "], got " +
-                     std::to_string(m->consensus.memory_candidates));
-    if (!(m->consensus.weight >= 0 && m->consensus.weight <= kMaxConsensusWeight))
-      fail(path, "consensus weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
-    memory->prepare(m->encoder_config.feature_dim(), path);
-    m->memory = std::move(memory);
   }
   if (m->tuned) m->sync_tuned();
   return m;
