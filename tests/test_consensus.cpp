@@ -421,3 +421,32 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
           tf.tensors.emplace(kMemoryKeys, std::move(wrong));
         }).find("caption memory vectors have " + std::to_string(D + 1) + " values") != std::string::npos);
 }
+
+TEST_CASE("consensus: the memory's scorer builds in the background; its errors come with ready() and name the file") {
+  Rng rng(9);
+  const int D = 8;
+  // 30 000 distinct words: more than CIDEr-D's word index holds. prepare() returns; ready() and agreements throw.
+  CaptionMemory big = random_memory(3, D, rng, [](int i) {
+    std::vector<std::string> caps;
+    for (int k = 0; k < 10000; ++k) caps.push_back("w" + std::to_string(i * 10000 + k));
+    return caps;
+  });
+  big.prepare(D, "big.sat");
+  const std::string at_ready = error_of([&] { big.ready(); });
+  CHECK(at_ready.find("big.sat: caption memory: cider: more than") == 0);
+  CHECK(error_of([&] { big.agreement({"w1"}, {0}); }) == at_ready);
+  CaptionMemory copied = big;  // copies share the scorer, and its error
+  CHECK(error_of([&] { copied.ready(); }) == at_ready);
+  // A good memory: copies made while the scorer builds, and the original gone, still score alike.
+  CaptionMemory good = random_memory(4, D, rng, [](int i) {
+    return std::vector<std::string>{i == 0 ? "a dog runs on the grass" : "a cat sleeps on a bed", "a picture"};
+  });
+  auto original = std::make_unique<CaptionMemory>(good);
+  original->prepare(D, "good.sat");
+  CaptionMemory copy = *original;
+  const double want = original->agreement({"a", "dog", "runs"}, {0, 1, 2});
+  original.reset();
+  CHECK(copy.agreement({"a", "dog", "runs"}, {0, 1, 2}) == want);
+  CHECK_NOTHROW(copy.ready());
+  CHECK(want > 0);
+}
