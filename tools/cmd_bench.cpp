@@ -8,11 +8,11 @@
 
 #include "datasets/features.hpp"
 #include "seq/decoder.hpp"
+#include "seq/search.hpp"
 #include "tools/bench_products.hpp"
 #include "tools/commands.hpp"
 #include "train/evaluate.hpp"
 #include "train/model.hpp"
-#include "seq/search.hpp"
 #include "train/meteor.hpp"
 #include "train/ptb_tokenizer.hpp"
 #include "train/data_parallel.hpp"
@@ -276,7 +276,7 @@ void add_bench_commands(CLI::App& app) {
         step_best = std::min(step_best, s), step_total += s;
       }
       const double step_mean = step_total / step_runs;
-      // Whole searches: beam search's candidate lists (no reranking), then the model's own caption path.
+      // Whole searches: beam search's candidate lists as the model's settings make them (no reranking).
       std::vector<std::vector<Hypothesis>> found = beam_search_nbest(dec, F, n, beam, model->max_len, model->length_norm,
                                                                      model->no_repeat_ngram);
       double words = 0;
