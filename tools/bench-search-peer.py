@@ -12,26 +12,27 @@ usage: /usr/bin/python3 tools/bench-search-peer.py [--sat build/sat] [--model M]
 Needs Debian's python3-torch and libopenblas0-pthread.
 """
 import argparse
+import importlib.util
 import json
+import os
 import subprocess
 import sys
 import time
 
 import torch
-import torch.nn as nn
 
 
-class Decoder(nn.Module):
-    def __init__(self, V, E, H, A, D):
-        super().__init__()
-        self.embed = nn.Embedding(V, E)
-        self.init_h, self.init_c = nn.Linear(D, H), nn.Linear(D, H)
-        self.feat_proj, self.query_proj = nn.Linear(D, A), nn.Linear(H, A, bias=False)
-        self.v = nn.Linear(A, 1, bias=False)
-        self.gate = nn.Linear(H, 1)
-        self.lstm = nn.LSTMCell(E + D, H)
-        self.out_hidden, self.out_context = nn.Linear(H, E, bias=False), nn.Linear(D, E, bias=False)
-        self.out = nn.Linear(E, V)
+def training_peer():
+    """tools/bench-decoder-peer.py as a module: its Decoder holds the same layers."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench-decoder-peer.py")
+    spec = importlib.util.spec_from_file_location("bench_decoder_peer", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+class Decoder(training_peer().Decoder):
+    """The training peer's decoder, stepped one word at a time for a search (its dropout off: eval())."""
 
     def begin(self, feats):  # feats: rows x L x D (the photo's grid, once per beam row)
         mean = feats.mean(1)

@@ -22,20 +22,27 @@ double now_seconds() {
 }  // namespace
 
 // The count of the products time_decoder_products runs (below): keep the two lists alike.
+double decoder_row_step_macs(const DecoderConfig& c) {
+  if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
+  const double L = c.locations(), E = c.embed_dim, n = c.hidden_dim, A = c.attn_dim, V = c.vocab_size,
+               Z = c.feature_dim;
+  return E * 4 * n      // the words' part of the gates
+         + Z * 4 * n    // the contexts' part
+         + n * 4 * n    // the recurrent part
+         + n * A        // the query projection
+         + L * A        // the scores e = tanh(.) v
+         + L * Z        // the contexts z = alpha F
+         + (n + Z) * E  // the deep output layer
+         + E * V;       // the words' logits
+}
+
 double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids) {
   if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
   const double TB = (double)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
                A = c.attn_dim, V = c.vocab_size, G = grids, Z = D;
-  const double forward = TB * E * 4 * n      // the words' part of the gates, all steps at once
-                         + TB * Z * 4 * n    // the contexts' part, step by step
-                         + TB * n * 4 * n    // the recurrent part
-                         + G * L * D * A     // the grid's attention projection, once
-                         + TB * n * A        // the query projection
-                         + TB * L * A        // the scores e = tanh(.) v
-                         + TB * L * Z        // the contexts z = alpha F
-                         + TB * (n + Z) * E  // the deep output layer
-                         + TB * E * V        // the words' logits
-                         + 2 * G * D * n;    // the initial h and c
+  const double forward = TB * decoder_row_step_macs(c)  // every row's step (the words' part of the gates at once)
+                         + G * L * D * A                // the grid's attention projection, once
+                         + 2 * G * D * n;               // the initial h and c
   const double backward = 2 * TB * E * V          // the output layer's weight and input gradients
                           + 2 * TB * (n + Z) * E  // the deep output's
                           + TB * 4 * n * (n + Z)  // the gates' gradient into h and the context, step by step

@@ -14,6 +14,10 @@ struct ProductTimes {
 // Elementwise work (activations, softmax, the attention's tanh, dropout, Adam) is not counted: this is what a
 // perfect matrix-product library would have to do, so FLOPs / time against the sgemm peak is a fair share.
 double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids);
+// The multiply-adds of one decoder step for one row (caption) with the same count and kinds: the LSTM gates, the
+// attention query, scores and context, the deep output and the words' logits. A training step's forward holds T*B
+// of them; a search's step, one per beam row.
+double decoder_row_step_macs(const DecoderConfig& c);
 
 // Best of `iters` timed runs (after one warm-up) of the products a training step of the additive, Bahdanau-order
 // decoder `c` makes for B captions of T steps reading G grids, with the decoder's shapes, Eigen calls and threads.

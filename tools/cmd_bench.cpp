@@ -243,12 +243,6 @@ void add_bench_commands(CLI::App& app) {
     Decoder& dec = *model->decoder;
     const DecoderConfig& c = dec.config();
     const int beam = sa->beam > 0 ? sa->beam : std::max(2, model->beam), L = c.locations();
-    // One inference step's matrix products at B rows (Bahdanau order, additive score; 0 for other kinds).
-    auto step_flops = [&](int B) -> double {
-      if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
-      const double E = c.embed_dim, n = c.hidden_dim, A = c.attn_dim, V = c.vocab_size, Z = c.feature_dim;
-      return 2.0 * B * (E * 4 * n + Z * 4 * n + n * 4 * n + n * A + L * A + L * Z + (n + Z) * E + E * V);
-    };
     if (!sa->json)
       std::printf("caption search with %s's decoder (%s attention, %s score): L=%d D=%d E=%d H=%d A=%d V=%d, beam %d, "
                   "max %d words, %d threads\n", path.c_str(), c.attention.c_str(), c.score.c_str(), L, c.feature_dim,
@@ -289,7 +283,7 @@ void add_bench_commands(CLI::App& app) {
         const double s = seconds_since(t1);
         search_best = std::min(search_best, s), search_total += s;
       }
-      const double search_mean = search_total / searches, flops = step_flops(n * beam);
+      const double search_mean = search_total / searches, flops = 2.0 * n * beam * decoder_row_step_macs(c);  // 0 but for additive, Bahdanau
       if (sa->json) {
         std::printf("{\"images\": %d, \"beam\": %d, \"rows\": %d, \"step_ms\": %.4f, \"step_best_ms\": %.4f, "
                     "\"step_gflops\": %.2f, \"search_ms\": %.3f, \"search_best_ms\": %.3f, \"images_per_s\": %.2f, "
