@@ -79,6 +79,14 @@ std::vector<Hypothesis> one_path_search(Dec& dec, const Mat& F, int N, int max_l
 }
 }  // namespace
 
+void check_diversity(const BeamDiversity& diversity, int beam) {
+  if (diversity.groups < 1 || diversity.groups > beam || beam % diversity.groups != 0)
+    throw Error("beam groups must divide the beam size (" + std::to_string(beam) + "); got " +
+                std::to_string(diversity.groups));
+  if (!(diversity.penalty >= 0 && diversity.penalty <= kMaxDiversityPenalty))
+    throw Error("the diversity penalty must be in [0, " + std::to_string((int)kMaxDiversityPenalty) + "]");
+}
+
 template <typename Dec>
 static std::vector<Hypothesis> greedy_search_over(Dec& dec, const Mat& F, int N, int max_len, int no_repeat_ngram) {
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
@@ -127,24 +135,37 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
 }
 
 template <typename Dec>
-static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
-                                                int no_repeat_ngram) {
+static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat& F, int N, int beam, int max_len,
+                                                             double length_norm, int no_repeat_ngram,
+                                                             const BeamDiversity& diversity) {
   if (beam < 1) throw Error("beam size must be at least 1");
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
   if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
+  check_diversity(diversity, beam);
   typename Dec::State st;
   dec.begin(F, N, st);
   const int V = dec.config().vocab_size;
-  // Live hypotheses, grouped by image; row r of the decoder state is live[r].
+  const int G = diversity.groups, group_beam = beam / G;
+  // Live hypotheses, grouped by image, then by group; row r of the decoder state is live[r]. At the first step one
+  // row per image (group -1) is every group's start.
   struct Live {
     int image;
+    int group;
     Hypothesis h;
   };
   std::vector<Live> live;
-  for (int i = 0; i < N; ++i) live.push_back({i, Hypothesis{}});
+  for (int i = 0; i < N; ++i) live.push_back({i, G > 1 ? -1 : 0, Hypothesis{}});
   std::vector<std::vector<Hypothesis>> finished(N);
+  std::vector<std::vector<int>> finished_in_group(N, std::vector<int>(G, 0));
   std::vector<int> tokens(N, kStart);
+  std::vector<int> chosen_count(G > 1 ? V : 0, 0);  // this step, this image: rows of earlier groups that chose word w
+  std::vector<int> chosen_words;
   Mat logp, alpha;
+  struct Cand {
+    double rank, lp;  // rank: lp less the diversity penalty (lp with one group)
+    int row, word;
+  };
+  std::vector<Cand> cands;
   for (int t = 0; t < max_len && !live.empty(); ++t) {
     dec.step(tokens, st, logp, alpha);
     ban_words(logp, t);
@@ -157,51 +178,61 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
       const int img = live[r0].image;
       size_t r1 = r0;
       while (r1 < live.size() && live[r1].image == img) ++r1;
-      struct Cand {
-        double lp;
-        int row, word;
-      };
-      std::vector<Cand> cands;
-      cands.reserve((r1 - r0) * V);
-      for (size_t r = r0; r < r1; ++r)
-        for (int w = 0; w < V; ++w) {
-          if (logp((int)r, w) == kBanned) continue;
-          cands.push_back({live[r].h.logprob + logp((int)r, w), (int)r, w});
+      for (int g = 0; g < G; ++g) {
+        if (finished_in_group[img][g] >= group_beam) continue;
+        cands.clear();
+        for (size_t r = r0; r < r1; ++r) {
+          if (live[r].group != g && live[r].group != -1) continue;
+          for (int w = 0; w < V; ++w) {
+            if (logp((int)r, w) == kBanned) continue;
+            const double lp = live[r].h.logprob + logp((int)r, w);
+            const double rank = g > 0 ? lp - diversity.penalty * chosen_count[w] : lp;
+            cands.push_back({rank, lp, (int)r, w});
+          }
         }
-      size_t top = std::min(cands.size(), (size_t)2 * beam);
-      std::partial_sort(cands.begin(), cands.begin() + top, cands.end(), [](const Cand& a, const Cand& b) {
-        if (a.lp != b.lp) return a.lp > b.lp;
-        if (a.row != b.row) return a.row < b.row;
-        return a.word < b.word;
-      });
-      int kept = 0;
-      for (size_t k = 0; k < top && kept < beam; ++k) {
-        const Cand& c = cands[k];
-        Hypothesis h = live[c.row].h;
-        h.logprob = c.lp;
-        h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
-        if (dec.config().hard()) h.locations.push_back(st.location[c.row]);
-        if (c.word == kEnd) {
-          if ((int)finished[img].size() < beam) finished[img].push_back(finish(std::move(h), true, length_norm));
-          continue;
+        size_t top = std::min(cands.size(), (size_t)2 * group_beam);
+        std::partial_sort(cands.begin(), cands.begin() + top, cands.end(), [](const Cand& a, const Cand& b) {
+          if (a.rank != b.rank) return a.rank > b.rank;
+          if (a.row != b.row) return a.row < b.row;
+          return a.word < b.word;
+        });
+        const size_t first_of_group = next.size();
+        int kept = 0;
+        for (size_t k = 0; k < top && kept < group_beam; ++k) {
+          const Cand& c = cands[k];
+          if (G > 1) {
+            if (chosen_count[c.word]++ == 0) chosen_words.push_back(c.word);
+          }
+          Hypothesis h = live[c.row].h;
+          h.logprob = c.lp;
+          h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
+          if (dec.config().hard()) h.locations.push_back(st.location[c.row]);
+          if (c.word == kEnd) {
+            if (finished_in_group[img][g] < group_beam) {
+              finished[img].push_back(finish(std::move(h), true, length_norm));
+              ++finished_in_group[img][g];
+            }
+            continue;
+          }
+          h.tokens.push_back(c.word);
+          if (t + 1 == max_len) {
+            finished[img].push_back(finish(std::move(h), false, length_norm));
+            ++finished_in_group[img][g];
+            continue;
+          }
+          next.push_back({img, g, std::move(h)});
+          rows.push_back(c.row);
+          next_tokens.push_back(c.word);
+          ++kept;
         }
-        h.tokens.push_back(c.word);
-        if (t + 1 == max_len) {
-          finished[img].push_back(finish(std::move(h), false, length_norm));
-          continue;
+        if (finished_in_group[img][g] >= group_beam) {  // this group is done: drop its live rows
+          next.resize(first_of_group);
+          rows.resize(first_of_group);
+          next_tokens.resize(first_of_group);
         }
-        next.push_back({img, std::move(h)});
-        rows.push_back(c.row);
-        next_tokens.push_back(c.word);
-        ++kept;
       }
-      if ((int)finished[img].size() >= beam) {  // done: drop this image's live rows
-        while (!next.empty() && next.back().image == img) {
-          next.pop_back();
-          rows.pop_back();
-          next_tokens.pop_back();
-        }
-      }
+      for (int w : chosen_words) chosen_count[w] = 0;
+      chosen_words.clear();
       r0 = r1;
     }
     dec.select_rows(st, rows);
@@ -256,20 +287,22 @@ std::vector<Hypothesis> greedy_search(DecoderEnsemble& dec, const Mat& F, int N,
   return greedy_search_over(dec, F, N, max_len, no_repeat_ngram);
 }
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm,
-                                    int no_repeat_ngram) {
-  return best_of_each(beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram));
+                                    int no_repeat_ngram, const BeamDiversity& diversity) {
+  return best_of_each(beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity));
 }
 std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
-                                    double length_norm, int no_repeat_ngram) {
-  return best_of_each(beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram));
+                                    double length_norm, int no_repeat_ngram, const BeamDiversity& diversity) {
+  return best_of_each(beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity));
 }
 std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& F, int N, int beam, int max_len,
-                                                       double length_norm, int no_repeat_ngram) {
-  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
+                                                       double length_norm, int no_repeat_ngram,
+                                                       const BeamDiversity& diversity) {
+  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity);
 }
 std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
-                                                       int max_len, double length_norm, int no_repeat_ngram) {
-  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram);
+                                                       int max_len, double length_norm, int no_repeat_ngram,
+                                                       const BeamDiversity& diversity) {
+  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity);
 }
 
 std::vector<Hypothesis> score_captions(Decoder& dec, const Mat& F, const std::vector<std::vector<int>>& captions,

@@ -21,6 +21,20 @@ struct Hypothesis {
 // black and white shirt and a black and white shirt ..."); 0 lets the model repeat.
 constexpr int kMaxNoRepeat = 9;
 
+// Diverse beam search (Vijayakumar et al. 2018, Hamming diversity): the beam's rows split into `groups` groups of
+// beam / groups rows each, every group a beam search of its own. At each step the groups choose in turn, and group
+// g ranks its candidates by log p - penalty x (how many rows of groups 0..g-1 chose that word at this step), so
+// later groups are pushed off the words the earlier ones took; each group ends when it has finished beam / groups
+// captions. Captions keep their own log p and score (the penalty only steers the choice). groups 1 (or penalty 0
+// with one group) is plain beam search; groups must divide the beam.
+struct BeamDiversity {
+  int groups = 1;
+  double penalty = 0;
+};
+constexpr double kMaxDiversityPenalty = 100;
+// Throws an Error saying what is wrong with `diversity` for a beam of `beam` rows.
+void check_diversity(const BeamDiversity& diversity, int beam);
+
 // F: N*L x D features of N images. One hypothesis per image.
 std::vector<Hypothesis> greedy_search(Decoder& dec, const Mat& F, int N, int max_len, int no_repeat_ngram = 0);
 // `copies` captions per image (N * copies hypotheses, each image's consecutive) with each word drawn from the
@@ -33,14 +47,16 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
 // Finished hypotheses compete by logprob / (emitted tokens)^length_norm: 1 is the mean log-probability per token,
 // 0 the plain log-probability (shorter captions win more often).
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0,
-                                    int no_repeat_ngram = 0);
+                                    int no_repeat_ngram = 0, const BeamDiversity& diversity = {});
 // Every caption the beam search finished for each image (N lists; the `beam` first to end with <end>, and those still
 // live at max_len), best score first: the first of each list is beam_search's caption. The candidates consensus
 // reranking (train/consensus.hpp) chooses among.
 std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& F, int N, int beam, int max_len,
-                                                       double length_norm = 1.0, int no_repeat_ngram = 0);
+                                                       double length_norm = 1.0, int no_repeat_ngram = 0,
+                                                       const BeamDiversity& diversity = {});
 std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
-                                                       int max_len, double length_norm = 1.0, int no_repeat_ngram = 0);
+                                                       int max_len, double length_norm = 1.0, int no_repeat_ngram = 0,
+                                                       const BeamDiversity& diversity = {});
 // Given captions (word ids, no <start>/<end>; 1 to max_len - 1 words) scored on one image's grid F (L x D) as the
 // searches would score them: teacher-forced through the inference path, each word's log-probability after the
 // searches' bans (a caption they could never emit scores -inf), <end> appended; score = logprob / (words + 1)^
@@ -52,6 +68,7 @@ std::vector<Hypothesis> score_captions(DecoderEnsemble& dec, const Mat& F, const
 // The same searches over an ensemble's mean distribution (seq/ensemble.hpp).
 std::vector<Hypothesis> greedy_search(DecoderEnsemble& dec, const Mat& F, int N, int max_len, int no_repeat_ngram = 0);
 std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
-                                    double length_norm = 1.0, int no_repeat_ngram = 0);
+                                    double length_norm = 1.0, int no_repeat_ngram = 0,
+                                    const BeamDiversity& diversity = {});
 
 }  // namespace sat

@@ -106,6 +106,22 @@ COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
   && [ "$("$SAT" caption "$IMG" --model "$WORK/norep.sat")" = "$("$SAT" caption "$IMG" --model "$WORK/beam1.sat" --no-repeat 1)" ] \
   && "$SAT" caption "$WORK/val/images"/*.png --model "$WORK/norep.sat" | python3 -c 'import sys; sys.exit(any(len(l.split()[1:]) != len(set(l.split()[1:])) for l in sys.stdin))' \
   && pass "model set --no-repeat: no caption says a word twice" || fail "model set --no-repeat"
+# diverse beam groups: the stored setting is the flags' (caption, eval); later groups start with other words
+"$SAT" model set "$WORK/compact.sat" --out "$WORK/diverse.sat" --beam 4 --beam-groups 4 --diversity 100 >/dev/null \
+  && "$SAT" model info "$WORK/diverse.sat" | grep -q "beam search of width 4 ranks by log p / words^0.5; in 4 diverse groups (penalty 100)" \
+  && [ "$("$SAT" caption "$WORK/val/images" --model "$WORK/diverse.sat")" = "$("$SAT" caption "$WORK/val/images" --model "$WORK/compact.sat" --beam 4 --beam-groups 4 --diversity 100)" ] \
+  && [ "$("$SAT" eval --model "$WORK/diverse.sat" --data "$WORK/val" --json)" = "$("$SAT" eval --model "$WORK/compact.sat" --data "$WORK/val" --beam 4 --beam-groups 4 --diversity 100 --json)" ] \
+  && "$SAT" caption "$WORK/val/images" --model "$WORK/diverse.sat" --candidates 4 --json | python3 -c '
+import json, sys
+for one in json.load(sys.stdin):
+    firsts = [c["caption"].split()[0] for c in one["candidates"]]
+    assert len(firsts) == 4 and len(set(firsts)) == 4, firsts' \
+  && pass "model set --beam-groups --diversity: stored, the flags' search; four groups start with four words" ||
+  fail "model set --beam-groups"
+expect_error "caption --beam-groups that do not divide the beam" "^sat: beam groups must divide the beam size \(3\); got 2" \
+  "$SAT" caption "$IMG" --model "$WORK/compact.sat" --beam 3 --beam-groups 2
+expect_error "model set --beam-groups that do not divide the model's beam" "^sat: $WORK/compact.sat: beam groups must divide the beam size" \
+  "$SAT" model set "$WORK/compact.sat" --out "$WORK/never.sat" --beam-groups 7
 "$SAT" eval --model "$WORK/norep.sat" --data "$WORK/val" --beam 3 --record >/dev/null \
   && "$SAT" model info "$WORK/norep.sat" | grep -q "^scores: BLEU-1 " && "$SAT" model info "$WORK/norep.sat" | grep -q "^scores_command: sat eval .*--beam 3 --record" \
   && "$SAT" model info "$WORK/norep.sat" | grep -q "beam search of width 1" \

@@ -182,6 +182,23 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
   no_memory.memory_candidates = 1;  // no memory to take captions from
   CHECK_THROWS_AS(captioner.caption_file(kPhoto, no_memory), sat::Error);
 
+  // Diverse beam groups: the same captions the search gives with them; groups that do not divide the beam, or a
+  // penalty out of range, are errors.
+  CHECK(info.beam_groups == 1);
+  CHECK(info.diversity == 0);
+  sat::CaptionOptions diverse = wide;
+  diverse.beam_groups = 4, diverse.diversity = 2.0, diverse.candidates = 100;
+  const auto grouped = sat::beam_search_nbest(*model->decoder, F, 1, 8, model->max_len, 0.0, 0, {4, 2.0});
+  const sat::CaptionResult d = captioner.caption_file(kPhoto, diverse);
+  REQUIRE(d.candidates.size() == grouped[0].size());
+  for (size_t k = 0; k < grouped[0].size(); ++k)
+    CHECK(d.candidates[k].text == sat::join_words(model->vocab.decode(grouped[0][k].tokens)));
+  for (auto [groups, penalty] : {std::pair{3, 1.0}, std::pair{0, 1.0}, std::pair{2, -1.0}, std::pair{2, 101.0}}) {
+    sat::CaptionOptions bad = wide;
+    bad.beam_groups = groups, bad.diversity = penalty;
+    CHECK_THROWS_AS(captioner.caption_file(kPhoto, bad), sat::Error);
+  }
+
   // The candidates behind a caption: the beam's list, best score first; the kept one is the caption.
   sat::CaptionOptions listed = wide;
   listed.candidates = 3;

@@ -392,6 +392,46 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   auto again2 = loaded2->search(loaded2->encode(planes, n), n, 4, 0.5, 0);
   for (int i = 0; i < n; ++i) CHECK(again2[i].tokens == joined_best[i].tokens);
 
+  // Diverse beam groups: the model's setting is stored, reloaded and searched with; a call's setting overrides it.
+  const auto diverse = m.search_candidates(F, n, 4, 0.5, 0, 50.0, 0, BeamDiversity{2, 3.0});
+  const auto diverse_found = beam_search_nbest(*m.decoder, F, n, 4, m.max_len, 0.5, 0, {2, 3.0});
+  m.beam_diversity = {2, 3.0};
+  m.beam = 4;
+  m.save(dir.file("diverse.sat"));
+  m.beam_diversity = {};
+  auto loaded3 = CaptionModel::load(dir.file("diverse.sat"));
+  CHECK(loaded3->beam_diversity.groups == 2);
+  CHECK(loaded3->beam_diversity.penalty == 3.0);
+  CHECK(loaded->beam_diversity.groups == 1);  // files without it search one group
+  const Mat F3 = loaded3->encode(planes, n);
+  const auto lists3 = loaded3->search_candidates(F3, n, 4, 0.5, 0, 50.0, 0);
+  const auto stored_search = loaded3->search(F3, n, 4, 0.5, 0, 50.0, 0);
+  int differ = 0;
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(lists3[i].candidates.size() == diverse_found[i].size());
+    for (size_t k = 0; k < diverse_found[i].size(); ++k)
+      CHECK(diverse[i].candidates[k].hypothesis.tokens == diverse_found[i][k].tokens);
+    for (size_t k = 0; k < lists3[i].candidates.size(); ++k)
+      CHECK(lists3[i].candidates[k].hypothesis.tokens == diverse_found[i][k].tokens);  // float16 keys: same beam
+    CHECK(stored_search[i].tokens == lists3[i].candidates[lists3[i].chosen].hypothesis.tokens);
+    CHECK(loaded3->search(F3, n, 4, 0.5, 0, 50.0, 0, BeamDiversity{})[i].tokens == again[i].tokens);
+    std::vector<std::vector<int>> grouped, plain_found;
+    for (auto& h : diverse_found[i]) grouped.push_back(h.tokens);
+    for (auto& h : lists[i]) plain_found.push_back(h.tokens);
+    differ += grouped != plain_found;
+  }
+  CHECK(differ > 0);
+  auto damaged_diversity = [&](const std::string& name, const std::string& value) {
+    TensorFile tf = load_safetensors(dir.file("diverse.sat"));
+    tf.metadata["beam_diversity"] = value;
+    save_safetensors(dir.file(name), tf);
+    return error_of([&] { CaptionModel::load(dir.file(name)); });
+  };
+  CHECK(damaged_diversity("d1.sat", "{\"groups\": 3, \"penalty\": 1}").find("beam groups must divide the beam size (4)") !=
+        std::string::npos);
+  CHECK(damaged_diversity("d2.sat", "{\"groups\": 2, \"penalty\": -2}").find("penalty must be in") != std::string::npos);
+  CHECK(damaged_diversity("d3.sat", "[2, 1]").find(dir.file("d3.sat") + ": ") == 0);
+
   auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
     TensorFile tf = load_safetensors(path);
     damage(tf);

@@ -10,9 +10,11 @@
 #include "seq/search.hpp"
 #include "tests/decoder_fixtures.hpp"
 #include "tests/gradcheck.hpp"
+#include "tests/scratch.hpp"
 #include "train/optimizer.hpp"
 
 using namespace sat;
+using test::error_of;
 using sat::test::random_features;
 using sat::test::small_config;
 
@@ -493,6 +495,72 @@ TEST_CASE("search: no_repeat_ngram keeps every n-word phrase unique in greedy an
   }
   CHECK_THROWS(greedy_search(dec, F, n, max_len, -1));
   CHECK_THROWS(beam_search(dec, F, n, 3, max_len, 1.0, kMaxNoRepeat + 1));
+}
+
+TEST_CASE("search: diverse beam groups") {
+  Rng rng(17);
+  DecoderConfig cfg = small_config(0, false);
+  Decoder dec(cfg);
+  dec.init(rng);
+  const int n = 6, max_len = 10;
+  Mat F = random_features(n, cfg, rng);
+  auto same = [](const std::vector<std::vector<Hypothesis>>& a, const std::vector<std::vector<Hypothesis>>& b) {
+    if (a.size() != b.size()) return false;
+    for (size_t i = 0; i < a.size(); ++i) {
+      if (a[i].size() != b[i].size()) return false;
+      for (size_t k = 0; k < a[i].size(); ++k)
+        if (a[i][k].tokens != b[i][k].tokens || std::abs(a[i][k].logprob - b[i][k].logprob) > 1e-9) return false;
+    }
+    return true;
+  };
+  // One group is plain beam search, whatever the penalty.
+  const auto plain = beam_search_nbest(dec, F, n, 4, max_len, 0.5, 2);
+  CHECK(same(beam_search_nbest(dec, F, n, 4, max_len, 0.5, 2, {1, 5.0}), plain));
+  // Without a penalty each of G groups is the same beam search of beam / G rows: its captions, G times over.
+  const auto narrow = beam_search_nbest(dec, F, n, 2, max_len, 0.5, 2);
+  const auto twice = beam_search_nbest(dec, F, n, 4, max_len, 0.5, 2, {2, 0.0});
+  for (int i = 0; i < n; ++i) {
+    std::multiset<std::vector<int>> want, got;
+    for (auto& h : narrow[i]) want.insert(h.tokens), want.insert(h.tokens);
+    for (auto& h : twice[i]) got.insert(h.tokens);
+    CHECK(got == want);
+  }
+  // With one row per group and a prohibitive penalty, no two groups start with the same word, and a caption's
+  // log p is its own (what teacher forcing gives it), not the penalized rank it was chosen by.
+  const int beam = 6;
+  const auto diverse = beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {beam, kMaxDiversityPenalty});
+  int distinct_total = 0, plain_distinct_total = 0;
+  const auto plain6 = beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0);
+  for (int i = 0; i < n; ++i) {
+    CAPTURE(i);
+    REQUIRE(diverse[i].size() == (size_t)beam);  // one finished caption per group
+    std::set<int> first;
+    std::vector<std::vector<int>> captions;
+    for (auto& h : diverse[i]) {
+      first.insert(h.tokens.front());
+      if ((int)h.tokens.size() < max_len) captions.push_back(h.tokens);
+    }
+    CHECK(first.size() == (size_t)beam);
+    std::set<int> plain_first;
+    for (auto& h : plain6[i]) plain_first.insert(h.tokens.front());
+    distinct_total += (int)first.size(), plain_distinct_total += (int)plain_first.size();
+    for (size_t k = 1; k < diverse[i].size(); ++k) CHECK(diverse[i][k - 1].score >= diverse[i][k].score);
+    const auto scored = score_captions(dec, F.middleRows(i * cfg.locations(), cfg.locations()), captions, max_len, 1.0);
+    size_t c = 0;
+    for (auto& h : diverse[i])
+      if ((int)h.tokens.size() < max_len) CHECK(scored[c++].logprob == doctest::Approx(h.logprob).epsilon(1e-5));
+  }
+  CHECK(distinct_total > plain_distinct_total);  // plain beam search shares first words here: the check can fail
+  // The beam search's best caption is the list's first, as without groups.
+  const auto best = beam_search(dec, F, n, beam, max_len, 1.0, 0, {3, 2.0});
+  const auto lists = beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {3, 2.0});
+  for (int i = 0; i < n; ++i) CHECK(best[i].tokens == lists[i].front().tokens);
+  CHECK(error_of([&] { beam_search(dec, F, n, 4, max_len, 1.0, 0, {3, 1.0}); }).find("divide the beam size (4); got 3") !=
+        std::string::npos);
+  CHECK(error_of([&] { beam_search(dec, F, n, 4, max_len, 1.0, 0, {0, 1.0}); }).find("divide") != std::string::npos);
+  CHECK(error_of([&] { beam_search(dec, F, n, 4, max_len, 1.0, 0, {2, -1.0}); }).find("penalty must be in [0, 100]") !=
+        std::string::npos);
+  CHECK_THROWS(beam_search(dec, F, n, 4, max_len, 1.0, 0, {2, std::nan("")}));
 }
 
 TEST_CASE("search: sampled first words follow the model's distribution") {

@@ -96,6 +96,14 @@ void SearchFlags::add_to(CLI::App* command) {
                       "Consensus reranking: the captions of the M nearest training photos join the beam's candidates, "
                       "scored by the decoder (0: the beam's alone; default: the model's)")
       ->check(CLI::Range(0, kMaxMemoryCandidates));
+  command->add_option("--beam-groups", beam_groups,
+                      "Diverse beam search: the beam split into G groups that the diversity penalty keeps apart (G "
+                      "divides the beam; 1: plain beam search; default: the model's)")
+      ->check(CLI::Range(1, kMaxBeam));
+  command->add_option("--diversity", diversity,
+                      "Diverse beam search: how much a word taken at this step by an earlier group costs a later one "
+                      "(log p units; default: the model's)")
+      ->check(CLI::Range(0.0, kMaxDiversityPenalty));
 }
 
 void SearchFlags::apply(CaptionModel& model, const std::string& model_path) const {
@@ -115,6 +123,9 @@ void SearchFlags::apply(CaptionModel& model, const std::string& model_path) cons
   if (memory_candidates > 0 && !model.memory)
     fail(model_path, "has no caption memory for --memory-candidates (sat model memory builds one)");
   if (memory_candidates >= 0) model.consensus.memory_candidates = memory_candidates;
+  if (beam_groups > 0) model.beam_diversity.groups = beam_groups;
+  if (diversity >= 0) model.beam_diversity.penalty = diversity;
+  if (model.beam > 1) check_diversity(model.beam_diversity, model.beam);
 }
 
 void add_caption_commands(CLI::App& app) {

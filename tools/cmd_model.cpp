@@ -38,6 +38,14 @@ static std::string no_repeat_text(int n) {
   return n > 0 ? "; no " + std::to_string(n) + "-word phrase repeated" : "";
 }
 
+// "; in G diverse groups (penalty P)" for a diverse beam search, else nothing
+static std::string diversity_text(int groups, double penalty) {
+  if (groups <= 1) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, "; in %d diverse groups (penalty %g)", groups, penalty);
+  return text;
+}
+
 static nlohmann::json model_summary(const std::string& path) {
   auto m = CaptionModel::load(path);
   const EncoderConfig& e = m->encoder_config;
@@ -72,6 +80,8 @@ static nlohmann::json model_summary(const std::string& path) {
           {"length_norm", m->length_norm},
           {"beam", m->beam},
           {"no_repeat_ngram", m->no_repeat_ngram},
+          {"beam_groups", m->beam_diversity.groups},
+          {"diversity", m->beam_diversity.penalty},
           {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
                                                          {"neighbours", m->consensus.neighbours},
                                                          {"consensus_weight", m->consensus.weight},
@@ -110,6 +120,8 @@ void add_model_commands(CLI::App& app) {
     double consensus_weight = -1;  // < 0: unchanged
     int memory_candidates = -1;    // < 0: unchanged
     int neighbours = 0;            // 0: unchanged
+    int beam_groups = 0;           // 0: unchanged
+    double diversity = -1;         // < 0: unchanged
     bool json = false;
   };
   auto a = std::make_shared<Args>();
@@ -151,9 +163,10 @@ void add_model_commands(CLI::App& app) {
     if (s["decoders"].get<int>() > 1)
       std::printf("ensemble of %d decoders over that encoder (word distributions averaged; the parameters above "
                   "count all of them)\n", s["decoders"].get<int>());
-    std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s\n",
+    std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s%s\n",
                 s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
-                s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str());
+                s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str(),
+                diversity_text(s["beam_groups"].get<int>(), s["diversity"].get<double>()).c_str());
     if (!s["caption_memory"].is_null()) {
       const auto& c = s["caption_memory"];
       const int from_memory = c["memory_candidates"].get<int>();
@@ -363,11 +376,17 @@ void add_model_commands(CLI::App& app) {
                   "Consensus reranking: the captions of the M nearest training photos join the beam's candidates "
                   "(0: the beam's alone); choose it on dev data")
       ->check(CLI::Range(0, kMaxMemoryCandidates));
+  set->add_option("--beam-groups", a->beam_groups, "Diverse beam search: the beam in G groups kept apart by the "
+                                                   "diversity penalty (G divides the beam; 1: plain beam search)")
+      ->check(CLI::Range(1, kMaxBeam));
+  set->add_option("--diversity", a->diversity, "Diverse beam search: what a word an earlier group took at the same "
+                                               "step costs a later group (log p units)")
+      ->check(CLI::Range(0.0, kMaxDiversityPenalty));
   set->callback([a] {
     if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0 && a->precision.empty() && a->consensus_weight < 0 &&
-        a->neighbours == 0 && a->memory_candidates < 0)
+        a->neighbours == 0 && a->memory_candidates < 0 && a->beam_groups == 0 && a->diversity < 0)
       throw CLI::RequiredError("--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
-                               "--neighbours or --memory-candidates");
+                               "--neighbours, --memory-candidates, --beam-groups or --diversity");
     std::optional<PrecisionChoice> precision;
     if (!a->precision.empty()) precision = parse_precision(a->precision);
     auto m = CaptionModel::load(a->in);
@@ -387,12 +406,20 @@ void add_model_commands(CLI::App& app) {
     if (a->length_norm >= 0) m->length_norm = a->length_norm;
     if (a->beam > 0) m->beam = a->beam;
     if (a->no_repeat >= 0) m->no_repeat_ngram = a->no_repeat;
+    if (a->beam_groups > 0) m->beam_diversity.groups = a->beam_groups;
+    if (a->diversity >= 0) m->beam_diversity.penalty = a->diversity;
+    try {
+      check_diversity(m->beam_diversity, m->beam);
+    } catch (const Error& e) {
+      fail(a->in, e.what());
+    }
     // each setting's command stays on record
     std::string before = m->info.value("search_set", "");
     m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
     m->save(a->out);
-    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s%s\n", a->in.c_str(), a->out.c_str(),
-                m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(), consensus_text(*m).c_str(),
+    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s%s%s\n", a->in.c_str(), a->out.c_str(),
+                m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(),
+                diversity_text(m->beam_diversity.groups, m->beam_diversity.penalty).c_str(), consensus_text(*m).c_str(),
                 m->encoder_config.pretrained()
                     ? ("; encoder arithmetic " + std::string(precision_name(m->encoder_precision))).c_str()
                     : "");

@@ -15,7 +15,7 @@ void add_serve_command(CLI::App& app) {
   };
   auto a = std::make_shared<ServeArgs>();
   auto* serve_cmd = app.add_subcommand(
-      "serve", "Caption over HTTP: POST /caption (image bytes or a multipart file; ?beam=&length_norm=&no_repeat=&consensus_weight=&memory_candidates=&candidates=N&attention=1), "
+      "serve", "Caption over HTTP: POST /caption (image bytes or a multipart file; ?beam=&length_norm=&no_repeat=&consensus_weight=&memory_candidates=&beam_groups=&diversity=&candidates=N&attention=1), "
                "GET /health, GET /metrics (Prometheus). Requests that arrive together are captioned as one batch; "
                "SIGTERM finishes the accepted requests and exits");
   serve_cmd->add_option("--model", a->model, "Model file")->capture_default_str();

@@ -17,6 +17,8 @@ struct SearchFlags {
   double consensus_weight = -1;  // < 0: the model's
   int neighbours = 0;            // 0: the model's
   int memory_candidates = -1;    // < 0: the model's
+  int beam_groups = 0;           // 0: the model's
+  double diversity = -1;         // < 0: the model's
   void add_to(CLI::App* command);
   void apply(CaptionModel& model, const std::string& model_path) const;  // errors name model_path
 };

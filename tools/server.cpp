@@ -74,7 +74,7 @@ size_t BatchQueue::depth() const {
 bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
          a.consensus_weight == b.consensus_weight && a.memory_candidates == b.memory_candidates &&
-         a.attention == b.attention && a.candidates == b.candidates;
+         a.beam_groups == b.beam_groups && a.diversity == b.diversity && a.attention == b.attention && a.candidates == b.candidates;
 }
 
 const std::vector<double> ServerMetrics::kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -185,6 +185,10 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       if ((bad = number(key, value, 0, (int)kMaxConsensusWeight, x)).empty()) out.consensus_weight = x;
     } else if (key == "memory_candidates") {
       if ((bad = whole_number(key, value, 0, kMaxMemoryCandidates, n)).empty()) out.memory_candidates = n;
+    } else if (key == "beam_groups") {
+      if ((bad = whole_number(key, value, 1, kMaxBeam, n)).empty()) out.beam_groups = n;
+    } else if (key == "diversity") {
+      if ((bad = number(key, value, 0, (int)kMaxDiversityPenalty, x)).empty()) out.diversity = x;
     } else if (key == "candidates") {
       if ((bad = whole_number(key, value, 0, kMaxBeam, n)).empty()) out.candidates = n;
     } else if (key == "attention") {
@@ -193,7 +197,8 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       out.attention = value == "1" || value == "true";
     } else {
       return "unknown parameter '" + key +
-             "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, candidates, attention)";
+             "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, beam_groups, diversity, candidates, "
+             "attention)";
     }
     if (!bad.empty()) return bad;
   }
@@ -281,7 +286,8 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
     }
   });
 
-  const int memory_photos = captioner.info().memory_photos;
+  const ModelInfo model_info = captioner.info();
+  const int memory_photos = model_info.memory_photos;
   httplib::Server http;
   const int threads = opt.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
@@ -358,6 +364,15 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
     if (options.memory_candidates.value_or(0) > memory_photos)
       return answer_error(res, 400, "memory_candidates: the model's caption memory holds " +
                                         std::to_string(memory_photos) + " photos (sat model memory builds one)");
+    if (const int beam = options.beam.value_or(model_info.beam); beam > 1) {
+      try {
+        check_diversity({options.beam_groups.value_or(model_info.beam_groups),
+                         options.diversity.value_or(model_info.diversity)},
+                        beam);
+      } catch (const Error& e) {
+        return answer_error(res, 400, e.what());
+      }
+    }
     if (bytes.empty()) return answer_error(res, 400, "empty body: POST the image's bytes (or a multipart file)");
     CaptionJob job;
     job.options = options;

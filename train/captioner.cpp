@@ -26,13 +26,16 @@ struct Search {
   double consensus_weight;
   int memory_candidates;
   int candidates;
+  BeamDiversity diversity;
 };
 
 Search search_settings(const CaptionModel& model, const CaptionOptions& options) {
   Search s{options.beam.value_or(model.beam), options.length_norm.value_or(model.length_norm),
            options.no_repeat_ngram.value_or(model.no_repeat_ngram),
            options.consensus_weight.value_or(model.consensus.weight),
-           options.memory_candidates.value_or(model.consensus.memory_candidates), options.candidates};
+           options.memory_candidates.value_or(model.consensus.memory_candidates), options.candidates,
+           BeamDiversity{options.beam_groups.value_or(model.beam_diversity.groups),
+                         options.diversity.value_or(model.beam_diversity.penalty)}};
   if (s.beam < 1 || s.beam > kMaxBeam) throw Error("beam must be in [1, " + std::to_string(kMaxBeam) + "]");
   if (!(s.length_norm >= 0 && s.length_norm <= 2)) throw Error("length_norm must be in [0, 2]");
   if (s.no_repeat_ngram < 0 || s.no_repeat_ngram > kMaxNoRepeat)
@@ -45,6 +48,7 @@ Search search_settings(const CaptionModel& model, const CaptionOptions& options)
                 (model.memory ? "" : " (the model has no caption memory)"));
   if (s.candidates < 0 || s.candidates > kMaxBeam)
     throw Error("candidates must be in [0, " + std::to_string(kMaxBeam) + "]");
+  if (s.beam > 1) check_diversity(s.diversity, s.beam);
   return s;
 }
 
@@ -122,14 +126,14 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
       const Mat F = model->encode(chunk, m);
       if (s.candidates > 0) {
         auto found = model->search_candidates(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight,
-                                              s.memory_candidates);
+                                              s.memory_candidates, s.diversity);
         for (auto& list : found) {
           hyps.push_back(list.candidates[list.chosen].hypothesis);
           lists.push_back(std::move(list));
         }
       } else {
         auto found = model->search(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight,
-                                   s.memory_candidates);
+                                   s.memory_candidates, s.diversity);
         for (auto& h : found) hyps.push_back(std::move(h));
       }
     }
@@ -241,6 +245,8 @@ ModelInfo Captioner::info() const {
   info.memory_photos = m.memory_photos();
   info.consensus_weight = m.consensus.weight;
   info.memory_candidates = m.consensus.memory_candidates;
+  info.beam_groups = m.beam_diversity.groups;
+  info.diversity = m.beam_diversity.penalty;
   info.attention = m.decoder_config.attention;
   info.encoder_precision = precision_name(m.pretrained ? m.pretrained->precision() : Precision::f32);
   return info;

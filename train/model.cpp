@@ -173,6 +173,9 @@ TensorFile CaptionModel::to_tensor_file() const {
   tf.metadata["length_norm"] = nlohmann::json(length_norm).dump();
   tf.metadata["beam"] = std::to_string(beam);
   tf.metadata["no_repeat_ngram"] = std::to_string(no_repeat_ngram);
+  if (beam_diversity.groups > 1)
+    tf.metadata["beam_diversity"] =
+        nlohmann::json{{"groups", beam_diversity.groups}, {"penalty", beam_diversity.penalty}}.dump();
   if (encoder_precision != PrecisionChoice::f32) tf.metadata["encoder_precision"] = precision_name(encoder_precision);
   tf.metadata["info"] = info.dump();
   auto* self = const_cast<CaptionModel*>(this);
@@ -249,6 +252,16 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       m->no_repeat_ngram = parse_json_checked(tf.metadata.at("no_repeat_ngram"), path, "model header is malformed").get<int>();
       if (m->no_repeat_ngram < 0 || m->no_repeat_ngram > kMaxNoRepeat)
         fail(path, "no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
+    }
+    if (tf.metadata.count("beam_diversity")) {  // files without it search one group
+      const auto d = parse_json_checked(tf.metadata.at("beam_diversity"), path, "model header is malformed");
+      m->beam_diversity.groups = d.at("groups").get<int>();
+      m->beam_diversity.penalty = d.at("penalty").get<double>();
+      try {
+        check_diversity(m->beam_diversity, m->beam);
+      } catch (const Error& e) {
+        fail(path, std::string("beam_diversity: ") + e.what());
+      }
     }
     if (tf.metadata.count("encoder_precision")) m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
     m->info = parse_json_checked(tf.meta("info", path), path, "model header is malformed");
@@ -410,17 +423,20 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam) {
 }
 
 std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, double norm, int no_repeat,
-                                             double consensus_weight, int memory_candidates) {
+                                             double consensus_weight, int memory_candidates,
+                                             std::optional<BeamDiversity> diversity) {
   const double weight = consensus_weight >= 0 ? consensus_weight : consensus.weight;
+  const BeamDiversity groups = diversity.value_or(beam_diversity);
   if (beam <= 1 || !memory || weight == 0) {  // the plain searches: no candidate lists to build
     if (more_members.empty())
       return beam <= 1 ? greedy_search(*decoder, F, n, max_len, no_repeat)
-                       : beam_search(*decoder, F, n, beam, max_len, norm, no_repeat);
+                       : beam_search(*decoder, F, n, beam, max_len, norm, no_repeat, groups);
     DecoderEnsemble all(member_decoders());
     return beam <= 1 ? greedy_search(all, F, n, max_len, no_repeat)
-                     : beam_search(all, F, n, beam, max_len, norm, no_repeat);
+                     : beam_search(all, F, n, beam, max_len, norm, no_repeat, groups);
   }
-  std::vector<CandidateList> lists = search_candidates(F, n, beam, norm, no_repeat, consensus_weight, memory_candidates);
+  std::vector<CandidateList> lists =
+      search_candidates(F, n, beam, norm, no_repeat, consensus_weight, memory_candidates, groups);
   std::vector<Hypothesis> out;
   out.reserve(n);
   for (auto& list : lists) out.push_back(std::move(list.candidates[list.chosen].hypothesis));
@@ -429,7 +445,9 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, doub
 
 std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const Mat& F, int n, int beam, double norm,
                                                                          int no_repeat, double consensus_weight,
-                                                                         int memory_candidates) {
+                                                                         int memory_candidates,
+                                                                         std::optional<BeamDiversity> diversity) {
+  const BeamDiversity groups = diversity.value_or(beam_diversity);
   ConsensusSettings rerank = consensus;
   if (consensus_weight >= 0) rerank.weight = consensus_weight;
   if (memory_candidates >= 0) rerank.memory_candidates = memory_candidates;
@@ -438,10 +456,10 @@ std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const M
     std::vector<Hypothesis> greedy = search(F, n, 1, norm, no_repeat, 0);
     for (auto& h : greedy) found.push_back({std::move(h)});
   } else if (more_members.empty()) {
-    found = beam_search_nbest(*decoder, F, n, beam, max_len, norm, no_repeat);
+    found = beam_search_nbest(*decoder, F, n, beam, max_len, norm, no_repeat, groups);
   } else {
     DecoderEnsemble all(member_decoders());
-    found = beam_search_nbest(all, F, n, beam, max_len, norm, no_repeat);
+    found = beam_search_nbest(all, F, n, beam, max_len, norm, no_repeat, groups);
   }
   const bool reranked = beam > 1 && memory && rerank.weight > 0;
   const Mat means = reranked ? mean_grid_vectors(F, n) : Mat();

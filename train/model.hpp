@@ -33,6 +33,8 @@ struct CaptionModel {
   double length_norm = 1.0;  // beam search: captions compete by log p / words^length_norm (chosen on dev data)
   int beam = 3;              // the search's width when the user does not choose one (1: greedy; chosen on dev data)
   int no_repeat_ngram = 0;   // both searches: no caption repeats an n-word phrase (0: off; see seq/search.hpp)
+  // Beam search in diverse groups (seq/search.hpp; sat model set --beam-groups --diversity). 1 group: plain.
+  BeamDiversity beam_diversity;
   // Consensus reranking of the beam's candidates by the captions of the nearest training photos (train/consensus.hpp;
   // sat model memory builds the memory and stores the settings chosen on dev data). No memory or weight 0: off.
   std::shared_ptr<const CaptionMemory> memory;
@@ -98,9 +100,10 @@ struct CaptionModel {
   std::vector<Hypothesis> search(const Mat& F, int n, int beam);
   // The same with other search settings (every member of an ensemble together). consensus_weight < 0: the model's;
   // with a memory and weight > 0, a beam search's caption is chosen among its candidates by consensus reranking.
-  // memory_candidates < 0: the model's consensus.memory_candidates.
+  // memory_candidates < 0: the model's consensus.memory_candidates; no diversity: the model's beam_diversity.
   std::vector<Hypothesis> search(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
-                                 double consensus_weight = -1, int memory_candidates = -1);
+                                 double consensus_weight = -1, int memory_candidates = -1,
+                                 std::optional<BeamDiversity> diversity = {});
   // Every caption a search considered for each of n images, best score first, and which one it keeps: what
   // search() returns is list.candidates[list.chosen]. Greedy search (beam 1) has one candidate; beam search every
   // caption it finished. With reranking (a memory and weight > 0) each candidate carries its agreement with the
@@ -126,7 +129,8 @@ struct CaptionModel {
     }
   };
   std::vector<CandidateList> search_candidates(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
-                                               double consensus_weight = -1, int memory_candidates = -1);
+                                               double consensus_weight = -1, int memory_candidates = -1,
+                                               std::optional<BeamDiversity> diversity = {});
 };
 
 // Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs

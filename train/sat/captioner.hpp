@@ -50,6 +50,10 @@ struct CaptionOptions {
   // Consensus reranking: the captions of the M nearest training photos join the beam's candidates (0: the beam's
   // alone); at most the memory's photos
   std::optional<int> memory_candidates;
+  // Diverse beam search: the beam in beam_groups groups (dividing the beam; 1: plain beam search), a later group
+  // paying diversity (log p units, in [0, 100]) for each earlier group's row that took the same word at that step
+  std::optional<int> beam_groups;
+  std::optional<double> diversity;
   bool attention = false;              // fill CaptionResult::attention (and ::glimpses for hard attention)
   int candidates = 0;                  // fill CaptionResult::candidates with the N best (and the kept one); at most 100
 };
@@ -99,6 +103,8 @@ struct ModelInfo {
   int memory_photos = 0;        // the caption memory's photos (0: none)
   double consensus_weight = 0;  // consensus reranking's stored weight (0: off)
   int memory_candidates = 0;    // how many nearest memory photos' captions join the beam's candidates (0: none)
+  int beam_groups = 1;          // diverse beam search's groups (1: plain beam search)
+  double diversity = 0;         // and its penalty
   std::string attention;  // "soft", "local", "hard" or "none"
   std::string encoder_precision;  // what the encoder computes in: "f32" or "bf16" ("f32" for a model's own CNN)
 };
