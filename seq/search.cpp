@@ -215,9 +215,12 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
             continue;
           }
           h.tokens.push_back(c.word);
-          if (t + 1 == max_len) {
-            finished[img].push_back(finish(std::move(h), false, length_norm));
-            ++finished_in_group[img][g];
+          if (t + 1 == max_len) {  // out of words: it finishes in the row it would have kept
+            if (finished_in_group[img][g] < group_beam) {
+              finished[img].push_back(finish(std::move(h), false, length_norm));
+              ++finished_in_group[img][g];
+            }
+            ++kept;
             continue;
           }
           next.push_back({img, g, std::move(h)});

@@ -48,8 +48,8 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
 // 0 the plain log-probability (shorter captions win more often).
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0,
                                     int no_repeat_ngram = 0, const BeamDiversity& diversity = {});
-// Every caption the beam search finished for each image (N lists; the `beam` first to end with <end>, and those still
-// live at max_len), best score first: the first of each list is beam_search's caption. The candidates consensus
+// Every caption the beam search finished for each image (N lists; the `beam` first to end with <end>, and those the
+// beam's rows held when max_len cut them off), best score first: the first of each list is beam_search's caption. The candidates consensus
 // reranking (train/consensus.hpp) chooses among.
 std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& F, int N, int beam, int max_len,
                                                        double length_norm = 1.0, int no_repeat_ngram = 0,

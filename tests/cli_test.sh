@@ -110,7 +110,9 @@ COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
 "$SAT" model set "$WORK/compact.sat" --out "$WORK/diverse.sat" --beam 4 --beam-groups 4 --diversity 100 >/dev/null \
   && "$SAT" model info "$WORK/diverse.sat" | grep -q "beam search of width 4 ranks by log p / words^0.5; in 4 diverse groups (penalty 100)" \
   && [ "$("$SAT" caption "$WORK/val/images" --model "$WORK/diverse.sat")" = "$("$SAT" caption "$WORK/val/images" --model "$WORK/compact.sat" --beam 4 --beam-groups 4 --diversity 100)" ] \
-  && [ "$("$SAT" eval --model "$WORK/diverse.sat" --data "$WORK/val" --json)" = "$("$SAT" eval --model "$WORK/compact.sat" --data "$WORK/val" --beam 4 --beam-groups 4 --diversity 100 --json)" ] \
+  && "$SAT" eval --model "$WORK/diverse.sat" --data "$WORK/val" --results-out "$WORK/diverse_stored.json" >/dev/null \
+  && "$SAT" eval --model "$WORK/compact.sat" --data "$WORK/val" --beam 4 --beam-groups 4 --diversity 100 --results-out "$WORK/diverse_flags.json" >/dev/null \
+  && cmp -s "$WORK/diverse_stored.json" "$WORK/diverse_flags.json" \
   && "$SAT" caption "$WORK/val/images" --model "$WORK/diverse.sat" --candidates 4 --json | python3 -c '
 import json, sys
 for one in json.load(sys.stdin):
@@ -153,9 +155,16 @@ ls "$WORK/train/images" >"$WORK/train_all.txt"
 "$SAT" model memory "$MODEL" --data "$WORK/train" --split "$WORK/train_all.txt" --neighbours 5 --consensus-weight 3 \
   --out "$WORK/memory.sat" >"$WORK/memory.out" &&
   grep -q "caption memory of $TRAIN_IMAGES photos" "$WORK/memory.out" &&
-  "$SAT" model info "$WORK/memory.sat" | grep -q "^consensus reranking on: weight 3, the captions of the 5 nearest of $TRAIN_IMAGES memory photos$" &&
+  "$SAT" model info "$WORK/memory.sat" | grep -q "^consensus reranking on: weight 3, the captions of the 5 nearest of $TRAIN_IMAGES memory photos (grids mean-pooled)$" &&
   "$SAT" model info "$WORK/memory.sat" | grep -q "^caption_memory: sat model memory " &&
   pass "model memory: $(cat "$WORK/memory.out")" || fail "model memory: $(cat "$WORK/memory.out")"
+"$SAT" model memory "$MODEL" --data "$WORK/train" --split "$WORK/train_all.txt" --neighbours 5 --consensus-weight 3 \
+  --pooling max --out "$WORK/memory_max.sat" >/dev/null &&
+  "$SAT" model info "$WORK/memory_max.sat" | grep -q "memory photos (grids max-pooled)$" &&
+  "$SAT" caption "$WORK/val/images" --model "$WORK/memory_max.sat" --beam 5 >/dev/null &&
+  pass "model memory --pooling max: stored, and the search pools each photo that way" || fail "model memory --pooling max"
+expect_error "model memory --pooling that is not a pooling" "^sat: key pooling must be mean, max or gem, got 'median'$" \
+  "$SAT" model memory "$MODEL" --data "$WORK/train" --split "$WORK/train_all.txt" --pooling median --out "$WORK/never.sat"
 # weight 0 gives the model's own captions; the stored weight reranks some of them, each among the beam's candidates
 "$SAT" caption "$WORK/val/images" --model "$MODEL" --beam 5 >"$WORK/cons_plain.txt"
 "$SAT" caption "$WORK/val/images" --model "$WORK/memory.sat" --beam 5 --consensus-weight 0 >"$WORK/cons_off.txt"

@@ -198,6 +198,34 @@ TEST_CASE("consensus: the memory finds the nearest photos by cosine and checks i
   CHECK(error_of([&] { CaptionMemory{}.agreement({"a"}, {0}); }) != "");
 }
 
+TEST_CASE("consensus: memory keys pool each photo's grid by mean, max or generalized mean") {
+  // Two photos of three cells and two channels.
+  Mat F(6, 2);
+  F << 1, -2, 3, 0, 2, 4,  //
+      0, 1, 0, 1, 0, 7;
+  const Mat mean = pooled_grid_vectors(F, 2, KeyPooling::mean);
+  CHECK(mean(0, 0) == doctest::Approx(2.0));
+  CHECK(mean(0, 1) == doctest::Approx(2.0 / 3));
+  CHECK(mean(1, 1) == doctest::Approx(3.0));
+  CHECK(mean.isApprox(mean_grid_vectors(F, 2)));
+  const Mat max = pooled_grid_vectors(F, 2, KeyPooling::max);
+  CHECK(max(0, 0) == 3);
+  CHECK(max(0, 1) == 4);
+  CHECK(max(1, 0) == 0);
+  CHECK(max(1, 1) == 7);
+  const Mat gem = pooled_grid_vectors(F, 2, KeyPooling::gem);  // (mean of max(x, 0)^3)^(1/3)
+  CHECK(gem(0, 0) == doctest::Approx(std::cbrt((1.0 + 27 + 8) / 3)).epsilon(1e-5));
+  CHECK(gem(0, 1) == doctest::Approx(std::cbrt(64.0 / 3)).epsilon(1e-5));  // the -2 counts as 0
+  CHECK(gem(1, 0) == 0);
+  CHECK(gem(1, 1) == doctest::Approx(std::cbrt((1.0 + 1 + 343) / 3)).epsilon(1e-5));
+  for (int k = 0; k < 2; ++k)  // between the mean and the maximum of the non-negative parts
+    for (int c = 0; c < 2; ++c) CHECK((gem(k, c) >= mean(k, c) - 1e-6 && gem(k, c) <= max(k, c) + 1e-6));
+  for (KeyPooling p : {KeyPooling::mean, KeyPooling::max, KeyPooling::gem})
+    CHECK(parse_key_pooling(key_pooling_name(p)) == p);
+  CHECK(error_of([] { parse_key_pooling("median"); }) == "key pooling must be mean, max or gem, got 'median'");
+  CHECK(error_of([&] { pooled_grid_vectors(F, 4, KeyPooling::max); }).find("do not split") != std::string::npos);
+}
+
 TEST_CASE("consensus: the choice is the best score + weight x agreement, and weight 0 keeps the beam's best") {
   Rng rng(7);
   DecoderConfig cfg = small_config(0);
@@ -431,6 +459,39 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
         std::string::npos);
   CHECK(damaged_diversity("d2.sat", "{\"groups\": 2, \"penalty\": -2}").find("penalty must be in") != std::string::npos);
   CHECK(damaged_diversity("d3.sat", "[2, 1]").find(dir.file("d3.sat") + ": ") == 0);
+
+  // Max-pooled keys: stored with the memory, and the search pools each photo the same way to find its neighbours.
+  m.beam_diversity = {};
+  auto max_memory = std::make_shared<CaptionMemory>(*memory);
+  max_memory->pooling = KeyPooling::max;
+  const Mat max_keys = pooled_grid_vectors(F, n, KeyPooling::max);
+  for (int i = 0; i < n; ++i) max_memory->keys.row(i) = max_keys.row(i).normalized();  // photo i's own key
+  max_memory->prepare(D, "max");
+  m.memory = max_memory;
+  m.consensus = {1, 50.0};
+  m.save(dir.file("max.sat"));
+  auto loaded_max = CaptionModel::load(dir.file("max.sat"));
+  CHECK(loaded_max->memory->pooling == KeyPooling::max);
+  CHECK(loaded->memory->pooling == KeyPooling::mean);  // files without it: mean
+  const auto max_lists = loaded_max->search_candidates(loaded_max->encode(planes, n), n, 4, 0.5, 0);
+  for (int i = 0; i < n; ++i) {  // each photo's one neighbour is its own key: agreement with memory photo i
+    const auto& list = max_lists[i];
+    std::vector<Tokens> words;
+    for (auto& c : list.candidates) words.push_back(loaded_max->vocab.decode(c.hypothesis.tokens));
+    const auto want = loaded_max->memory->agreements(words, {i});
+    for (size_t k = 0; k < words.size(); ++k) CHECK(list.candidates[k].agreement == doctest::Approx(want[k]));
+  }
+  const Mat mean_queries = mean_grid_vectors(F, n);
+  int elsewhere = 0;  // a mean-pooled query would find other neighbours: the check above can fail
+  for (int i = 0; i < n; ++i) elsewhere += max_memory->nearest(mean_queries.row(i).data(), 1)[0] != i;
+  CHECK(elsewhere > 0);
+  {
+    TensorFile tf = load_safetensors(dir.file("max.sat"));
+    tf.metadata["consensus"] = "{\"neighbours\": 1, \"weight\": 1, \"key_pooling\": \"median\"}";
+    save_safetensors(dir.file("p1.sat"), tf);
+    CHECK(error_of([&] { CaptionModel::load(dir.file("p1.sat")); }) ==
+          dir.file("p1.sat") + ": key pooling must be mean, max or gem, got 'median'");
+  }
 
   auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
     TensorFile tf = load_safetensors(path);

@@ -24,9 +24,10 @@ static long long file_bytes(const std::string& path) {
 // "; consensus reranking ..." when the model has a caption memory, else nothing
 static std::string consensus_text(const CaptionModel& m) {
   if (!m.memory) return "";
-  char text[200];
-  std::snprintf(text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos%s)",
+  char text[240];
+  std::snprintf(text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s)",
                 m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos(),
+                key_pooling_name(m.memory->pooling),
                 m.consensus.memory_candidates > 0
                     ? (", the " + std::to_string(m.consensus.memory_candidates) + " nearest's captions as candidates").c_str()
                     : "");
@@ -85,7 +86,8 @@ static nlohmann::json model_summary(const std::string& path) {
           {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
                                                          {"neighbours", m->consensus.neighbours},
                                                          {"consensus_weight", m->consensus.weight},
-                                                         {"memory_candidates", m->consensus.memory_candidates}}
+                                                         {"memory_candidates", m->consensus.memory_candidates},
+                                                         {"key_pooling", key_pooling_name(m->memory->pooling)}}
                                        : nlohmann::json(nullptr)},
           {"info", m->info}};
 }
@@ -170,9 +172,10 @@ void add_model_commands(CLI::App& app) {
     if (!s["caption_memory"].is_null()) {
       const auto& c = s["caption_memory"];
       const int from_memory = c["memory_candidates"].get<int>();
-      std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos%s\n",
+      std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos (grids "
+                  "%s-pooled)%s\n",
                   c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
-                  c["neighbours"].get<int>(), c["photos"].get<int>(),
+                  c["neighbours"].get<int>(), c["photos"].get<int>(), c["key_pooling"].get<std::string>().c_str(),
                   from_memory > 0 ? ("; the " + std::to_string(from_memory) +
                                      " nearest photos' captions join the beam's candidates").c_str()
                                   : "");
@@ -429,6 +432,7 @@ void add_model_commands(CLI::App& app) {
     std::string in, out, data, images, split, features;
     int neighbours = 60;  // the defaults: chosen on Flickr8k's dev photos for the shipped model (README)
     double weight = 12;
+    std::string pooling = "mean";
   };
   auto mem = std::make_shared<MemoryArgs>();
   auto* memory = model->add_subcommand(
@@ -447,8 +451,13 @@ void add_model_commands(CLI::App& app) {
   memory->add_option("--consensus-weight", mem->weight, "W (0: stored but off)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, kMaxConsensusWeight));
+  memory->add_option("--pooling", mem->pooling, "How a photo's grid becomes its memory key: mean (over the grid's "
+                                                "cells), max, or gem (the generalized mean of order 3); the search "
+                                                "pools each photo the same way")
+      ->capture_default_str();
   memory->add_option("--out", mem->out, "Model file to write (may be the input: it is replaced atomically)")->required();
   memory->callback([mem] {
+    const KeyPooling pooling = parse_key_pooling(mem->pooling);
     auto m = CaptionModel::load(mem->in);
     CaptionSet set = load_caption_set(mem->data, mem->images, mem->split);
     std::unique_ptr<FeatureCache> cache;
@@ -458,7 +467,7 @@ void add_model_commands(CLI::App& app) {
       for (auto& img : set.images) names.push_back(img.file_name);
       cache->require(m->encoder_id(), names);
     }
-    auto built = build_caption_memory(*m, set, cache.get());
+    auto built = build_caption_memory(*m, set, cache.get(), pooling);
     if (mem->neighbours > built->photos())
       throw Error("--neighbours " + std::to_string(mem->neighbours) + " is more than the " +
                   std::to_string(built->photos()) + " photos of " + mem->split);

@@ -137,10 +137,11 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int 
 }
 
 std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
-                                                    const FeatureCache* cache) {
+                                                    const FeatureCache* cache, KeyPooling pooling) {
   const int n = (int)set.images.size();
   if (n == 0) throw Error("caption memory: the set has no photos");
   auto memory = std::make_shared<CaptionMemory>();
+  memory->pooling = pooling;
   memory->keys.resize(n, model.encoder_config.feature_dim());
   memory->captions.resize(n);
   const EncoderConfig cached = model.encoder_config.cache_config();
@@ -159,7 +160,7 @@ std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const C
       for (int k = 0; k < m; ++k) paths.push_back(set.image_path(set.images[s + k]));
       F = model.encode(model.load_planes(paths), m);
     }
-    const Mat means = mean_grid_vectors(F, m);
+    const Mat means = pooled_grid_vectors(F, m, pooling);
     for (int k = 0; k < m; ++k) {
       const float norm = means.row(k).norm();
       if (!(norm > 0)) throw Error("caption memory: photo '" + set.images[s + k].file_name + "' has an all-zero grid");

@@ -32,10 +32,11 @@ CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, cons
 CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const FeatureCache* cache,
                               const std::vector<float>& planes, Collective& ranks);
 // The caption memory of consensus reranking (train/consensus.hpp) for a set (a training split: never the photos it
-// is chosen or scored on): each photo's mean grid vector as the model's decoder sees it (from the cache, through the
-// tuned blocks when the model has them, else from the photos), of unit length, and its references.
+// is chosen or scored on): each photo's grid as the model's decoder sees it (from the cache, through the tuned blocks
+// when the model has them, else from the photos), pooled (`pooling`: mean, max or gem) to a vector of unit length, and
+// its references.
 std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
-                                                    const FeatureCache* cache);
+                                                    const FeatureCache* cache, KeyPooling pooling = KeyPooling::mean);
 // Captions n grids (n x L x D floats).
 std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam);
 

@@ -98,12 +98,42 @@ std::vector<Tokens> CaptionMemory::caption_words(int photo) const {
   return out;
 }
 
-Mat mean_grid_vectors(const Mat& F, int N) {
-  if (N <= 0 || F.rows() % N != 0) throw Error("mean_grid_vectors: the grid rows do not split into the images");
+Mat mean_grid_vectors(const Mat& F, int N) { return pooled_grid_vectors(F, N, KeyPooling::mean); }
+
+Mat pooled_grid_vectors(const Mat& F, int N, KeyPooling pooling) {
+  if (N <= 0 || F.rows() % N != 0) throw Error("pooled_grid_vectors: the grid rows do not split into the images");
   const int64_t L = F.rows() / N;
   Mat out(N, F.cols());
-  for (int i = 0; i < N; ++i) out.row(i) = F.middleRows(i * L, L).colwise().mean();
+  for (int i = 0; i < N; ++i) {
+    const auto grid = F.middleRows(i * L, L);
+    switch (pooling) {
+      case KeyPooling::mean:
+        out.row(i) = grid.colwise().mean();
+        break;
+      case KeyPooling::max:
+        out.row(i) = grid.colwise().maxCoeff();
+        break;
+      case KeyPooling::gem:
+        out.row(i) = grid.cwiseMax(0.0f).array().cube().matrix().colwise().mean().array().pow(1.0f / 3.0f).matrix();
+        break;
+    }
+  }
   return out;
+}
+
+const char* key_pooling_name(KeyPooling pooling) {
+  switch (pooling) {
+    case KeyPooling::max: return "max";
+    case KeyPooling::gem: return "gem";
+    default: return "mean";
+  }
+}
+
+KeyPooling parse_key_pooling(const std::string& name) {
+  if (name == "mean") return KeyPooling::mean;
+  if (name == "max") return KeyPooling::max;
+  if (name == "gem") return KeyPooling::gem;
+  throw Error("key pooling must be mean, max or gem, got '" + name + "'");
 }
 
 int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::vector<Tokens>& words,

@@ -20,8 +20,16 @@
 
 namespace sat {
 
+// How a photo's grid (L x D) becomes its memory key, before unit length: the mean over the L locations (what
+// memories were first built with), the maximum (a thing in a few cells counts as much as one filling the grid), or
+// the generalized mean of order 3 of max(x, 0) (Radenović et al. 2018: between the two).
+enum class KeyPooling { mean, max, gem };
+const char* key_pooling_name(KeyPooling pooling);
+KeyPooling parse_key_pooling(const std::string& name);  // "mean", "max" or "gem"; else an Error
+
 struct CaptionMemory {
-  Mat keys;  // M x D: each memory photo's mean grid vector, unit length
+  Mat keys;  // M x D: each memory photo's pooled grid vector (`pooling`), unit length
+  KeyPooling pooling = KeyPooling::mean;
   // Per memory photo, its captions as memory_caption() gives them (words joined by single spaces).
   std::vector<std::vector<std::string>> captions;
 
@@ -64,6 +72,8 @@ std::string memory_caption(const std::string& raw);
 
 // Mean over each image's L rows of F (N*L x D), one row per image: the vectors the memory is keyed by.
 Mat mean_grid_vectors(const Mat& F, int N);
+// The same pooled as `pooling` says (KeyPooling::mean: mean_grid_vectors).
+Mat pooled_grid_vectors(const Mat& F, int N, KeyPooling pooling);
 
 // Consensus reranking's rule: totals[i] = scores[i] + weight * agreements[i]; the choice is the first of the best.
 std::vector<double> consensus_totals(const std::vector<double>& scores, const std::vector<double>& agreements,

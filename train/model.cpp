@@ -206,6 +206,7 @@ TensorFile CaptionModel::to_tensor_file() const {
   if (memory) {  // consensus reranking: the training photos' mean grid vectors (float16) and their captions
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
+    if (memory->pooling != KeyPooling::mean) settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
     tf.metadata["consensus"] = settings.dump();
     tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
     Param keys(kMemoryKeys, {memory->keys.rows(), memory->keys.cols()}, false);
@@ -292,8 +293,10 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       m->consensus.neighbours = settings.at("neighbours").get<int>();
       m->consensus.weight = settings.at("weight").get<double>();
       m->consensus.memory_candidates = settings.value("memory_candidates", 0);
-    } catch (const Error&) {
-      throw;
+      memory->pooling = parse_key_pooling(settings.value("key_pooling", std::string("mean")));
+    } catch (const Error& e) {
+      if (std::string(e.what()).rfind(path, 0) == 0) throw;
+      fail(path, e.what());
     } catch (const std::exception& e) {
       fail(path, std::string("model header is malformed (caption memory: ") + e.what() + ")");
     }
@@ -462,7 +465,7 @@ std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const M
     found = beam_search_nbest(all, F, n, beam, max_len, norm, no_repeat, groups);
   }
   const bool reranked = beam > 1 && memory && rerank.weight > 0;
-  const Mat means = reranked ? mean_grid_vectors(F, n) : Mat();
+  const Mat means = reranked ? pooled_grid_vectors(F, n, memory->pooling) : Mat();
   const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {

@@ -34,6 +34,12 @@ std::string search_text(const CaptionModel& m, int beam) {
   std::snprintf(norm, sizeof norm, "%g", m.length_norm);
   std::string s = beam <= 1 ? "greedy" : "beam " + std::to_string(beam) + ", captions ranked by log p / words^" + norm;
   if (m.no_repeat_ngram > 0) s += "; no " + std::to_string(m.no_repeat_ngram) + "-word phrase repeated";
+  if (beam > 1 && m.beam_diversity.groups > 1) {
+    char groups[64];
+    std::snprintf(groups, sizeof groups, "; in %d diverse groups (penalty %g)", m.beam_diversity.groups,
+                  m.beam_diversity.penalty);
+    s += groups;
+  }
   return s + "; captions up to " + std::to_string(m.max_len) + " words";
 }
 

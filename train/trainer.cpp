@@ -378,6 +378,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     tuned->decoder_config = model->decoder_config;
     tuned->max_len = model->max_len, tuned->beam = model->beam;
     tuned->length_norm = model->length_norm, tuned->no_repeat_ngram = model->no_repeat_ngram;
+    tuned->beam_diversity = model->beam_diversity;
     try {
       tuned->build();
     } catch (const Error& e) {
