@@ -436,7 +436,7 @@ void add_model_commands(CLI::App& app) {
   };
   auto mem = std::make_shared<MemoryArgs>();
   auto* memory = model->add_subcommand(
-      "memory", "Write a copy holding a caption memory for consensus reranking: each training photo's mean grid vector "
+      "memory", "Write a copy holding a caption memory for consensus reranking: each training photo's pooled grid vector "
                 "and its captions. Beam search then keeps the candidate with the best score + W x CIDEr-D against "
                 "the captions of the photo's K nearest memory photos (Devlin et al. 2015). Build it from the training "
                 "split only, and choose W and K on dev data");

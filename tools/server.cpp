@@ -74,7 +74,8 @@ size_t BatchQueue::depth() const {
 bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
          a.consensus_weight == b.consensus_weight && a.memory_candidates == b.memory_candidates &&
-         a.beam_groups == b.beam_groups && a.diversity == b.diversity && a.attention == b.attention && a.candidates == b.candidates;
+         a.beam_groups == b.beam_groups && a.diversity == b.diversity && a.attention == b.attention &&
+         a.candidates == b.candidates;
 }
 
 const std::vector<double> ServerMetrics::kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};

@@ -4,8 +4,9 @@
 //
 //     score + weight * CIDEr-D(candidate, captions of the photo's k nearest training photos)
 //
-// where score is the beam's own (log p / words^length_norm) and the neighbours are the training photos whose mean
-// grid vector (the decoder's grid, mean over locations, unit length) has the largest cosine with the photo's.
+// where score is the beam's own (log p / words^length_norm) and the neighbours are the training photos whose pooled
+// grid vector (the decoder's grid pooled over its locations, by the mean unless the memory says otherwise: KeyPooling;
+// unit length) has the largest cosine with the photo's pooled the same way.
 // CIDEr-D here takes its document frequencies from all the memory's captions, so a caption's agreement does not
 // depend on what else is captioned with it. The memory (the training photos' vectors and captions) lives in the
 // model file: `sat model memory` builds it from the training split, and weight 0 turns reranking off.
@@ -40,7 +41,8 @@ struct CaptionMemory {
   // ready(), which also throws what building them threw (too many distinct words, say).
   void prepare(int D, const std::string& source);
   void ready() const;
-  // The k memory photos nearest to one grid's mean vector (any length), nearest first (ties: the lower index).
+  // The k memory photos nearest to one grid's pooled vector (`pooling`; any length), nearest first (ties: the lower
+  // index).
   std::vector<int> nearest(const float* mean_vector, int k) const;
   // CIDEr-D of `words` against the captions of `photos` pooled.
   double agreement(const Tokens& words, const std::vector<int>& photos) const;

@@ -203,7 +203,7 @@ TensorFile CaptionModel::to_tensor_file() const {
     }
     tf.metadata["ensemble"] = configs.dump();
   }
-  if (memory) {  // consensus reranking: the training photos' mean grid vectors (float16) and their captions
+  if (memory) {  // consensus reranking: the training photos' pooled grid vectors (float16) and their captions
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
     if (memory->pooling != KeyPooling::mean) settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
