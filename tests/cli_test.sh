@@ -491,7 +491,7 @@ expect_error "--tune-from that would freeze fine-tuned units" \
 # searched as one model; the same model twice captions exactly as the model alone.
 "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --fresh-decoder --tune-lr 0 --seed 5 --data "$WORK/val" \
   --val-data "$WORK/val" --features "$WORK/rn_raw.feat" --out "$WORK/rn3_m2" --epochs 1 --val-limit 20 >"$WORK/m2.log" 2>&1 &&
-  grep -q "its decoder starts afresh (seed 5)" "$WORK/m2.log" && grep -q "run as they are" "$WORK/m2.log" &&
+  grep -q "its decoder starts afresh (seed 5; embedding 32, hidden 32, attention 32" "$WORK/m2.log" && grep -q "run as they are" "$WORK/m2.log" &&
   "$SAT" model ensemble "$WORK/rn3_t1/model.sat" "$WORK/rn3_m2/model.sat" --out "$WORK/ens.sat" >/dev/null &&
   "$SAT" model info "$WORK/ens.sat" | grep -q "^ensemble of 2 decoders" &&
   "$SAT" eval --model "$WORK/ens.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" --results-out "$WORK/ens_cache.json" >/dev/null 2>&1 &&
@@ -510,6 +510,17 @@ expect_error "--tune-from that would freeze fine-tuned units" \
     --features "$WORK/rn3/features.feat" --out "$WORK/rn3_fresh" --epochs 0 >/dev/null 2>&1 &&
   "$SAT" model diff "$WORK/rn3_zero/model.sat" "$WORK/rn3_fresh/model.sat" --tolerance 0 >/dev/null &&
   pass "--fresh-decoder: the decoder a new model with the same seed starts from" || fail "--fresh-decoder is not a fresh start"
+# sizes given with --fresh-decoder set the new decoder's (a larger decoder over a model's encoder); the others stay
+"$SAT" train --data "$WORK/val" --val-data "$WORK/val" --encoder "$RESNET" --cut block3 --encoder-size 96 \
+  --features "$WORK/rn3/features.feat" --out "$WORK/rn3_zero48" --epochs 0 --embed 32 --hidden 48 --attn 24 --seed 5 >/dev/null 2>&1 &&
+  "$SAT" train --init-from "$WORK/rn3/model.sat" --fresh-decoder --hidden 48 --attn 24 --seed 5 --data "$WORK/val" \
+    --val-data "$WORK/val" --features "$WORK/rn3/features.feat" --out "$WORK/rn3_fresh48" --epochs 0 >/dev/null 2>&1 &&
+  "$SAT" model diff "$WORK/rn3_zero48/model.sat" "$WORK/rn3_fresh48/model.sat" --tolerance 0 >/dev/null &&
+  "$SAT" model info "$WORK/rn3_fresh48/model.sat" | grep -q "embedding 32, hidden 48, attention 24" &&
+  pass "--fresh-decoder --hidden 48 --attn 24: the decoder a new model of those sizes starts from" ||
+  fail "--fresh-decoder with sizes is not a fresh start of those sizes"
+expect_error "a size that is not positive" "^sat: train: --hidden must be a positive size$" \
+  "$SAT" train --init-from "$WORK/rn3/model.sat" --fresh-decoder --hidden 0 --data "$WORK/val" --out "$WORK/never" --epochs 0
 expect_error "ensemble of models over different encoders" "^sat: $WORK/rn3/model.sat: the encoder differs from $WORK/rn3_t1/model.sat's" \
   "$SAT" model ensemble "$WORK/rn3_t1/model.sat" "$WORK/rn3/model.sat" --out "$WORK/never.sat"
 expect_error "training from an ensemble" "^sat: $WORK/ens.sat: is an ensemble of 2 decoders" \

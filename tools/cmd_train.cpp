@@ -59,12 +59,12 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")->capture_default_str();
   cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")->capture_default_str();
   cmd->add_option("--init-from", o->init_from, "Start from this trained model file (weights, vocabulary, sizes; "
-                                              "the model options above are then ignored)");
+                                              "the model options above are then ignored, but for the sizes given with --fresh-decoder)");
   cmd->add_flag("--fresh-decoder", o->fresh_decoder, "With --init-from: keep that model's encoder, vocabulary and "
                 "sizes, but start the decoder from --seed: with a pretrained encoder and --tune-lr 0 (its fine-tuned "
                 "layers stay as they are), another member for sat model ensemble (a small CNN encoder trains on, so "
                 "its members differ in their encoders); from an ensemble, another member over its encoder, its "
-                "first member's sizes");
+                "first member's sizes; --embed, --hidden, --attn and --dropout given with it set the new decoder's");
   cmd->add_option("--objective", o->objective, "xe: cross-entropy on the references; cider: self-critical training "
                                                "(needs --init-from): sampled captions rewarded by CIDEr-D")
       ->capture_default_str()
@@ -109,6 +109,17 @@ void add_train_command(CLI::App& app) {
       for (auto* opt : cmd->get_options())
         if (opt->count() > 0 && opt->get_name() != "--help") command += " " + opt->get_name() + " " + opt->as<std::string>();
       o->command = command;
+    }
+    for (const char* size : {"--embed", "--hidden", "--attn"})
+      if (cmd->get_option(size)->count() > 0 && cmd->get_option(size)->as<int>() < 1)
+        throw Error(std::string("train: ") + size + " must be a positive size");
+    if (cmd->get_option("--dropout")->count() > 0 && !(o->dropout >= 0 && o->dropout < 1))
+      throw Error("train: --dropout must be in [0, 1)");
+    if (o->fresh_decoder) {  // sizes given on the command line set the fresh decoder's; the others stay the model's
+      if (cmd->get_option("--embed")->count() > 0) o->fresh_embed = o->embed_dim;
+      if (cmd->get_option("--hidden")->count() > 0) o->fresh_hidden = o->hidden_dim;
+      if (cmd->get_option("--attn")->count() > 0) o->fresh_attn = o->attn_dim;
+      if (cmd->get_option("--dropout")->count() > 0) o->fresh_dropout = o->dropout;
     }
     ResumeOverrides more;  // with --resume, the checkpoint's options hold but for these
     more.epochs = *more_epochs;
