@@ -177,7 +177,7 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
   CaptionModel m;
   m.encoder_config = EncoderConfig::make_pretrained(st.graph, "m2", S, mean, stdev);
   m.encoder_config.tune_from = "c0";
-  m.encoder_weights = st.weights;
+  m.encoder_weights = std::make_shared<const TensorFile>(st.weights);
   m.vocab = Vocab::build({{"a", "dog"}, {"a", "cat"}}, 1);
   m.decoder_config.embed_dim = m.decoder_config.hidden_dim = m.decoder_config.attn_dim = 8;
   m.build();
@@ -194,7 +194,7 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
   // The id caches are checked against is the frozen part's: the same as a model cut at c0.
   CaptionModel bottom;
   bottom.encoder_config = EncoderConfig::make_pretrained(st.graph, "c0", S, mean, stdev);
-  bottom.encoder_weights = select_tensors(bottom.encoder_config.graph, st.weights, "t");
+  bottom.encoder_weights = std::make_shared<const TensorFile>(select_tensors(bottom.encoder_config.graph, st.weights, "t"));
   bottom.build_encoder();
   CHECK(m.encoder_id() == bottom.encoder_id());
 

@@ -50,9 +50,9 @@ struct CaptionModel {
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
-  // kind "pretrained": the imported weights, as stored. Empty once a frozen encoder with weights outside the
-  // model file (weights_file) is built: the encoder holds them then.
-  TensorFile encoder_weights;
+  // kind "pretrained": the imported weights, as stored; shared with the encoder built from them (not copied: the
+  // tuned units' trained weights reach it as an overlay, CaptionModel::sync_tuned).
+  std::shared_ptr<const TensorFile> encoder_weights;
   std::string encoder_weights_path;               // where weights the model names (weights_file) were found
   std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained" (with the tuned blocks' current weights)
   std::unique_ptr<TunableBlocks> tuned;           // kind "pretrained" with tune_from: the layers being trained

@@ -524,7 +524,8 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
         if (tuned) {  // the frozen part only (the model's own weights, --init-from too): the tuned blocks run at every step
           CaptionModel frozen;
           frozen.encoder_config = model->encoder_config.cache_config();
-          frozen.encoder_weights = select_tensors(frozen.encoder_config.graph, model->encoder_weights, "encoder weights");
+          frozen.encoder_weights = std::make_shared<const TensorFile>(
+              select_tensors(frozen.encoder_config.graph, *model->encoder_weights, "encoder weights"));
           frozen.build_encoder();
           extract_features(frozen, paths, names, opt.features, ExtractOptions());
         } else

@@ -279,8 +279,20 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
 
 PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size,
                                      const std::string& where, Precision precision)
-    : graph_(graph), weights_(std::move(weights)), input_size_(input_size), precision_(precision) {
-  const TensorFile& W = weights_;
+    : PretrainedEncoder(graph, std::make_shared<const TensorFile>(std::move(weights)), TensorFile(), input_size, where,
+                        precision) {}
+
+const TensorFile& PretrainedEncoder::weights_for(const std::string& first) const {
+  if (overlay_.tensors.count(first) || overlay_.quantized.count(first)) return overlay_;
+  return *shared_;
+}
+
+PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared,
+                                     TensorFile overlay, int input_size, const std::string& where,
+                                     Precision precision)
+    : graph_(graph), shared_(std::move(shared)), overlay_(std::move(overlay)), input_size_(input_size),
+      precision_(precision) {
+  if (!shared_) shared_ = std::make_shared<const TensorFile>();
   try {
     shapes_ = graph_.shapes(input_size, input_size);
   } catch (const Error& e) {
@@ -292,6 +304,7 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, TensorFile weights, 
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const NetNode& node = graph_.nodes[i];
     if (node.op == "conv") {
+      const TensorFile& W = weights_for(node.kernel);
       auto k = W.tensors.find(node.kernel);
       auto b = W.tensors.find(node.bias);
       if (node.bn.empty() && node.kernel_ohwi && k != W.tensors.end() && b != W.tensors.end()) {
@@ -304,6 +317,7 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, TensorFile weights, 
       conv_w_[(int)i] = std::move(f.weight);
       conv_b_[(int)i] = std::move(f.bias);
     } else if (node.op == "affine") {
+      const TensorFile& W = weights_for(node.scale);
       scale_[(int)i] = pretrained_tensor(W, node.scale, expected.at(node.scale), where);
       shift_[(int)i] = pretrained_tensor(W, node.offset, expected.at(node.offset), where);
       if ((int)zeros_.size() < shapes_[i].c) zeros_.assign(shapes_[i].c, 0.f), ones_.assign(shapes_[i].c, 1.f);
@@ -513,8 +527,10 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
         P.steps.push_back({reorder(P.image, conv_src), {{DNNL_ARG_FROM, P.image}, {DNNL_ARG_TO, conv_src}}});
       }
       const bool folded = conv_w_.count(i) > 0;
-      float* w_data = folded ? conv_w_.at(i).data() : weights_.tensors.at(node.kernel).value.data();
-      float* b_data = folded ? conv_b_.at(i).data() : weights_.tensors.at(node.bias).value.data();
+      // oneDNN only reads these (the reorder's source, the convolution's bias): the shared weights stay as they are.
+      const TensorFile& W = weights_for(node.kernel);
+      float* w_data = folded ? conv_w_.at(i).data() : const_cast<float*>(W.tensors.at(node.kernel).value.data());
+      float* b_data = folded ? conv_b_.at(i).data() : const_cast<float*>(W.tensors.at(node.bias).value.data());
       memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
       P.weights.emplace_back(floats_for(pd.weights_desc().get_size()));  // ours: allocated mapped in
       P.conv_w[i] = memory(pd.weights_desc(), eng, P.weights.back().data());

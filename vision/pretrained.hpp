@@ -29,6 +29,12 @@ class PretrainedEncoder {
   // ResNet-101 v2's block3, 2.6% relative RMS error over the grid, 0.9% over its mean-pooled features).
   PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size, const std::string& where,
                     Precision precision = Precision::f32);
+  // The same with weights shared, not copied (a model keeps its imported weights; ResNet-101's are 110 MB as
+  // float32), and `overlay` holding the tensors a node names that `shared` lacks (fine-tuned units written back,
+  // TunableBlocks::write_back): each node reads all of its tensors from the overlay when it holds its kernel (or
+  // scale), else from the shared weights.
+  PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, TensorFile overlay,
+                    int input_size, const std::string& where, Precision precision = Precision::f32);
   ~PretrainedEncoder();
   PretrainedEncoder(const PretrainedEncoder&) = delete;
   PretrainedEncoder& operator=(const PretrainedEncoder&) = delete;
@@ -46,8 +52,11 @@ class PretrainedEncoder {
  private:
   struct Plan;
   Plan& plan_for(int n);
+  // The tensors of a node that names `first` (its kernel, or an affine's scale): the overlay's when it holds it.
+  const TensorFile& weights_for(const std::string& first) const;
   NetGraph graph_;
-  TensorFile weights_;
+  std::shared_ptr<const TensorFile> shared_;
+  TensorFile overlay_;
   std::vector<NodeShape> shapes_;
   int input_size_, grid_h_, grid_w_, channels_;
   double macs_;
