@@ -1,6 +1,7 @@
 // Consensus reranking: the beam's candidate lists, the caption memory (nearest photos, pooled CIDEr-D), the choice,
 // and the memory in a model file.
 #include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
@@ -196,6 +197,40 @@ TEST_CASE("consensus: the memory finds the nearest photos by cosine and checks i
   CHECK(broken([](CaptionMemory& c) { c.keys.row(2) *= 2; }).find("vector 2 is not of unit length") != std::string::npos);
   CHECK(broken([](CaptionMemory& c) { c.keys.resize(0, D); c.captions.clear(); }).find("holds no photos") != std::string::npos);
   CHECK(error_of([&] { CaptionMemory{}.agreement({"a"}, {0}); }) != "");
+}
+
+TEST_CASE("consensus: a memory's captions read fast exactly as the JSON parser reads them") {
+  using Lists = std::vector<std::vector<std::string>>;
+  auto full = [](const std::string& text) { return nlohmann::json::parse(text).get<Lists>(); };
+  // what model files hold (nlohmann's dump), with every character a caption could carry
+  std::string all_bytes;
+  for (int c = 1; c < 256; ++c)
+    if (c < 0x80) all_bytes += (char)c;
+  const Lists lists = {{"a dog runs", "a \"quoted\" dog \\ here", "tab\there", all_bytes}, {}, {"caf\xc3\xa9 \xf0\x9f\x98\x80"}};
+  const std::string dumped = nlohmann::json(lists).dump();
+  CHECK(parse_caption_lists(dumped) == lists);
+  CHECK(parse_caption_lists("[]").empty());
+  CHECK(parse_caption_lists("[[]]") == Lists{{}});
+  // escapes dump() does not write, and whitespace (the full parser's path): the same result either way
+  for (const std::string text : {R"([["caf\u00e9 \ud83d\ude00 \/ \b\f\n\r\t"]])", "[ [\"a\", \"b\"] ,\n [] ]",
+                                 R"([["a"],["b","c"]])", R"([["\u0041\u00"]])"}) {
+    CAPTURE(text);
+    bool full_ok = true;
+    Lists want;
+    try {
+      want = full(text);
+    } catch (const nlohmann::json::exception&) {
+      full_ok = false;
+    }
+    if (full_ok) CHECK(parse_caption_lists(text) == want);
+    else CHECK_THROWS_AS(parse_caption_lists(text), nlohmann::json::exception);
+  }
+  // what is not a list of caption lists is refused as the JSON parser refuses it
+  for (const std::string text : {"", "[", "[[\"a\"]", "[[\"a\"]]x", "[[\"a\\q\"]]", "[[\"\\ud800\"]]", "[[\"a\"],[1]]",
+                                 "{\"x\": 1}", "[[\"a\nb\"]]", "[\"a\"]"}) {
+    CAPTURE(text);
+    CHECK_THROWS_AS(parse_caption_lists(text), nlohmann::json::exception);
+  }
 }
 
 TEST_CASE("consensus: memory keys pool each photo's grid by mean, max or generalized mean") {

@@ -1,5 +1,7 @@
 #include "train/consensus.hpp"
 
+#include <nlohmann/json.hpp>
+
 #include <algorithm>
 #include <cmath>
 #include <numeric>
@@ -24,6 +26,115 @@ Tokens split_words(const std::string& text) {
 }  // namespace
 
 std::string memory_caption(const std::string& raw) { return ptb_tokenize_joined(raw); }
+
+namespace {
+
+// Appends code point `cp` as UTF-8.
+void append_utf8(std::string& out, uint32_t cp) {
+  if (cp < 0x80) {
+    out += (char)cp;
+  } else if (cp < 0x800) {
+    out += (char)(0xC0 | (cp >> 6)), out += (char)(0x80 | (cp & 0x3F));
+  } else if (cp < 0x10000) {
+    out += (char)(0xE0 | (cp >> 12)), out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
+  } else {
+    out += (char)(0xF0 | (cp >> 18)), out += (char)(0x80 | ((cp >> 12) & 0x3F));
+    out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
+  }
+}
+
+int hex_digit(char c) {
+  if (c >= '0' && c <= '9') return c - '0';
+  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
+  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
+  return -1;
+}
+
+// Reads 4 hex digits at p (p + 4 <= end); -1 if they are not.
+int32_t hex4(const char* p) {
+  int32_t v = 0;
+  for (int i = 0; i < 4; ++i) {
+    const int d = hex_digit(p[i]);
+    if (d < 0) return -1;
+    v = v * 16 + d;
+  }
+  return v;
+}
+
+// The fast path: false when the text is not in dump()'s compact form (the caller then parses it fully).
+bool parse_caption_lists_compact(const std::string& text, std::vector<std::vector<std::string>>& out) {
+  const char* p = text.data();
+  const char* const end = p + text.size();
+  auto string_at = [&](std::string& s) {  // p at the opening quote; leaves p after the closing one
+    ++p;
+    while (true) {
+      const char* run = p;
+      while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) ++p;
+      s.append(run, p);
+      if (p >= end || (unsigned char)*p < 0x20) return false;
+      if (*p == '"') return ++p, true;
+      if (++p >= end) return false;  // a backslash
+      const char e = *p++;
+      switch (e) {
+        case '"': s += '"'; break;
+        case '\\': s += '\\'; break;
+        case '/': s += '/'; break;
+        case 'b': s += '\b'; break;
+        case 'f': s += '\f'; break;
+        case 'n': s += '\n'; break;
+        case 'r': s += '\r'; break;
+        case 't': s += '\t'; break;
+        case 'u': {
+          if (end - p < 4) return false;
+          int32_t cp = hex4(p);
+          p += 4;
+          if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return false;
+          if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair
+            if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return false;
+            const int32_t low = hex4(p + 2);
+            if (low < 0xDC00 || low > 0xDFFF) return false;
+            cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
+            p += 6;
+          }
+          append_utf8(s, (uint32_t)cp);
+          break;
+        }
+        default: return false;
+      }
+    }
+  };
+  if (p >= end || *p++ != '[') return false;
+  if (p < end && *p == ']') return ++p, p == end;
+  while (true) {
+    if (p >= end || *p++ != '[') return false;
+    std::vector<std::string>& list = out.emplace_back();
+    if (p < end && *p == ']') {
+      ++p;
+    } else {
+      while (true) {
+        if (p >= end || *p != '"') return false;
+        if (!string_at(list.emplace_back())) return false;
+        if (p >= end) return false;
+        if (*p == ',') { ++p; continue; }
+        if (*p++ != ']') return false;
+        break;
+      }
+    }
+    if (p >= end) return false;
+    if (*p == ',') { ++p; continue; }
+    if (*p++ != ']') return false;
+    return p == end;
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> parse_caption_lists(const std::string& json_text) {
+  std::vector<std::vector<std::string>> out;
+  if (parse_caption_lists_compact(json_text, out)) return out;
+  // Not dump()'s compact form (or not valid JSON at all): the full parser reads it or says what is wrong.
+  return nlohmann::json::parse(json_text).get<std::vector<std::vector<std::string>>>();
+}
 
 void CaptionMemory::prepare(int D, const std::string& source) {
   if (keys.rows() == 0) fail(source, "caption memory holds no photos");

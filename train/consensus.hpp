@@ -72,6 +72,12 @@ struct ConsensusSettings {
 // by single spaces.
 std::string memory_caption(const std::string& raw);
 
+// A memory's captions as the model file stores them: a JSON array of arrays of strings, [["a dog runs", ...], ...].
+// The fast path reads what nlohmann's dump writes (no whitespace; the escapes \" \\ \/ \b \f \n \r \t and \uXXXX)
+// at memory speed; anything else (whitespace, a value that is not a string) goes to the full JSON parser, so both
+// read any valid text alike. Malformed text throws.
+std::vector<std::vector<std::string>> parse_caption_lists(const std::string& json_text);
+
 // Mean over each image's L rows of F (N*L x D), one row per image: the vectors the memory is keyed by.
 Mat mean_grid_vectors(const Mat& F, int N);
 // The same pooled as `pooling` says (KeyPooling::mean: mean_grid_vectors).

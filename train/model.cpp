@@ -277,8 +277,11 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (keys.shape.size() != 2) fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels");
     memory->keys = Eigen::Map<const Mat>(keys.value.data(), keys.shape[0], keys.shape[1]);
     try {
-      auto captions = parse_json_checked(tf.metadata.at("memory_captions"), path, "model header is malformed");
-      memory->captions = captions.get<std::vector<std::vector<std::string>>>();
+      try {
+        memory->captions = parse_caption_lists(tf.metadata.at("memory_captions"));
+      } catch (const nlohmann::json::parse_error&) {
+        fail(path, "model header is malformed (its caption memory's \"memory_captions\" is not JSON)");
+      }
       auto settings = parse_json_checked(tf.metadata.at("consensus"), path, "model header is malformed");
       m->consensus.neighbours = settings.at("neighbours").get<int>();
       m->consensus.weight = settings.at("weight").get<double>();

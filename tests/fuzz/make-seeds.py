@@ -177,6 +177,16 @@ def caption_seeds():
                               "\"Quoted\" words... and $5.00 & 10% etc.", "  tabs\tand\nnewlines  ",
                               "caf\u00e9 na\u00efve \u2014 unicode", ""]):
         put("ptb_tokenizer", "text%d" % i, text)
+    # a caption memory's captions as model files store them (json.dumps here writes nlohmann's compact form only
+    # with separators=(",", ":"); the spaced and escaped forms take the full parser's path)
+    lists = [["a dog runs", "a \"quoted\" dog \\ here"], [], ["caf\u00e9 \u2014 \U0001F600\n\t/"]]
+    put("caption_lists", "compact.json", json.dumps(lists, separators=(",", ":"), ensure_ascii=False))
+    put("caption_lists", "escaped.json", json.dumps(lists, separators=(",", ":")))
+    put("caption_lists", "spaced.json", json.dumps(lists))
+    put("caption_lists", "empty.json", "[]")
+    put("caption_lists", "lone_surrogate.json", '[["\\ud800"]]')
+    put("caption_lists", "number.json", '[["a"],[1]]')
+    put("caption_lists", "truncated.json", '[["a"]')
 
 
 def model_seed(sat):
@@ -204,7 +214,7 @@ def main():
     ap.add_argument("--sat", default="build/sat", help="a built sat (for the model seed)")
     args = ap.parse_args()
     for target in ["image", "safetensors", "model", "feature_cache", "tfjs_json", "tfjs_minjs", "coco_json",
-                   "karpathy", "flickr_csv", "flickr_token", "split_list", "ptb_tokenizer"]:
+                   "karpathy", "flickr_csv", "flickr_token", "split_list", "ptb_tokenizer", "caption_lists"]:
         d = os.path.join(CORPUS, target)
         if os.path.isdir(d):  # regenerate the seeds, keep the crashing inputs found by fuzzing
             for f in os.listdir(d):
