@@ -154,6 +154,17 @@ TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, w
   std::vector<float> rewritten;
   PretrainedEncoder(graph, weights, S, "t").forward(images.data(), n, rewritten);
   CHECK(max_abs_diff(out, rewritten) < 1e-4);
+  // The same with the imported weights shared and the trained ones as an overlay (what a loaded model builds):
+  // the very same grid.
+  NetGraph graph2 = whole;
+  TensorFile overlay;
+  blocks.write_back(graph2, overlay);
+  CHECK(!overlay.tensors.empty());
+  CHECK(overlay.tensors.size() < weights.tensors.size());
+  std::vector<float> shared;
+  PretrainedEncoder(graph2, std::make_shared<const TensorFile>(tf), std::move(overlay), S, "t")
+      .forward(images.data(), n, shared);
+  CHECK(max_abs_diff(rewritten, shared) == 0);
 }
 
 TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at block3 and block3/unit_22") {
