@@ -227,7 +227,9 @@ TEST_CASE("consensus: a memory's captions read fast exactly as the JSON parser r
   }
   // what is not a list of caption lists is refused as the JSON parser refuses it
   for (const std::string text : {"", "[", "[[\"a\"]", "[[\"a\"]]x", "[[\"a\\q\"]]", "[[\"\\ud800\"]]", "[[\"a\"],[1]]",
-                                 "{\"x\": 1}", "[[\"a\nb\"]]", "[\"a\"]"}) {
+                                 "{\"x\": 1}", "[[\"a\nb\"]]", "[\"a\"]",
+                                 // ill-formed UTF-8: a stray continuation byte, an overlong '/', a surrogate, a cut
+                                 "[[\"q\x8c\x90ted\"]]", "[[\"\xc0\xaf\"]]", "[[\"\xed\xa0\x80\"]]", "[[\"\xe2\x80\"]]"}) {
     CAPTURE(text);
     CHECK_THROWS_AS(parse_caption_lists(text), nlohmann::json::exception);
   }

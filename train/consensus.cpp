@@ -61,6 +61,27 @@ int32_t hex4(const char* p) {
   return v;
 }
 
+// The length of the well-formed UTF-8 sequence at p (its lead byte at least 0x80; Unicode's table 3-7: no overlong
+// forms, no surrogates, nothing beyond U+10FFFF), or 0.
+int utf8_sequence(const char* p, const char* end) {
+  const auto b = [&](int i) { return (unsigned)(unsigned char)p[i]; };
+  const unsigned lead = b(0);
+  int n;
+  unsigned lo = 0x80, hi = 0xBF;  // the range of the second byte
+  if (lead >= 0xC2 && lead <= 0xDF) n = 2;
+  else if (lead == 0xE0) n = 3, lo = 0xA0;
+  else if ((lead >= 0xE1 && lead <= 0xEC) || lead == 0xEE || lead == 0xEF) n = 3;
+  else if (lead == 0xED) n = 3, hi = 0x9F;
+  else if (lead == 0xF0) n = 4, lo = 0x90;
+  else if (lead >= 0xF1 && lead <= 0xF3) n = 4;
+  else if (lead == 0xF4) n = 4, hi = 0x8F;
+  else return 0;
+  if (end - p < n || b(1) < lo || b(1) > hi) return 0;
+  for (int i = 2; i < n; ++i)
+    if (b(i) < 0x80 || b(i) > 0xBF) return 0;
+  return n;
+}
+
 // The fast path: false when the text is not in dump()'s compact form (the caller then parses it fully).
 bool parse_caption_lists_compact(const std::string& text, std::vector<std::vector<std::string>>& out) {
   const char* p = text.data();
@@ -69,7 +90,15 @@ bool parse_caption_lists_compact(const std::string& text, std::vector<std::vecto
     ++p;
     while (true) {
       const char* run = p;
-      while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) ++p;
+      while (p < end && *p != '"' && *p != '\\' && (unsigned char)*p >= 0x20) {
+        if ((unsigned char)*p < 0x80) {
+          ++p;
+          continue;
+        }
+        const int n = utf8_sequence(p, end);  // the JSON parser refuses ill-formed UTF-8: so do we
+        if (n == 0) return false;
+        p += n;
+      }
       s.append(run, p);
       if (p >= end || (unsigned char)*p < 0x20) return false;
       if (*p == '"') return ++p, true;
