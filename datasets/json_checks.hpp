@@ -1,5 +1,6 @@
 // JSON read from files: a check before any value is converted.
 #pragma once
+#include <cstdint>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -14,5 +15,11 @@ void require_json_numbers_in_range(const nlohmann::json& j, const std::string& p
 
 // json::parse with that check; a syntax error is an Error naming `path` with `what` ("malformed JSON", ...).
 nlohmann::json parse_json_checked(const std::string& text, const std::string& path, const std::string& what);
+
+// For readers of JSON-like string literals written here (tfjs's minified JavaScript, a caption memory's captions):
+// the value of the 4 hex digits of a \u escape at p (4 characters readable), or -1 when they are not hex digits;
+int32_t json_hex4(const char* p);
+// and code point `cp` (at most U+10FFFF) appended as UTF-8.
+void append_utf8(std::string& out, uint32_t cp);
 
 }  // namespace sat

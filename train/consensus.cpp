@@ -6,6 +6,7 @@
 #include <cmath>
 #include <numeric>
 
+#include "datasets/json_checks.hpp"
 #include "train/ptb_tokenizer.hpp"
 
 namespace sat {
@@ -28,38 +29,6 @@ Tokens split_words(const std::string& text) {
 std::string memory_caption(const std::string& raw) { return ptb_tokenize_joined(raw); }
 
 namespace {
-
-// Appends code point `cp` as UTF-8.
-void append_utf8(std::string& out, uint32_t cp) {
-  if (cp < 0x80) {
-    out += (char)cp;
-  } else if (cp < 0x800) {
-    out += (char)(0xC0 | (cp >> 6)), out += (char)(0x80 | (cp & 0x3F));
-  } else if (cp < 0x10000) {
-    out += (char)(0xE0 | (cp >> 12)), out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
-  } else {
-    out += (char)(0xF0 | (cp >> 18)), out += (char)(0x80 | ((cp >> 12) & 0x3F));
-    out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
-  }
-}
-
-int hex_digit(char c) {
-  if (c >= '0' && c <= '9') return c - '0';
-  if (c >= 'a' && c <= 'f') return c - 'a' + 10;
-  if (c >= 'A' && c <= 'F') return c - 'A' + 10;
-  return -1;
-}
-
-// Reads 4 hex digits at p (p + 4 <= end); -1 if they are not.
-int32_t hex4(const char* p) {
-  int32_t v = 0;
-  for (int i = 0; i < 4; ++i) {
-    const int d = hex_digit(p[i]);
-    if (d < 0) return -1;
-    v = v * 16 + d;
-  }
-  return v;
-}
 
 // The length of the well-formed UTF-8 sequence at p (its lead byte at least 0x80; Unicode's table 3-7: no overlong
 // forms, no surrogates, nothing beyond U+10FFFF), or 0.
@@ -115,12 +84,12 @@ bool parse_caption_lists_compact(const std::string& text, std::vector<std::vecto
         case 't': s += '\t'; break;
         case 'u': {
           if (end - p < 4) return false;
-          int32_t cp = hex4(p);
+          int32_t cp = json_hex4(p);
           p += 4;
           if (cp < 0 || (cp >= 0xDC00 && cp <= 0xDFFF)) return false;
           if (cp >= 0xD800 && cp <= 0xDBFF) {  // a surrogate pair
             if (end - p < 6 || p[0] != '\\' || p[1] != 'u') return false;
-            const int32_t low = hex4(p + 2);
+            const int32_t low = json_hex4(p + 2);
             if (low < 0xDC00 || low > 0xDFFF) return false;
             cp = 0x10000 + ((cp - 0xD800) << 10) + (low - 0xDC00);
             p += 6;

@@ -364,7 +364,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       if (opt.fresh_hidden > 0) c.hidden_dim = opt.fresh_hidden;
       if (opt.fresh_attn > 0) c.attn_dim = opt.fresh_attn;
       if (opt.fresh_dropout >= 0) c.dropout = opt.fresh_dropout;
-      if (!(c.dropout < 1)) throw Error("train: --dropout must be in [0, 1)");
+      c = DecoderConfig::from_json(c.to_json());  // the config's own range checks
       model->decoder = std::make_unique<Decoder>(c);
       model->decoder->init(rng);
       note(lead, "its decoder starts afresh (seed %llu; embedding %d, hidden %d, attention %d, dropout %g); its encoder "

@@ -50,21 +50,10 @@ struct JsParser {
         case 'f': out += '\f'; break;
         case 'u': {
           if (i + 4 > s.size()) bad("short \\u escape");
-          unsigned cp = 0;
-          for (int k = 0; k < 4; ++k) {
-            char h = s[i + k];
-            int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
-            if (d < 0) bad("bad \\u escape (needs 4 hex digits)");
-            cp = cp * 16 + (unsigned)d;
-          }
+          const int32_t cp = json_hex4(s.data() + i);
+          if (cp < 0) bad("bad \\u escape (needs 4 hex digits)");
           i += 4;
-          if (cp < 0x80) {
-            out += (char)cp;
-          } else if (cp < 0x800) {
-            out += (char)(0xC0 | (cp >> 6)), out += (char)(0x80 | (cp & 0x3F));
-          } else {
-            out += (char)(0xE0 | (cp >> 12)), out += (char)(0x80 | ((cp >> 6) & 0x3F)), out += (char)(0x80 | (cp & 0x3F));
-          }
+          append_utf8(out, (uint32_t)cp);
           break;
         }
         default: out += e;
