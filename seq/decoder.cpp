@@ -56,8 +56,8 @@ DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
     throw Error("decoder config: unknown attention '" + c.attention + "' (soft, hard, local, none)");
   if (c.hard_window < 1 || c.hard_window % 2 == 0) throw Error("decoder config: hard_window must be odd and positive");
   if (c.hard_soft_prob < 0 || c.hard_soft_prob > 1) throw Error("decoder config: hard_soft_prob must be in [0, 1]");
-  if (c.order != "bahdanau" && c.order != "luong")
-    throw Error("decoder config: unknown order '" + c.order + "' (bahdanau, luong)");
+  if (c.order != "bahdanau" && c.order != "luong" && c.order != "updown")
+    throw Error("decoder config: unknown order '" + c.order + "' (bahdanau, luong, updown)");
   return c;
 }
 
@@ -102,9 +102,10 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
   params_[kGateW] = Param("gate.weight", {n, 1});
   params_[kGateB] = Param("gate.bias", {1});
   params_[kLstmWEmb] = Param("lstm.weight_emb", {m, 4 * n});
-  // The LSTM's second input: the context (bahdanau; none without attention) or h~_{t-1} (luong, input feeding).
+  // The LSTM's second input: the context (bahdanau; none without attention), h~_{t-1} (luong, input feeding) or the
+  // language LSTM's h2_{t-1} (updown).
   const int Dc = cfg.attends() ? D : 0;
-  params_[kLstmWCtx] = Param("lstm.weight_ctx", {cfg.luong() ? n : Dc, 4 * n});
+  params_[kLstmWCtx] = Param("lstm.weight_ctx", {cfg.luong() || cfg.updown() ? n : Dc, 4 * n});
   params_[kLstmWHh] = Param("lstm.weight_hh", {n, 4 * n});
   params_[kLstmB] = Param("lstm.bias", {4 * n});
   params_[kOutHidden] = Param("out.hidden", {n, m});
@@ -120,6 +121,18 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
     params_.emplace_back("combine.weight_ctx", std::vector<int64_t>{Dc, n});
     params_.emplace_back("combine.weight_h", std::vector<int64_t>{n, n});
     params_.emplace_back("combine.bias", std::vector<int64_t>{n});
+  }
+  if (cfg.updown()) {
+    updown_ = (int)params_.size();
+    params_.emplace_back("lstm.weight_mean", std::vector<int64_t>{D, 4 * n});
+    params_.emplace_back("lstm2.weight_ctx", std::vector<int64_t>{Dc, 4 * n});
+    params_.emplace_back("lstm2.weight_in", std::vector<int64_t>{n, 4 * n});
+    params_.emplace_back("lstm2.weight_hh", std::vector<int64_t>{n, 4 * n});
+    params_.emplace_back("lstm2.bias", std::vector<int64_t>{4 * n});
+    params_.emplace_back("init_h2.weight", std::vector<int64_t>{D, n});
+    params_.emplace_back("init_h2.bias", std::vector<int64_t>{n});
+    params_.emplace_back("init_c2.weight", std::vector<int64_t>{D, n});
+    params_.emplace_back("init_c2.bias", std::vector<int64_t>{n});
   }
   if (!cfg.attends()) return;
   ScoreSpec spec;
@@ -160,6 +173,15 @@ void Decoder::init(Rng& rng) {
   init_uniform(P(kOutContext), rng, 1 / std::sqrt((double)D));
   init_uniform(P(kOutW), rng, 1 / std::sqrt((double)m));
   if (baseline_ >= 0) P(baseline_).value[0] = 0.f;
+  if (updown_ >= 0) {
+    init_uniform(P(updown_), rng, 1 / std::sqrt((double)n));
+    init_uniform(P(updown_ + 1), rng, 1 / std::sqrt((double)n));
+    init_uniform(P(updown_ + 2), rng, 1 / std::sqrt((double)n));
+    init_uniform(P(updown_ + 3), rng, 1 / std::sqrt((double)n));
+    for (int k = 0; k < n; ++k) P(updown_ + 4).value[n + k] = 1.f;  // forget-gate bias 1
+    init_uniform(P(updown_ + 5), rng, 1 / std::sqrt((double)D));
+    init_uniform(P(updown_ + 7), rng, 1 / std::sqrt((double)D));
+  }
   if (score_) score_->init(rng);
 }
 
@@ -365,13 +387,20 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   C.hd.resize(TB, n);
   C.hdrop_mask.resize(TB, n);
   C.odrop_mask.resize(TB, En);
-  const bool luong = cfg_.luong();
+  const bool luong = cfg_.luong(), updown = cfg_.updown();
   C.htilde.assign(luong ? T : 0, Mat());
   if (luong) C.zero_feed.setZero(B, n);
+  for (auto* v : {&C.h2, &C.c2}) v->assign(updown ? T + 1 : 0, Mat());
+  for (auto* v : {&C.gates2, &C.tanh_c2}) v->assign(updown ? T : 0, Mat());
 
   C.mean_feat = mean_features(F, C.rows, L);
   C.h[0] = ((C.mean_feat * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
   C.c[0] = ((C.mean_feat * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
+  if (updown) {
+    C.h2[0] = ((C.mean_feat * value_of(P(updown_ + 5))).rowwise() + value_of(P(updown_ + 6)).row(0)).array().tanh().matrix();
+    C.c2[0] = ((C.mean_feat * value_of(P(updown_ + 7))).rowwise() + value_of(P(updown_ + 8)).row(0)).array().tanh().matrix();
+    C.mean_gates.noalias() = C.mean_feat * value_of(P(updown_));
+  }
   if (score_) score_->precompute(F, C.rows);
   C.alpha_sum.setZero(B, L);
   Mat cov = Mat::Zero(B, L);
@@ -398,8 +427,19 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   Mat mask;
   for (int t = 0; t < T; ++t) {
     const int64_t r = (int64_t)t * B;
-    const Mat* out_hidden;  // what the output layer reads: h_t (bahdanau) or h~_t (luong)
-    if (!luong) {
+    const Mat* out_hidden;  // what the output layer reads: h_t (bahdanau), h~_t (luong) or h2_t (updown)
+    if (updown) {
+      lstm_step_from(emb_gates.middleRows(r, B) + C.mean_gates, C.h2[t], C.h[t], C.c[t], value_of(P(kLstmWCtx)),
+                     value_of(P(kLstmWHh)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
+      Mat& g2 = C.gates2[t];
+      g2.noalias() = C.zhat[t] * value_of(P(updown_ + 1));
+      g2.noalias() += C.h[t + 1] * value_of(P(updown_ + 2));
+      g2.noalias() += C.h2[t] * value_of(P(updown_ + 3));
+      g2.rowwise() += value_of(P(updown_ + 4)).row(0);
+      lstm_activate(g2, C.c2[t], C.c2[t + 1], &C.tanh_c2[t], C.h2[t + 1]);
+      out_hidden = &C.h2[t + 1];
+    } else if (!luong) {
       attend_step(t, C.h[t], cov, draws, C, entropy, hard_steps);
       lstm_step_from(emb_gates.middleRows(r, B), C.zhat[t], C.h[t], C.c[t], value_of(P(kLstmWCtx)),
                      value_of(P(kLstmWHh)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
@@ -550,10 +590,28 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
   if (cfg_.coverage) dcov_later += dcov;
 }
 
+// One LSTM cell's backward: from dh (this step's h) and dc_next (reaching c_t from the step after), the
+// pre-activation gate gradients (i f o g) and the gradient reaching c_{t-1}. g: the activated gates; tanh_c: tanh(c_t);
+// c_prev: c_{t-1}.
+template <class Out>
+static void lstm_cell_backward(const Mat& g, const Mat& tanh_c, const Mat& c_prev, const Mat& dh, const Mat& dc_next,
+                               Out&& dgates, Mat& dc_prev) {
+  const int n = (int)c_prev.cols();
+  auto i = g.leftCols(n).array(), f = g.middleCols(n, n).array(), o = g.middleCols(2 * n, n).array(),
+       gg = g.rightCols(n).array();
+  auto tc = tanh_c.array();
+  Mat dc = dc_next.array() + dh.array() * o * (1.f - tc.square());
+  dgates.leftCols(n) = (dc.array() * gg * i * (1.f - i)).matrix();
+  dgates.middleCols(n, n) = (dc.array() * c_prev.array() * f * (1.f - f)).matrix();
+  dgates.middleCols(2 * n, n) = (dh.array() * tc * o * (1.f - o)).matrix();
+  dgates.rightCols(n) = (dc.array() * i * (1.f - gg.square())).matrix();
+  dc_prev = (dc.array() * f).matrix();
+}
+
 void Decoder::backward(DecoderCache& C, Mat* dF) {
   const int B = C.B, T = C.T, L = cfg_.locations(), n = cfg_.hidden_dim, D = cfg_.feature_dim;
   const CaptionBatch& batch = *C.batch;
-  const bool luong = cfg_.luong();
+  const bool luong = cfg_.luong(), updown = cfg_.updown();
   if (dF) dF->setZero((int64_t)C.rows.grid_count() * L, D);
   const float inv_tokens = inverse_tokens(batch);
   // d penalty / d alpha_sum = -2 lambda (1 - S) / (B L)
@@ -599,11 +657,23 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   // The LSTM's weight gradients are sums over steps of (input_t)^T dgates_t: the loop keeps dgates_t, the sums are
   // one product each after it.
   Mat dgates_all(TB, 4 * n);
+  // updown: the language LSTM's gate gradients, and the gradients reaching its state from the step after
+  Mat dgates2_all(updown ? TB : 0, 4 * n), dh2_next = Mat::Zero(B, updown ? n : 0), dc2_next = dh2_next;
   for (int t = T - 1; t >= 0; --t) {
     const int64_t r = (int64_t)t * B;
     Mat dzhat = luong ? Mat::Zero(B, Z) : Mat(dzhat_out.middleRows(r, B));
     Mat dh = dh_next;
-    if (luong) {
+    if (updown) {
+      // h2_t, c2_t = LSTM2([zhat_t; h1_t], h2_{t-1}, c2_{t-1}), read by the output; then attention with h1_t
+      Mat dh2 = dh2_next + dout_hidden.middleRows(r, B), dc2_prev;
+      auto dgates2 = dgates2_all.middleRows(r, B);
+      lstm_cell_backward(C.gates2[t], C.tanh_c2[t], C.c2[t], dh2, dc2_next, dgates2, dc2_prev);
+      dh2_next.noalias() = dgates2 * value_of(P(updown_ + 3)).transpose();
+      dc2_next = std::move(dc2_prev);
+      dzhat.noalias() += dgates2 * value_of(P(updown_ + 1)).transpose();
+      dh.noalias() += dgates2 * value_of(P(updown_ + 2)).transpose();
+      attend_backward(t, C.h[t + 1], dzhat, dS, dcov_later, C, dh, dF);
+    } else if (luong) {
       // h~ = tanh(W_c [zhat; h] + b_c), read by the output and fed to the next step
       Mat du = (dout_hidden.middleRows(r, B) + dfeed_next).array() * (1.f - C.htilde[t].array().square());
       grad_of(P(combine_)).noalias() += C.zhat[t].transpose() * du;
@@ -616,20 +686,14 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       dh += dout_hidden.middleRows(r, B);
     }
 
-    // LSTM cell
-    const Mat& g = C.gates[t];
-    auto i = g.leftCols(n).array(), f = g.middleCols(n, n).array(), o = g.middleCols(2 * n, n).array(),
-         gg = g.rightCols(n).array();
-    auto tc = C.tanh_c[t].array();
-    Mat dc = dc_next.array() + dh.array() * o * (1.f - tc.square());
+    // LSTM cell (updown: the attention LSTM)
     auto dgates = dgates_all.middleRows(r, B);
-    dgates.leftCols(n) = (dc.array() * gg * i * (1.f - i)).matrix();
-    dgates.middleCols(n, n) = (dc.array() * C.c[t].array() * f * (1.f - f)).matrix();
-    dgates.middleCols(2 * n, n) = (dh.array() * tc * o * (1.f - o)).matrix();
-    dgates.rightCols(n) = (dc.array() * i * (1.f - gg.square())).matrix();
-    Mat dc_prev = (dc.array() * f).matrix();
+    Mat dc_prev;
+    lstm_cell_backward(C.gates[t], C.tanh_c[t], C.c[t], dh, dc_next, dgates, dc_prev);
     Mat dh_prev = dgates * value_of(P(kLstmWHh)).transpose();
-    if (luong) {
+    if (updown) {
+      dh2_next.noalias() += dgates * value_of(P(kLstmWCtx)).transpose();  // it read h2_{t-1}
+    } else if (luong) {
       dfeed_next = dgates * value_of(P(kLstmWCtx)).transpose();
     } else {
       dzhat.noalias() += dgates * value_of(P(kLstmWCtx)).transpose();
@@ -640,14 +704,24 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   }
   {
     // the LSTM's inputs at every step, row-aligned with dgates_all: h_t, and x_t: the contexts forward already
-    // gathered (bahdanau) or the fed-back h~ (luong)
-    Mat feed_all(luong ? TB : 0, n), h_all(TB, n);
+    // gathered (bahdanau), the fed-back h~ (luong) or the language LSTM's h2_{t-1} (updown)
+    Mat feed_all(luong || updown ? TB : 0, n), h_all(TB, n);
     for (int t = 0; t < T; ++t) {
       const int64_t r = (int64_t)t * B;
       if (luong) feed_all.middleRows(r, B) = t ? C.htilde[t - 1] : C.zero_feed;
+      if (updown) feed_all.middleRows(r, B) = C.h2[t];
       h_all.middleRows(r, B) = C.h[t];
     }
-    const Mat& x_all = luong ? feed_all : C.zhat_all;
+    const Mat& x_all = luong || updown ? feed_all : C.zhat_all;
+    if (updown) {
+      // the language LSTM: inputs zhat_t and h1_t (the attention LSTM's new state), recurrent h2_{t-1}
+      Mat h1_all(TB, n);
+      for (int t = 0; t < T; ++t) h1_all.middleRows((int64_t)t * B, B) = C.h[t + 1];
+      grad_of(P(updown_ + 1)).noalias() += C.zhat_all.transpose() * dgates2_all;
+      grad_of(P(updown_ + 2)).noalias() += h1_all.transpose() * dgates2_all;
+      grad_of(P(updown_ + 3)).noalias() += feed_all.transpose() * dgates2_all;
+      grad_of(P(updown_ + 4)).row(0) += dgates2_all.colwise().sum();
+    }
     grad_of(P(kLstmWEmb)).noalias() += C.emb.transpose() * dgates_all;
     grad_of(P(kLstmWCtx)).noalias() += x_all.transpose() * dgates_all;
     grad_of(P(kLstmWHh)).noalias() += h_all.transpose() * dgates_all;
@@ -664,9 +738,27 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   grad_of(P(kInitHB)).row(0) += dh0.colwise().sum();
   grad_of(P(kInitCW)).noalias() += C.mean_feat.transpose() * dc0;
   grad_of(P(kInitCB)).row(0) += dc0.colwise().sum();
+  Mat dmean_updown;  // updown: what reaches the mean feature through the first LSTM's input and the second's init
+  if (updown) {
+    Mat dgates_sum = Mat::Zero(B, 4 * n);  // the mean feature's part of the gates is the same at every step
+    for (int t = 0; t < T; ++t) dgates_sum += dgates_all.middleRows((int64_t)t * B, B);
+    grad_of(P(updown_)).noalias() += C.mean_feat.transpose() * dgates_sum;
+    Mat dh20 = dh2_next.array() * (1.f - C.h2[0].array().square());
+    Mat dc20 = dc2_next.array() * (1.f - C.c2[0].array().square());
+    grad_of(P(updown_ + 5)).noalias() += C.mean_feat.transpose() * dh20;
+    grad_of(P(updown_ + 6)).row(0) += dh20.colwise().sum();
+    grad_of(P(updown_ + 7)).noalias() += C.mean_feat.transpose() * dc20;
+    grad_of(P(updown_ + 8)).row(0) += dc20.colwise().sum();
+    if (dF) {
+      dmean_updown.noalias() = dgates_sum * value_of(P(updown_)).transpose();
+      dmean_updown.noalias() += dh20 * value_of(P(updown_ + 5)).transpose();
+      dmean_updown.noalias() += dc20 * value_of(P(updown_ + 7)).transpose();
+    }
+  }
   if (!dF) return;
   Mat dmean = dh0 * value_of(P(kInitHW)).transpose();
   dmean.noalias() += dc0 * value_of(P(kInitCW)).transpose();
+  if (updown) dmean += dmean_updown;
   dmean /= (float)L;
   for (int b = 0; b < B; ++b) dF->middleRows((int64_t)C.rows.grid[b] * L, L).rowwise() += dmean.row(b);
 }
@@ -683,6 +775,13 @@ void Decoder::begin(const Mat& F, int N, State& st, int copies) {
   st.h = ((mean * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
   st.c = ((mean * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
   st.feed = Mat::Zero(B, cfg_.luong() ? cfg_.hidden_dim : 0);
+  if (cfg_.updown()) {
+    st.h2 = ((mean * value_of(P(updown_ + 5))).rowwise() + value_of(P(updown_ + 6)).row(0)).array().tanh().matrix();
+    st.c2 = ((mean * value_of(P(updown_ + 7))).rowwise() + value_of(P(updown_ + 8)).row(0)).array().tanh().matrix();
+    st.mean_gates.noalias() = mean * value_of(P(updown_));
+  } else {
+    st.h2.resize(B, 0), st.c2.resize(B, 0), st.mean_gates.resize(B, 0);
+  }
   st.coverage = Mat::Zero(B, L);
   st.location.assign(B, -1);
   st.rng = Rng(12345);
@@ -726,7 +825,24 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
   for (int b = 0; b < B; ++b) emb.row(b) = E.row(tokens[b]);
   Mat z, gates, c, h;
   Mat pre = emb;
-  if (!cfg_.luong()) {
+  if (cfg_.updown()) {
+    times(emb, value_of(P(kLstmWEmb)), gates, false);
+    times(st.h2, value_of(P(kLstmWCtx)), gates, true);
+    times(st.h, value_of(P(kLstmWHh)), gates, true);
+    gates.rowwise() += value_of(P(kLstmB)).row(0);
+    gates += st.mean_gates;
+    lstm_activate(gates, st.c, c, nullptr, h);
+    step_attend(h, st, alpha, z);
+    Mat gates2, c2, h2;
+    times(z, value_of(P(updown_ + 1)), gates2, false);
+    times(h, value_of(P(updown_ + 2)), gates2, true);
+    times(st.h2, value_of(P(updown_ + 3)), gates2, true);
+    gates2.rowwise() += value_of(P(updown_ + 4)).row(0);
+    lstm_activate(gates2, st.c2, c2, nullptr, h2);
+    times(h2, value_of(P(kOutHidden)), pre, true);
+    times(z, value_of(P(kOutContext)), pre, true);
+    st.h2 = std::move(h2), st.c2 = std::move(c2);
+  } else if (!cfg_.luong()) {
     step_attend(st.h, st, alpha, z);
     lstm_step(emb, z, st.h, st.c, value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
               value_of(P(kLstmB)), gates, c, nullptr, h);
@@ -756,6 +872,12 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
 }
 
 void Decoder::select_rows(State& st, const std::vector<int>& rows) {
+  auto pick = [&](Mat& m) {
+    Mat out(rows.size(), m.cols());
+    for (size_t r = 0; r < rows.size(); ++r) out.row(r) = m.row(rows[r]);
+    m = std::move(out);
+  };
+  for (Mat* m : {&st.h2, &st.c2, &st.mean_gates}) pick(*m);
   Mat h(rows.size(), st.h.cols()), c(rows.size(), st.c.cols()), cov(rows.size(), st.coverage.cols()),
       feed(rows.size(), st.feed.cols());
   for (size_t r = 0; r < rows.size(); ++r) {

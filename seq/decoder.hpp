@@ -7,6 +7,11 @@
 //   h_t, c_t = LSTM([E y_{t-1}; h~_{t-1}], h_{t-1}, c_{t-1})   (h~_0 = 0)
 //   alpha_t = softmax(score(h_t, a));  z_t = beta_t * sum_i alpha_ti a_i;  beta_t = sigmoid(w . h_t + b)
 //   h~_t = tanh(W_c [z_t; h_t] + b_c);  p(y_t) = softmax(L_o dropout(tanh(E y_{t-1} + L_h dropout(h~_t))))
+// "updown" (Anderson et al. 2018's top-down attention LSTM): two LSTMs, the first attends, the second speaks
+//   h1_t, c1_t = LSTM1([E y_{t-1}; h2_{t-1}; mean feature], h1_{t-1}, c1_{t-1})
+//   alpha_t = softmax(score(h1_t, a));  z_t = beta_t * sum_i alpha_ti a_i;  beta_t = sigmoid(w . h1_t + b)
+//   h2_t, c2_t = LSTM2([z_t; h1_t], h2_{t-1}, c2_{t-1});  p(y_t) as bahdanau's with h2_t in place of h_t
+//   both LSTMs start from their own init MLP of the mean feature
 // Forward keeps what backward needs in a Cache; backward is written out by hand.
 #pragma once
 #include <memory>
@@ -43,6 +48,7 @@ struct DecoderConfig {
 
   bool attends() const { return attention != "none"; }
   bool luong() const { return order == "luong"; }
+  bool updown() const { return order == "updown"; }
   bool hard() const { return attention == "hard"; }
 
   int locations() const { return grid_h * grid_w; }
@@ -103,7 +109,9 @@ struct DecoderCache {
   const CaptionBatch* batch = nullptr;
   float penalty_weight = 0;
   Mat mean_feat;
-  std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state
+  std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state (updown: the attention LSTM's)
+  std::vector<Mat> h2, c2, gates2, tanh_c2;  // updown: the language LSTM's (h2, c2: T+1 each)
+  Mat mean_gates;  // updown: the mean feature's part of the attention LSTM's gates (B x 4n)
   std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c;
   // What feeds nothing back into the recurrence, over all steps at once: T*B rows, step t's rows t*B .. t*B + B - 1.
   // emb: the words read; hdrop_mask, hd: the output layer's hidden input and its dropout (hd = h_t or h~_t times
@@ -158,6 +166,7 @@ class Decoder {
     const Mat* F = nullptr;  // G*L x D: the caller's grids, read in place for the whole search (must outlive it)
     RowGrids rows;  // the grid each row reads (beams reorder rows, not grids)
     Mat feed;  // luong: h~ of the last step (input feeding)
+    Mat h2, c2, mean_gates;  // updown: the language LSTM's state; the mean feature's part of the first LSTM's gates
     std::vector<int> location;  // hard attention: the location each row looked at in the last step
     Rng rng{12345};             // hard attention sampled at test time
   };
@@ -190,6 +199,9 @@ class Decoder {
   void step_attend(const Mat& q, State& st, Mat& alpha, Mat& z);
   int baseline_ = -1;  // hard: index of the REINFORCE baseline (a buffer, not trained)
   int combine_ = -1;   // luong: index of W_c's context part; its hidden part and b_c follow
+  // updown: index of the attention LSTM's mean-feature weights; then the language LSTM's context, input (h1) and
+  // recurrent weights and bias, then its init MLP (h weight, h bias, c weight, c bias)
+  int updown_ = -1;
   DecoderConfig cfg_;
   std::vector<Param> params_;
   std::unique_ptr<AttentionScore> score_;

@@ -67,7 +67,8 @@ TEST_CASE("data parallel: the ranks' shares of a batch sum to the whole batch's 
   };
   const std::vector<Kind> kinds = {{"soft", "additive", "bahdanau", 1}, {"hard", "additive", "bahdanau", 1},
                                    {"hard", "additive", "luong", 2},    {"local", "dot", "bahdanau", 1},
-                                   {"none", "additive", "bahdanau", 1}, {"soft", "cosine", "luong", 1}};
+                                   {"none", "additive", "bahdanau", 1}, {"soft", "cosine", "luong", 1},
+                                   {"soft", "additive", "updown", 1},   {"hard", "dot", "updown", 2}};
   for (const Kind& kind : kinds) {
     CAPTURE(kind.attention);
     CAPTURE(kind.score);

@@ -97,11 +97,13 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
                                       {"additive", "none"},  {"additive", "hard"},  {"dot", "hard"},
                                       {"additive", "soft", "luong"}, {"general", "soft", "luong"},
                                       {"additive", "local", "luong"}, {"additive", "hard", "luong"},
-                                      {"additive", "none", "luong"}};
+                                      {"additive", "none", "luong"}, {"additive", "soft", "updown"},
+                                      {"general", "soft", "updown"}, {"additive", "hard", "updown"},
+                                      {"additive", "local", "updown"}, {"additive", "none", "updown"}};
   for (int variant = 0; variant < 5 + (int)kinds.size(); ++variant) {
     {
       const Variant kind = variant < 5 ? Variant{"additive", "soft"} : kinds[variant - 5];
-      const bool luong = kind.order == "luong";
+      const bool luong = kind.order == "luong" || kind.order == "updown";
       const float penalty = variant % 2 ? 3.f : 0.f;
       const float dropout = (variant >= 2 && variant < 5) || (luong && variant % 2 == 0) ? 0.3f : 0.f;
       // coverage: the additive Bahdanau variant 4 and the first (additive soft) Luong variant
@@ -143,7 +145,8 @@ TEST_CASE("decoder: rows sharing a grid give what the grid copied for each row g
                                       {"cosine", "soft"},            {"location", "soft"},
                                       {"additive", "local"},         {"additive", "hard"},
                                       {"additive", "none"},          {"general", "soft", "luong"},
-                                      {"additive", "soft", "luong", true}};
+                                      {"additive", "soft", "luong", true}, {"additive", "soft", "updown", true},
+                                      {"dot", "hard", "updown"}};
   for (const auto& kind : kinds) {
     CAPTURE(kind.score);
     CAPTURE(kind.attention);
@@ -344,7 +347,8 @@ TEST_CASE("decoder: every attention kind and ordering learns a grounded toy task
                         Kind{"soft", "general", "bahdanau"}, Kind{"soft", "cosine", "bahdanau"},
                         Kind{"soft", "location", "bahdanau"}, Kind{"local", "additive", "bahdanau"},
                         Kind{"hard", "additive", "bahdanau"}, Kind{"none", "additive", "bahdanau"},
-                        Kind{"soft", "additive", "luong"}, Kind{"hard", "general", "luong"}}) {
+                        Kind{"soft", "additive", "luong"}, Kind{"hard", "general", "luong"},
+                        Kind{"soft", "additive", "updown"}, Kind{"hard", "additive", "updown"}}) {
     CAPTURE(k.attention);
     CAPTURE(k.score);
     CAPTURE(k.order);
@@ -386,7 +390,9 @@ TEST_CASE("decoder: step-by-step inference reproduces the teacher-forced forward
   };
   for (const Kind& k : {Kind{"soft", "bahdanau", "additive"}, Kind{"soft", "luong", "general"},
                         Kind{"local", "luong", "additive"}, Kind{"hard", "bahdanau", "dot"},
-                        Kind{"hard", "luong", "additive"}, Kind{"none", "luong", "additive"}}) {
+                        Kind{"hard", "luong", "additive"}, Kind{"none", "luong", "additive"},
+                        Kind{"soft", "updown", "additive"}, Kind{"hard", "updown", "general"},
+                        Kind{"none", "updown", "additive"}}) {
     CAPTURE(k.attention);
     CAPTURE(k.order);
     Rng rng(21);
@@ -412,6 +418,34 @@ TEST_CASE("decoder: step-by-step inference reproduces the teacher-forced forward
       if (cfg.attends()) worst = std::max(worst, (double)(alpha - cache.alpha[t]).cwiseAbs().maxCoeff());
     }
     CHECK(worst < 1e-5);
+  }
+}
+
+TEST_CASE("search: a beam's captions score what the teacher-forced forward gives them, for every ordering") {
+  // The beam reorders its rows every step (select_rows): a state left behind would change the scores.
+  for (const std::string order : {"bahdanau", "luong", "updown"}) {
+    CAPTURE(order);
+    Rng rng(17);
+    DecoderConfig cfg = small_config(0.3f, true);
+    cfg.order = order;
+    Decoder dec(cfg);
+    dec.init(rng);
+    for (auto* p : dec.params())  // a sharper model than the initial one, so the beam's rows diverge
+      for (auto& v : p->value) v *= 3.f;
+    const int n = 4;
+    Mat F = random_features(n, cfg, rng);
+    const auto beams = beam_search(dec, F, n, 4, 12, 0.0);
+    int checked = 0;
+    for (int i = 0; i < n; ++i) {
+      if (beams[i].alphas.size() != beams[i].tokens.size() + 1) continue;  // cut at the length limit: no <end>
+      CaptionBatch cb = CaptionBatch::from_ids({beams[i].tokens}, 20);
+      DecoderCache cache;
+      Mat Fi = F.middleRows((int64_t)i * cfg.locations(), cfg.locations());
+      const double ce = dec.forward(Fi, cb, 0.f, false, nullptr, cache).cross_entropy;
+      CHECK(-ce * (double)cb.real_tokens() == doctest::Approx(beams[i].logprob).epsilon(1e-4));
+      ++checked;
+    }
+    CHECK(checked > 0);
   }
 }
 

@@ -78,7 +78,7 @@ void add_bench_commands(CLI::App& app) {
   dec->add_option("--iters", d->iters, "Timed iterations")->capture_default_str();
   dec->add_option("--attention", d->attention, "soft, hard, local or none")->capture_default_str();
   dec->add_option("--score", d->score, "additive, dot, general, cosine or location")->capture_default_str();
-  dec->add_option("--order", d->order, "bahdanau or luong")->capture_default_str();
+  dec->add_option("--order", d->order, "bahdanau, luong or updown")->capture_default_str();
   dec->add_option("--coverage", d->coverage, "Coverage-aware additive score")->capture_default_str();
   dec->add_option("--hard-window", d->hard_window, "Hard attention: glimpse window side")->capture_default_str();
   dec->add_option("--hard-samples", d->hard_samples, "Hard attention: glimpse samples per caption (rows per caption)")

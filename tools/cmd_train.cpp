@@ -50,7 +50,8 @@ void add_train_command(CLI::App& app) {
                   "predicted centre) or none (Show and Tell)")->capture_default_str();
   cmd->add_option("--score", o->score, "Attention score: additive, dot, general, cosine or location")->capture_default_str();
   cmd->add_option("--order", o->order, "bahdanau (attend with the previous state, context into the LSTM) or luong (LSTM first, "
-                  "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back)")->capture_default_str();
+                  "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back) or updown (two LSTMs: the "
+                  "first attends with its new state, the second reads the context and speaks; Anderson et al. 2018)")->capture_default_str();
   cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")->capture_default_str();
   cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")->capture_default_str();
   cmd->add_option("--hard-soft-prob", o->hard_soft_prob, "Hard attention: probability that a training step takes the expected (soft) context")->capture_default_str();
@@ -64,7 +65,7 @@ void add_train_command(CLI::App& app) {
                 "sizes, but start the decoder from --seed: with a pretrained encoder and --tune-lr 0 (its fine-tuned "
                 "layers stay as they are), another member for sat model ensemble (a small CNN encoder trains on, so "
                 "its members differ in their encoders); from an ensemble, another member over its encoder, its "
-                "first member's sizes; --embed, --hidden, --attn and --dropout given with it set the new decoder's");
+                "first member's sizes; --embed, --hidden, --attn, --dropout and --order given with it set the new decoder's");
   cmd->add_option("--objective", o->objective, "xe: cross-entropy on the references; cider: self-critical training "
                                                "(needs --init-from): sampled captions rewarded by CIDEr-D")
       ->capture_default_str()
@@ -120,6 +121,7 @@ void add_train_command(CLI::App& app) {
       if (cmd->get_option("--hidden")->count() > 0) o->fresh_hidden = o->hidden_dim;
       if (cmd->get_option("--attn")->count() > 0) o->fresh_attn = o->attn_dim;
       if (cmd->get_option("--dropout")->count() > 0) o->fresh_dropout = o->dropout;
+      if (cmd->get_option("--order")->count() > 0) o->fresh_order = o->order;
     }
     ResumeOverrides more;  // with --resume, the checkpoint's options hold but for these
     more.epochs = *more_epochs;

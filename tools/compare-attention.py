@@ -38,6 +38,7 @@ VARIANTS = [
     ("soft-location", "soft, location-only", ["--attention", "soft", "--score", "location"]),
     ("luong", "soft, additive, Luong order", ["--attention", "soft", "--score", "additive", "--order", "luong"]),
     ("luong-general", "soft, general, Luong order", ["--attention", "soft", "--score", "general", "--order", "luong"]),
+    ("updown", "soft, additive, two LSTMs (Up-Down order)", ["--attention", "soft", "--score", "additive", "--order", "updown"]),
     ("local", "local (2-D window), additive", ["--attention", "local", "--score", "additive"]),
     ("hard-xu", "hard, 1-cell glimpse, REINFORCE as Xu et al. (1 sample, moving baseline)",
      ["--attention", "hard", "--hard-window", "1"]),

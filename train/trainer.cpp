@@ -36,7 +36,7 @@ json TrainOptions::to_json() const {
           {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
           {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
           {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
-          {"local_sigma", local_sigma}, {"init_from", init_from}, {"fresh_decoder", fresh_decoder}, {"fresh_embed", fresh_embed}, {"fresh_hidden", fresh_hidden}, {"fresh_attn", fresh_attn}, {"fresh_dropout", fresh_dropout}, {"started_from", started_from}, {"objective", objective}, {"scst_samples", scst_samples},
+          {"local_sigma", local_sigma}, {"init_from", init_from}, {"fresh_decoder", fresh_decoder}, {"fresh_embed", fresh_embed}, {"fresh_hidden", fresh_hidden}, {"fresh_attn", fresh_attn}, {"fresh_dropout", fresh_dropout}, {"fresh_order", fresh_order}, {"started_from", started_from}, {"objective", objective}, {"scst_samples", scst_samples},
           {"checkpoint_every", checkpoint_every}, {"keep_epochs", keep_epochs}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
 }
 
@@ -77,6 +77,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.fresh_decoder = j.value("fresh_decoder", false);
     o.fresh_embed = j.value("fresh_embed", 0), o.fresh_hidden = j.value("fresh_hidden", 0);
     o.fresh_attn = j.value("fresh_attn", 0), o.fresh_dropout = j.value("fresh_dropout", -1.f);
+    o.fresh_order = j.value("fresh_order", std::string());
     o.started_from = j.value("started_from", std::string());
     o.objective = j.value("objective", std::string("xe"));
     o.scst_samples = j.value("scst_samples", 5);
@@ -364,11 +365,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       if (opt.fresh_hidden > 0) c.hidden_dim = opt.fresh_hidden;
       if (opt.fresh_attn > 0) c.attn_dim = opt.fresh_attn;
       if (opt.fresh_dropout >= 0) c.dropout = opt.fresh_dropout;
+      if (!opt.fresh_order.empty()) c.order = opt.fresh_order;
       c = DecoderConfig::from_json(c.to_json());  // the config's own range checks
       model->decoder = std::make_unique<Decoder>(c);
       model->decoder->init(rng);
-      note(lead, "its decoder starts afresh (seed %llu; embedding %d, hidden %d, attention %d, dropout %g); its encoder "
-           "and vocabulary are kept\n", (unsigned long long)opt.seed, c.embed_dim, c.hidden_dim, c.attn_dim, c.dropout);
+      note(lead, "its decoder starts afresh (seed %llu; embedding %d, hidden %d, attention %d, dropout %g, %s order); its "
+           "encoder and vocabulary are kept\n", (unsigned long long)opt.seed, c.embed_dim, c.hidden_dim, c.attn_dim,
+           c.dropout, c.order.c_str());
     }
   } else if (opt.fresh_decoder && resume_path.empty()) {
     throw Error("train: --fresh-decoder needs --init-from MODEL (whose encoder and vocabulary it keeps)");

@@ -63,9 +63,10 @@ struct TrainOptions {
   bool fresh_decoder = false;
   // With fresh_decoder: the new decoder's sizes where these are set (0, or a negative dropout: the model's own), so a
   // larger or smaller decoder can train over a model's (fine-tuned) encoder. The CLI sets them from --embed, --hidden,
-  // --attn and --dropout when those are given with --fresh-decoder.
+  // --attn and --dropout (and fresh_order from --order) when those are given with --fresh-decoder.
   int fresh_embed = 0, fresh_hidden = 0, fresh_attn = 0;
   float fresh_dropout = -1;
+  std::string fresh_order;  // with fresh_decoder: the new decoder's ordering (empty: the model's own)
   // Set by the trainer from --init-from's model: how that model was made (its command, recipe, epoch, and where it
   // started from in turn), recorded in every model the run writes.
   std::string started_from;
