@@ -23,7 +23,7 @@ double now_seconds() {
 
 // The count of the products time_decoder_products runs (below): keep the two lists alike.
 double decoder_row_step_macs(const DecoderConfig& c) {
-  if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
+  if (c.score != "additive" || c.luong() || c.updown() || c.attention == "none") return 0;
   const double L = c.locations(), E = c.embed_dim, n = c.hidden_dim, A = c.attn_dim, V = c.vocab_size,
                Z = c.feature_dim;
   return E * 4 * n      // the words' part of the gates
@@ -37,7 +37,7 @@ double decoder_row_step_macs(const DecoderConfig& c) {
 }
 
 double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids) {
-  if (c.score != "additive" || c.luong() || c.attention == "none") return 0;
+  if (c.score != "additive" || c.luong() || c.updown() || c.attention == "none") return 0;
   const double TB = (double)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
                A = c.attn_dim, V = c.vocab_size, G = grids, Z = D;
   const double forward = TB * decoder_row_step_macs(c)  // every row's step (the words' part of the gates at once)

@@ -45,10 +45,12 @@
 # With MIRROR=1 the members train with mirror augmentation (sat train --mirror-features, on a cache of the training
 # photos mirrored, extracted through the same frozen part; README: it did not beat the shipped decoder).
 # With SMOOTH=EPS the members train with label smoothing (sat train --label-smoothing EPS; README).
+# With ORDER3=updown (or luong) the members' decoders use that ordering (sat train --fresh-decoder --order; README);
+# the default, bahdanau, is the shipped decoder's.
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
-#        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, TUNE_MOST,
+#        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, ORDER3, TUNE_MOST,
 #        EPOCHS2C, LR2C, TUNE_LR2C, MEMORY, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -77,6 +79,7 @@ members=${MEMBERS:-1}
 epochs3=${EPOCHS3:-8}
 mirror=${MIRROR:-0}  # 1: stage 3's members train with mirror augmentation (not shipped: README)
 smooth=${SMOOTH:-0}  # stage 3's members' label smoothing
+order3=${ORDER3:-bahdanau}  # stage 3's members' decoder ordering
 memory=${MEMORY:-1}  # 1: consensus reranking's caption memory in the shipped model, its use chosen on dev
 work=${WORK:-runs/flickr8k-resnet}
 sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding does not touch the run)
@@ -167,6 +170,7 @@ member_cache() {  # sets `member_flags`; with MIRROR=1, the training photos mirr
     member_flags=(--mirror-features "$mirrored")
   fi
   [ "$smooth" = 0 ] || member_flags+=(--label-smoothing "$smooth")  # 0: the flag is left out, the shipped command
+  [ "$order3" = bahdanau ] || member_flags+=(--order "$order3")
 }
 members_stage() {  # base prefix name: $members decoders trained afresh over base's encoder (runs $work/<prefix>2, 3, ...),
   # each member's epoch chosen by step 3's rule, then by that rule the ensemble of base and the members, or one of
@@ -203,6 +207,7 @@ members_stage() {  # base prefix name: $members decoders trained afresh over bas
 }
 # Stage 3: more decoders over the encoder of $base, then all of them as one model.
 recipe3="$recipe2 MEMBERS=$members EPOCHS3=$epochs3 MIRROR=$mirror SMOOTH=$smooth"
+[ "$order3" = bahdanau ] || recipe3+=" ORDER3=$order3"
 if [ ! -f "$work/stage3.txt" ]; then  # a finished stage 3 names its best single model there (remove it to rerun)
   members_stage "$base" member ensemble.sat
   ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
