@@ -255,6 +255,10 @@ static Mat mean_features(const Mat& F, const RowGrids& rows, int L) {
   return mean;
 }
 
+Mat Decoder::init_state(const Mat& mean, int weight) {
+  return ((mean * value_of(P(weight))).rowwise() + value_of(P(weight + 1)).row(0)).array().tanh().matrix();
+}
+
 static Mat sigmoid(const Mat& x) { return (1.f / (1.f + (-x.array()).exp())).matrix(); }
 
 void Decoder::dropout_mask(Mat& mask, int rows, int cols, Draws& draws) const {
@@ -323,7 +327,8 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCa
   }
 }
 
-// One LSTM step: gates from (emb, x, h), then c and h. gates keeps the activated gates for backward.
+// One LSTM step: gates from (emb, x, h), then c and h (emb: the word vectors, or the context for the Up-Down order's
+// language LSTM). gates keeps the activated gates for backward.
 static void lstm_activate(Mat& g, const Mat& c, Mat& c_next, Mat* tanh_c, Mat& h_next);
 static void lstm_step(const Mat& emb, const Mat& x, const Mat& h, const Mat& c, const MatMap& Wemb, const MatMap& Wx,
                       const MatMap& Whh, const MatMap& bias, Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
@@ -394,11 +399,11 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   for (auto* v : {&C.gates2, &C.tanh_c2}) v->assign(updown ? T : 0, Mat());
 
   C.mean_feat = mean_features(F, C.rows, L);
-  C.h[0] = ((C.mean_feat * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
-  C.c[0] = ((C.mean_feat * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
+  C.h[0] = init_state(C.mean_feat, kInitHW);
+  C.c[0] = init_state(C.mean_feat, kInitCW);
   if (updown) {
-    C.h2[0] = ((C.mean_feat * value_of(P(updown_ + 5))).rowwise() + value_of(P(updown_ + 6)).row(0)).array().tanh().matrix();
-    C.c2[0] = ((C.mean_feat * value_of(P(updown_ + 7))).rowwise() + value_of(P(updown_ + 8)).row(0)).array().tanh().matrix();
+    C.h2[0] = init_state(C.mean_feat, updown_ + 5);
+    C.c2[0] = init_state(C.mean_feat, updown_ + 7);
     C.mean_gates.noalias() = C.mean_feat * value_of(P(updown_));
   }
   if (score_) score_->precompute(F, C.rows);
@@ -432,12 +437,8 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       lstm_step_from(emb_gates.middleRows(r, B) + C.mean_gates, C.h2[t], C.h[t], C.c[t], value_of(P(kLstmWCtx)),
                      value_of(P(kLstmWHh)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
       attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
-      Mat& g2 = C.gates2[t];
-      g2.noalias() = C.zhat[t] * value_of(P(updown_ + 1));
-      g2.noalias() += C.h[t + 1] * value_of(P(updown_ + 2));
-      g2.noalias() += C.h2[t] * value_of(P(updown_ + 3));
-      g2.rowwise() += value_of(P(updown_ + 4)).row(0);
-      lstm_activate(g2, C.c2[t], C.c2[t + 1], &C.tanh_c2[t], C.h2[t + 1]);
+      lstm_step(C.zhat[t], C.h[t + 1], C.h2[t], C.c2[t], value_of(P(updown_ + 1)), value_of(P(updown_ + 2)),
+                value_of(P(updown_ + 3)), value_of(P(updown_ + 4)), C.gates2[t], C.c2[t + 1], &C.tanh_c2[t], C.h2[t + 1]);
       out_hidden = &C.h2[t + 1];
     } else if (!luong) {
       attend_step(t, C.h[t], cov, draws, C, entropy, hard_steps);
@@ -772,12 +773,12 @@ void Decoder::begin(const Mat& F, int N, State& st, int copies) {
   for (int b = 0; b < B; ++b) grid[b] = b / copies;
   st.rows = RowGrids(std::move(grid), N);
   Mat mean = mean_features(F, st.rows, L);
-  st.h = ((mean * value_of(P(kInitHW))).rowwise() + value_of(P(kInitHB)).row(0)).array().tanh().matrix();
-  st.c = ((mean * value_of(P(kInitCW))).rowwise() + value_of(P(kInitCB)).row(0)).array().tanh().matrix();
+  st.h = init_state(mean, kInitHW);
+  st.c = init_state(mean, kInitCW);
   st.feed = Mat::Zero(B, cfg_.luong() ? cfg_.hidden_dim : 0);
   if (cfg_.updown()) {
-    st.h2 = ((mean * value_of(P(updown_ + 5))).rowwise() + value_of(P(updown_ + 6)).row(0)).array().tanh().matrix();
-    st.c2 = ((mean * value_of(P(updown_ + 7))).rowwise() + value_of(P(updown_ + 8)).row(0)).array().tanh().matrix();
+    st.h2 = init_state(mean, updown_ + 5);
+    st.c2 = init_state(mean, updown_ + 7);
     st.mean_gates.noalias() = mean * value_of(P(updown_));
   } else {
     st.h2.resize(B, 0), st.c2.resize(B, 0), st.mean_gates.resize(B, 0);
@@ -834,11 +835,8 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
     lstm_activate(gates, st.c, c, nullptr, h);
     step_attend(h, st, alpha, z);
     Mat gates2, c2, h2;
-    times(z, value_of(P(updown_ + 1)), gates2, false);
-    times(h, value_of(P(updown_ + 2)), gates2, true);
-    times(st.h2, value_of(P(updown_ + 3)), gates2, true);
-    gates2.rowwise() += value_of(P(updown_ + 4)).row(0);
-    lstm_activate(gates2, st.c2, c2, nullptr, h2);
+    lstm_step(z, h, st.h2, st.c2, value_of(P(updown_ + 1)), value_of(P(updown_ + 2)), value_of(P(updown_ + 3)),
+              value_of(P(updown_ + 4)), gates2, c2, nullptr, h2);
     times(h2, value_of(P(kOutHidden)), pre, true);
     times(z, value_of(P(kOutContext)), pre, true);
     st.h2 = std::move(h2), st.c2 = std::move(c2);

@@ -179,6 +179,8 @@ class Decoder {
 
  private:
   Param& P(int i) { return params_[i]; }
+  // An initial LSTM state from the mean features: tanh(mean W + b), W = P(weight) and b = P(weight + 1).
+  Mat init_state(const Mat& mean, int weight);
   void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;
   // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
   void glimpse_weights(int s, float* w) const;
