@@ -435,7 +435,26 @@ else
   cmp -s "$WORK/rn_images.json" "$WORK/rnf_images.json" &&
   pass "model set --encoder-precision auto: stored; captions from its cache equal captions from images; --encoder-precision f32 overrides it" ||
   fail "encoder precision"
-expect_error "unknown encoder precision" "^sat: unknown encoder precision 'fp8' \(f32, bf16 or auto\)$" \
+# int8: the activations' ranges calibrated on photos and stored (sat model calibrate); the model's choice set to
+# int8; captions from images in int8. Without ranges, int8 is refused, naming the model.
+expect_error "int8 without calibrated ranges" "^sat: $WORK/rn/model.sat: its encoder in int8 needs activation ranges calibrated on photos" \
+  "$SAT" --encoder-precision int8 caption "$IMG" --model "$WORK/rn/model.sat"
+expect_error "model set int8 without calibrated ranges" "^sat: $WORK/rn/model.sat: has no int8 activation ranges" \
+  "$SAT" model set "$WORK/rn/model.sat" --out "$WORK/never.sat" --encoder-precision int8
+expect_error "calibrate a model without a pretrained encoder" "^sat: $MODEL: has no pretrained encoder" \
+  "$SAT" model calibrate "$MODEL" --data "$WORK/val" --out "$WORK/never.sat"
+"$SAT" model calibrate "$WORK/rn/model.sat" --data "$WORK/val" --photos 4 --out "$WORK/rn_cal.sat" | grep -q "int8 ranges of 87 activations from 4 photos" &&
+  "$SAT" model set "$WORK/rn_cal.sat" --out "$WORK/rn_int8.sat" --encoder-precision int8 >/dev/null &&
+  "$SAT" model info "$WORK/rn_int8.sat" | grep -q "^encoder arithmetic: int8 (the model's choice: int8;" &&
+  "$SAT" model info "$WORK/rn_int8.sat" | grep -q "^int8 ready: the ranges of 87 activations" &&
+  "$SAT" eval --model "$WORK/rn_int8.sat" --data "$WORK/val" --results-out "$WORK/rn_int8.json" >/dev/null 2>&1 &&
+  python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); assert len(r) > 0 and all(x["caption"] for x in r)' "$WORK/rn_int8.json" &&
+  "$SAT" --encoder-precision f32 eval --model "$WORK/rn_int8.sat" --data "$WORK/val" --results-out "$WORK/rn_int8_f32.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn_images.json" "$WORK/rn_int8_f32.json" &&
+  pass "model calibrate, then model set --encoder-precision int8: stored; captions from images in int8; --encoder-precision f32 gives the float32 captions" ||
+  fail "int8 encoder"
+[ ! -e "$WORK/never.sat" ] || fail "an int8 refusal wrote a file"
+expect_error "unknown encoder precision" "^sat: unknown encoder precision 'fp8' \(f32, bf16, int8 or auto\)$" \
   "$SAT" --encoder-precision fp8 caption "$IMG" --model "$WORK/rn/model.sat"
 expect_error "encoder precision for a model without a pretrained encoder" "^sat: $MODEL: has no pretrained encoder" \
   "$SAT" model set "$MODEL" --out "$WORK/never.sat" --encoder-precision bf16

@@ -311,7 +311,7 @@ TEST_CASE("captioner: bad images and models throw sat::Error with the CLI's one-
   }
   CHECK_THROWS_AS(sat::Captioner(kSynthModel, sat::LoadOptions{"", -1, ""}), sat::Error);
   CHECK(error_of([&] { sat::Captioner c(kSynthModel, sat::LoadOptions{"", 0, "fp8"}); }) ==
-        "unknown encoder precision 'fp8' (f32, bf16 or auto)");
+        "unknown encoder precision 'fp8' (f32, bf16, int8 or auto)");
   // the Captioner that saw all of this still captions
   CHECK(captioner.caption_file(kScene).text == sat::Captioner(kSynthModel).caption_file(kScene).text);
   for (const std::string& f : {text, cut, short_model}) std::remove(f.c_str());

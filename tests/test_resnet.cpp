@@ -167,6 +167,68 @@ TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, w
   CHECK(max_abs_diff(rewritten, shared) == 0);
 }
 
+TEST_CASE("int8 ResNet v2: calibrated ranges, the int8 network close to float32, ranges refused when missing or bad") {
+  TensorFile tf = tiny_resnet(4);
+  NetGraph g = resnet_v2_graph(tf, "tiny");
+  const NetGraph whole = g.cut(g.grid_node("block2"));
+  // 8-bit: every unit's pre-activation, conv1 and conv2 (ReLUs that convolutions read); not block3/unit_1's
+  // pre-activation (the grid) nor conv1 (the residual stream)
+  std::vector<std::string> names;
+  for (int i : int8_activation_nodes(whole)) names.push_back(whole.nodes[i].name);
+  CHECK(names.size() == 9);
+  CHECK(std::count(names.begin(), names.end(), "block1/unit_1/bottleneck_v2/preact") == 1);
+  CHECK(std::count(names.begin(), names.end(), "block2/unit_1/bottleneck_v2/conv2") == 1);
+  CHECK(std::count(names.begin(), names.end(), "block3/unit_1/bottleneck_v2/preact") == 0);
+  const int S = 32;
+  Rng rng(5);
+  std::vector<float> images = randoms((size_t)3 * 3 * S * S, rng);
+  std::map<std::string, std::vector<float>> samples;
+  PretrainedEncoder f32(whole, tf, S, "tiny", Precision::f32);
+  f32.sample_activations(images.data(), 3, samples, 1 << 16);
+  CHECK(samples.size() == 9);
+  const Int8Ranges ranges = choose_int8_ranges(samples);
+  for (auto& [name, values] : samples) {
+    CAPTURE(name);
+    const float top = *std::max_element(values.begin(), values.end());
+    CHECK(ranges.at(name) > 0.f);
+    CHECK(ranges.at(name) <= top * 1.0001f);
+    CHECK(ranges.at(name) >= top * 0.03f);
+  }
+  std::vector<float> want, got;
+  f32.forward(images.data(), 3, want);
+  PretrainedEncoder int8(whole, tf, S, "tiny", Precision::int8, ranges);
+  int8.forward(images.data(), 3, got);
+  REQUIRE(got.size() == want.size());
+  double err2 = 0, ref2 = 0;
+  for (size_t k = 0; k < want.size(); ++k) err2 += (got[k] - want[k]) * (got[k] - want[k]), ref2 += want[k] * want[k];
+  MESSAGE("tiny ResNet v2 in int8: relative RMS error " << std::sqrt(err2 / ref2));
+  CHECK(std::sqrt(err2 / ref2) < 0.03);  // measured in the MESSAGE; a wrong scale or bias gives errors of order 1
+  // the ranges survive their JSON form (model files hold them); bad values and missing nodes are refused
+  CHECK(int8_ranges_from_json(int8_ranges_to_json(ranges)) == ranges);
+  CHECK_THROWS_WITH_AS(int8_ranges_from_json(nlohmann::json{{"a", -1.0}}), doctest::Contains("'a' is not finite and positive"), Error);
+  CHECK_THROWS_WITH_AS(int8_ranges_from_json(nlohmann::json{{"a", "x"}}), doctest::Contains("'a' is not a number"), Error);
+  CHECK_THROWS_AS(int8_ranges_from_json(nlohmann::json::array()), Error);
+  Int8Ranges partial = ranges;
+  partial.erase("block1/unit_2/bottleneck_v2/conv1");
+  CHECK_THROWS_WITH_AS(PretrainedEncoder(whole, tf, S, "m.sat", Precision::int8, partial),
+                       doctest::Contains("m.sat: int8 needs the activation range of 'block1/unit_2/bottleneck_v2/conv1'"),
+                       Error);
+  CHECK_THROWS_WITH_AS(int8.sample_activations(images.data(), 1, samples, 10), doctest::Contains("float32 encoder only"),
+                       Error);
+  // MSE-optimal clipping. 100 000 values evenly over [0, 1] and one at 1.2: clipping that one to 1 costs 0.04, less
+  // than the rounding error a range of 1.2 adds over the rest (100 000 (1.2^2 - 1) / 255^2 / 12 = 0.056), so the
+  // range is about 1; without the outlier, the maximum is kept.
+  std::vector<float> spread(100000), outlier;
+  for (size_t k = 0; k < spread.size(); ++k) spread[k] = (float)k / (spread.size() - 1);
+  outlier = spread;
+  outlier.push_back(1.2f);
+  const Int8Ranges chosen = choose_int8_ranges({{"spread", spread}, {"outlier", outlier}, {"zeros", std::vector<float>(5, 0.f)}});
+  CHECK(chosen.at("spread") == 1.f);
+  CHECK(chosen.at("outlier") > 0.97f);
+  CHECK(chosen.at("outlier") < 1.1f);
+  CHECK(chosen.at("zeros") == 1.f);
+}
+
 TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at block3 and block3/unit_22") {
   // tests/fixtures/dog_and_man_grids_pytorch.safetensors: tools/resnet-reference.py fixture on examples/dog_and_man.jpg
   // at 224 (float32 PyTorch 1.13 on the same file's weights). Tolerance: 1e-5 of the largest activation. Both
@@ -263,6 +325,66 @@ TEST_CASE("ResNet-101 v2 in bfloat16 stays close to the float32 PyTorch referenc
   CHECK(rel_rms < 0.05);  // measured 0.026 (Zen 4, AVX512-BF16)
   CHECK(pooled_rel_rms < 0.02);  // measured 0.0093
   CHECK(worst < 0.05 * largest);  // measured 0.021
+}
+
+TEST_CASE("ResNet-101 v2 in int8 stays close to the float32 PyTorch reference at block3") {
+  // The fixture's photo at 224, the encoder in int8 (vision/onednn.hpp): 8-bit activations after every ReLU that
+  // convolutions read, 8-bit weights with one scale per output channel, 32-bit integer sums; the residual stream
+  // and the grid stay float32. The activation ranges are calibrated on the same photo in float32 (what sat model
+  // calibrate does on training photos). Each 8-bit tensor carries a rounding error of up to half a step of 1/255
+  // of its range, so the grid's errors are several times bf16's (measured figures in the MESSAGE; tolerances
+  // about 2x them). A wrong scale anywhere (the bias's, a channel's) gives errors of order 1.
+  if (!have_weights()) return;
+  PretrainedNet net = load_pretrained_net(kWeights);
+  TensorFile fixture = load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/dog_and_man_grids_pytorch.safetensors");
+  std::vector<float> planes(3 * 224 * 224);
+  image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
+                  planes.data());
+  const std::string cut = "block3";
+  const NetGraph graph = net.graph.cut(net.graph.grid_node(cut));
+  std::map<std::string, std::vector<float>> samples;
+  {
+    PretrainedEncoder f32(graph, net.weights, 224, kWeights, Precision::f32);
+    f32.sample_activations(planes.data(), 1, samples, 1 << 18);
+  }
+  const Int8Ranges ranges = choose_int8_ranges(samples);
+  CHECK(ranges.size() == int8_activation_nodes(graph).size());
+  CHECK(ranges.size() == 90);  // three per unit of blocks 1-3: its pre-activation, conv1, conv2
+  CHECK_THROWS_WITH_AS(PretrainedEncoder(graph, net.weights, 224, "w.safetensors", Precision::int8),
+                       doctest::Contains("w.safetensors: int8 needs the activation range of"), Error);
+  PretrainedEncoder enc(graph, net.weights, 224, kWeights, Precision::int8, ranges);
+  CHECK(enc.precision() == Precision::int8);
+  const int side = 7, D = 1024;
+  const Param& pooled = fixture.get("grid.pooled." + cut, "fixture");
+  const Param& sampled = fixture.get("grid.sampled." + cut, "fixture");
+  for (int n : {1, 2}) {
+    std::vector<float> batch;
+    for (int k = 0; k < n; ++k) batch.insert(batch.end(), planes.begin(), planes.end());
+    std::vector<float> grid;
+    enc.forward(batch.data(), n, grid);
+    REQUIRE(grid.size() == (size_t)n * side * side * D);
+    const float* g = grid.data() + (size_t)(n - 1) * side * side * D;
+    double largest = 0, err2 = 0, ref2 = 0, worst = 0, perr2 = 0, pref2 = 0;
+    for (float v : sampled.value) largest = std::max(largest, (double)std::fabs(v));
+    for (int l = 0; l < side * side; ++l)
+      for (int c = 0; c < D / 4; ++c) {
+        const double d = g[(size_t)l * D + 4 * c] - sampled.value[(size_t)l * (D / 4) + c];
+        err2 += d * d, ref2 += (double)sampled.value[(size_t)l * (D / 4) + c] * sampled.value[(size_t)l * (D / 4) + c];
+        worst = std::max(worst, std::fabs(d));
+      }
+    for (int c = 0; c < D; ++c) {
+      double mean = 0;
+      for (int l = 0; l < side * side; ++l) mean += g[(size_t)l * D + c];
+      const double d = mean / (side * side) - pooled.value[c];
+      perr2 += d * d, pref2 += (double)pooled.value[c] * pooled.value[c];
+    }
+    const double rel_rms = std::sqrt(err2 / ref2), pooled_rel_rms = std::sqrt(perr2 / pref2);
+    MESSAGE("int8 " << cut << " batch " << n << ": relative RMS error " << rel_rms << ", pooled " << pooled_rel_rms
+                    << ", worst " << worst << " of largest " << largest);
+    CHECK(rel_rms < 0.10);
+    CHECK(pooled_rel_rms < 0.04);
+    CHECK(worst < 0.15 * largest);
+  }
 }
 
 TEST_CASE("external encoder weights: found by name and sha256; missing, truncated or different files refused") {

@@ -369,7 +369,19 @@ void add_bench_commands(CLI::App& app) {
     }
     // --encoder-precision (a global flag) chooses the arithmetic; f32 when not given
     const Precision precision = resolve(encoder_precision_setting().value_or(PrecisionChoice::f32));
-    PretrainedEncoder enc(net.graph.cut(grid_node), net.weights, pa->size, path, precision);
+    // int8 needs activation ranges; for timing, those of the float32 network on the benchmark's own (random) input
+    // do (the time does not depend on them; a model's come from photos: sat model calibrate)
+    Int8Ranges ranges;
+    if (precision == Precision::int8) {
+      PretrainedEncoder f32(net.graph.cut(grid_node), net.weights, pa->size, path, Precision::f32);
+      Rng rng(5);
+      std::vector<float> img((size_t)3 * pa->size * pa->size);
+      for (auto& v : img) v = (float)rng.uniform();
+      std::map<std::string, std::vector<float>> samples;
+      f32.sample_activations(img.data(), 1, samples, 65536);
+      ranges = choose_int8_ranges(samples);
+    }
+    PretrainedEncoder enc(net.graph.cut(grid_node), net.weights, pa->size, path, precision, ranges);
     const double gmac = enc.macs_per_image() / 1e9;
     const double peak = pa->peak ? measure_peak_gflops() : 0;
     const double bf16_peak = pa->peak && precision == Precision::bf16 ? measure_bf16_peak_gflops() : 0;
@@ -380,7 +392,9 @@ void add_bench_commands(CLI::App& app) {
                   enc.grid_w(), enc.channels(), gmac,
                   dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads", precision_name(precision),
                   activation_layout_name(precision),
-                  precision == Precision::bf16 ? (cpu_has_amx() ? ", AMX" : cpu_has_native_bf16() ? ", AVX512-BF16" : ", emulated") : "");
+                  precision == Precision::bf16   ? (cpu_has_amx() ? ", AMX" : cpu_has_native_bf16() ? ", AVX512-BF16" : ", emulated")
+                  : precision == Precision::int8 ? (cpu_has_vnni() ? ", AVX512-VNNI" : ", no VNNI")
+                                                 : "");
     if (peak > 0 && !pa->json) std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
     if (bf16_peak > 0 && !pa->json)
       std::printf("  machine bf16 peak, measured: %.1f GFLOPS (%s)\n", bf16_peak, kBf16PeakMethod);

@@ -55,8 +55,9 @@ static nlohmann::json model_summary(const std::string& path) {
                         {"feature_dim", e.feature_dim()}};
   if (e.pretrained()) {
     enc["cut"] = e.cut;
-    enc["precision"] = precision_name(m->encoder_precision);  // stored: f32, bf16 or auto
+    enc["precision"] = precision_name(m->encoder_precision);  // stored: f32, bf16, int8 or auto
     enc["precision_in_use"] = precision_name(m->encoder_precision_in_use());
+    if (!m->encoder_int8_ranges.empty()) enc["int8_ranges"] = m->encoder_int8_ranges.size();
   }
   if (!e.weights_file.empty())
     enc["weights"] = {{"file", e.weights_file}, {"sha256", e.weights_sha256}, {"found", m->encoder_weights_path}};
@@ -152,6 +153,9 @@ void add_model_commands(CLI::App& app) {
     if (e.contains("precision"))
       std::printf("encoder arithmetic: %s (the model's choice: %s; --encoder-precision overrides it)\n",
                   e["precision_in_use"].get<std::string>().c_str(), e["precision"].get<std::string>().c_str());
+    if (e.contains("int8_ranges"))
+      std::printf("int8 ready: the ranges of %d activations calibrated on photos (sat model calibrate)\n",
+                  e["int8_ranges"].get<int>());
     if (e.contains("tune_from"))
       std::printf("encoder fine-tuned after %s: %lld parameters trained with the decoder (feature caches hold %s)\n",
                   e["tune_from"].get<std::string>().c_str(), e["tuned_parameters"].get<long long>(),
@@ -367,8 +371,9 @@ void add_model_commands(CLI::App& app) {
       ->check(CLI::Range(1, kMaxBeam));
   set->add_option("--no-repeat", a->no_repeat, "Captions never repeat an N-word phrase (0: off); choose it on dev data")
       ->check(CLI::Range(0, kMaxNoRepeat));
-  set->add_option("--encoder-precision", a->precision, "A pretrained encoder's arithmetic: f32, bf16 or auto (bf16 "
-                                                      "where the CPU computes it natively); choose it on dev data");
+  set->add_option("--encoder-precision", a->precision, "A pretrained encoder's arithmetic: f32, bf16, int8 (needs sat "
+                                                      "model calibrate) or auto (bf16 where the CPU computes it "
+                                                      "natively); choose it on dev data");
   set->add_option("--consensus-weight", a->consensus_weight, "Consensus reranking's weight W (0: off; the model "
                                                               "needs a caption memory); choose it on dev data")
       ->check(CLI::Range(0.0, kMaxConsensusWeight));
@@ -404,6 +409,8 @@ void add_model_commands(CLI::App& app) {
     if (a->memory_candidates >= 0) m->consensus.memory_candidates = a->memory_candidates;
     if (precision) {
       if (!m->encoder_config.pretrained()) fail(a->in, "has no pretrained encoder (--encoder-precision is for those)");
+      if (*precision == PrecisionChoice::int8 && m->encoder_int8_ranges.empty())
+        fail(a->in, "has no int8 activation ranges (sat model calibrate writes a copy with them)");
       m->encoder_precision = *precision;
     }
     if (a->length_norm >= 0) m->length_norm = a->length_norm;
@@ -481,6 +488,52 @@ void add_model_commands(CLI::App& app) {
     for (auto& c : built->captions) captions += c.size();
     std::printf("%s -> %s: caption memory of %d photos, %zu captions%s\n", mem->in.c_str(), mem->out.c_str(),
                 built->photos(), captions, consensus_text(*m).c_str());
+  });
+
+  struct CalibrateArgs {
+    std::string in, out, data, images, split;
+    int photos = 64;
+    size_t per_node = 262144;
+  };
+  auto cal = std::make_shared<CalibrateArgs>();
+  auto* calibrate = model->add_subcommand(
+      "calibrate", "Write a copy that can run its pretrained encoder in int8 (--encoder-precision int8): the range of "
+                   "each 8-bit activation, chosen from the float32 encoder's activations on photos (for each, the "
+                   "clip that quantizes its sampled values with the least squared error). Calibrate on training photos");
+  calibrate->add_option("model", cal->in, "Model file (a pretrained encoder: ResNet v2)")->required();
+  calibrate->add_option("--data", cal->data, "The photos: a data dir, COCO captions JSON or captions.csv")->required();
+  calibrate->add_option("--images", cal->images, "Image folder when --data is a JSON/CSV file");
+  calibrate->add_option("--split", cal->split, "Only these image file names (one per line): training photos (default: "
+                                               "all of --data's)");
+  calibrate->add_option("--photos", cal->photos, "How many photos, spread evenly over the split")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  calibrate->add_option("--out", cal->out, "Model file to write (may be the input: it is replaced atomically)")->required();
+  calibrate->callback([cal] {
+    auto m = CaptionModel::load(cal->in, "", PrecisionChoice::f32);
+    if (!m->encoder_config.pretrained()) fail(cal->in, "has no pretrained encoder (int8 is for those)");
+    for (auto& node : m->encoder_config.graph.nodes)
+      if (node.op == "concat") fail(cal->in, "its encoder concatenates (int8 runs ResNet v2 trunks only)");
+    CaptionSet set = load_caption_set(cal->data, cal->images, cal->split);
+    if (set.images.empty()) fail(cal->split.empty() ? cal->data : cal->split, "holds no photos");
+    const int photos = std::min<int>(cal->photos, (int)set.images.size());
+    std::vector<std::string> paths;
+    for (int k = 0; k < photos; ++k) paths.push_back(set.image_path(set.images[(size_t)k * set.images.size() / photos]));
+    std::map<std::string, std::vector<float>> samples;
+    const size_t per_photo = std::max<size_t>(1, cal->per_node / photos);
+    const int batch = 8;
+    for (int start = 0; start < photos; start += batch) {
+      const std::vector<std::string> chunk(paths.begin() + start, paths.begin() + std::min(photos, start + batch));
+      const std::vector<float> planes = m->load_planes(chunk);
+      m->pretrained->sample_activations(planes.data(), (int)chunk.size(), samples, per_photo * chunk.size());
+    }
+    m->encoder_int8_ranges = choose_int8_ranges(samples);
+    m->info["int8_calibration"] = command_line();
+    m->save(cal->out);
+    std::printf("%s -> %s: int8 ranges of %zu activations from %d photos of %s (use: --encoder-precision int8, or "
+                "sat model set --encoder-precision int8)\n",
+                cal->in.c_str(), cal->out.c_str(), m->encoder_int8_ranges.size(), photos,
+                (cal->split.empty() ? cal->data : cal->split).c_str());
   });
 }
 

@@ -91,8 +91,13 @@ void CaptionModel::sync_tuned() {
   NetGraph graph = encoder_config.graph;
   TensorFile overlay;
   if (tuned) tuned->write_back(graph, overlay);
+  const Precision precision = encoder_precision_in_use();
+  if (precision == Precision::int8 && encoder_int8_ranges.empty())
+    throw Error("its encoder in int8 needs activation ranges calibrated on photos, and it has none (sat model "
+                "calibrate writes a copy with them)");
   pretrained = std::make_unique<PretrainedEncoder>(graph, encoder_weights, std::move(overlay), encoder_config.input_size,
-                                                   "encoder weights", encoder_precision_in_use());
+                                                   "encoder weights", precision,
+                                                   precision == Precision::int8 ? encoder_int8_ranges : Int8Ranges());
 }
 
 Precision CaptionModel::encoder_precision_in_use() const {
@@ -166,6 +171,7 @@ TensorFile CaptionModel::to_tensor_file() const {
     tf.metadata["beam_diversity"] =
         nlohmann::json{{"groups", beam_diversity.groups}, {"penalty", beam_diversity.penalty}}.dump();
   if (encoder_precision != PrecisionChoice::f32) tf.metadata["encoder_precision"] = precision_name(encoder_precision);
+  if (!encoder_int8_ranges.empty()) tf.metadata["encoder_int8_ranges"] = int8_ranges_to_json(encoder_int8_ranges).dump();
   tf.metadata["info"] = info.dump();
   auto* self = const_cast<CaptionModel*>(this);
   for (auto* p : self->params()) {
@@ -255,6 +261,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       }
     }
     if (tf.metadata.count("encoder_precision")) m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
+    if (tf.metadata.count("encoder_int8_ranges"))
+      m->encoder_int8_ranges = int8_ranges_from_json(
+          parse_json_checked(tf.metadata.at("encoder_int8_ranges"), path, "model header is malformed"));
     m->info = parse_json_checked(tf.meta("info", path), path, "model header is malformed");
   } catch (const Error& e) {
     std::string msg = e.what();
@@ -350,7 +359,11 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       fail(path, e.what());
     }
   }
-  if (m->tuned) m->sync_tuned();
+  try {
+    if (m->tuned) m->sync_tuned();
+  } catch (const Error& e) {
+    fail(path, e.what());
+  }
   return m;
 }
 

@@ -24,10 +24,11 @@ dnnl::stream& cpu_stream() {
 
 // A ResNet-like 3x3 convolution with every layout left to oneDNN: what it picks for the destination is what its
 // fast kernels on this CPU work in.
+// For u8 activations the weights are s8.
 static tag probe_activation_tag(dt type) {
   const memory::dims src{1, 64, 28, 28}, w{64, 64, 3, 3}, dst{1, 64, 28, 28};
   convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct,
-                              memory::desc(src, type, tag::any), memory::desc(w, type, tag::any),
+                              memory::desc(src, type, tag::any), memory::desc(w, type == dt::u8 ? dt::s8 : type, tag::any),
                               memory::desc(dst, type, tag::any), {1, 1}, {1, 1}, {1, 1});
   convolution_forward::primitive_desc pd(d, cpu_engine());
   for (tag t : {tag::nChw16c, tag::nChw8c, tag::nhwc})
@@ -41,6 +42,10 @@ int activation_block() { return activation_block(Precision::f32); }
 memory::format_tag activation_tag(Precision p) {
   static const tag f32 = probe_activation_tag(dt::f32);
   if (p == Precision::f32) return f32;
+  if (p == Precision::int8) {
+    static const tag int8 = probe_activation_tag(dt::u8);
+    return int8;
+  }
   static const tag bf16 = [] {
     try {
       return probe_activation_tag(dt::bf16);
@@ -58,27 +63,31 @@ int activation_block(Precision p) {
 }
 
 bool cpu_has_amx() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_amx; }
+bool cpu_has_vnni() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_vnni; }
 bool cpu_has_native_bf16() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_bf16; }
 
 Precision resolve(PrecisionChoice c) {
   if (c == PrecisionChoice::auto_) return cpu_has_native_bf16() ? Precision::bf16 : Precision::f32;
-  return c == PrecisionChoice::bf16 ? Precision::bf16 : Precision::f32;
+  return c == PrecisionChoice::bf16 ? Precision::bf16 : c == PrecisionChoice::int8 ? Precision::int8 : Precision::f32;
 }
 
 PrecisionChoice parse_precision(const std::string& s) {
   if (s == "f32") return PrecisionChoice::f32;
   if (s == "bf16") return PrecisionChoice::bf16;
+  if (s == "int8") return PrecisionChoice::int8;
   if (s == "auto") return PrecisionChoice::auto_;
-  throw Error("unknown encoder precision '" + s + "' (f32, bf16 or auto)");
+  throw Error("unknown encoder precision '" + s + "' (f32, bf16, int8 or auto)");
 }
 
 static std::optional<PrecisionChoice> g_precision;
 void set_encoder_precision(PrecisionChoice c) { g_precision = c; }
 std::optional<PrecisionChoice> encoder_precision_setting() { return g_precision; }
 
-const char* precision_name(Precision p) { return p == Precision::bf16 ? "bf16" : "f32"; }
+const char* precision_name(Precision p) {
+  return p == Precision::bf16 ? "bf16" : p == Precision::int8 ? "int8" : "f32";
+}
 const char* precision_name(PrecisionChoice p) {
-  return p == PrecisionChoice::auto_ ? "auto" : p == PrecisionChoice::bf16 ? "bf16" : "f32";
+  return p == PrecisionChoice::auto_ ? "auto" : p == PrecisionChoice::bf16 ? "bf16" : p == PrecisionChoice::int8 ? "int8" : "f32";
 }
 
 const char* activation_layout_name(Precision p) {

@@ -17,14 +17,19 @@ int activation_block();  // its channel block: 16 or 8 (1 for a plain layout)
 // bfloat16 (8-bit mantissa), accumulated in float32 by the convolutions, bias and grid in float32; on a CPU with
 // AMX (Intel Sapphire Rapids and later) oneDNN runs it on the tile units, several times the float32 rate.
 // auto: bf16 where the CPU computes it natively (AMX or AVX512-BF16), else f32 (oneDNN would emulate it, slowly).
-enum class Precision { f32, bf16 };
-enum class PrecisionChoice { f32, bf16, auto_ };
+// int8: the convolutions read unsigned 8-bit activations and signed 8-bit weights (one scale per output channel)
+// and sum in 32-bit integers; the activations' ranges come from calibration on photos (PretrainedEncoder,
+// Int8Ranges), the residual stream and the grid stay float32 (vision/pretrained.hpp). With AVX512-VNNI (or
+// AMX-INT8) that is about twice the bf16 rate.
+enum class Precision { f32, bf16, int8 };
+enum class PrecisionChoice { f32, bf16, int8, auto_ };
 Precision resolve(PrecisionChoice c);
-PrecisionChoice parse_precision(const std::string& s);  // "f32", "bf16", "auto"; else an Error
+PrecisionChoice parse_precision(const std::string& s);  // "f32", "bf16", "int8", "auto"; else an Error
 const char* precision_name(Precision p);
 const char* precision_name(PrecisionChoice p);
 bool cpu_has_native_bf16();  // AMX-BF16 or AVX512-BF16, as oneDNN sees the CPU
 bool cpu_has_amx();
+bool cpu_has_vnni();  // AVX512-VNNI or later (oneDNN's int8 convolutions at full rate)
 // The process's choice, set by the CLI's --encoder-precision (or LoadOptions): when set, it overrides the
 // precision a model file stores.
 void set_encoder_precision(PrecisionChoice c);

@@ -277,10 +277,73 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
                        " (pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds it)");
 }
 
+std::vector<int> int8_activation_nodes(const NetGraph& g) {
+  const int count = (int)g.nodes.size();
+  std::map<std::string, int> at;
+  std::vector<std::vector<int>> readers(count);
+  for (int i = 0; i < count; ++i) {
+    at[g.nodes[i].name] = i;
+    for (auto& in : g.nodes[i].inputs) readers[at.at(in)].push_back(i);
+  }
+  std::vector<int> out;
+  for (int i = 0; i < count; ++i) {
+    const NetNode& node = g.nodes[i];
+    if ((node.op != "conv" && node.op != "affine") || !node.relu || readers[i].empty()) continue;
+    bool convs_only = true;
+    for (int r : readers[i]) convs_only = convs_only && g.nodes[r].op == "conv";
+    if (convs_only) out.push_back(i);
+  }
+  return out;
+}
+
+Int8Ranges choose_int8_ranges(const std::map<std::string, std::vector<float>>& samples) {
+  Int8Ranges out;
+  for (auto& [name, values] : samples) {
+    float top = 0.f;
+    for (float v : values) top = std::max(top, v);
+    if (!(top > 0.f) || !std::isfinite(top)) {
+      out[name] = 1.f;
+      continue;
+    }
+    double best_err = -1, best = top;
+    double clip = top;
+    for (int k = 0; k < 80; ++k, clip *= 0.96) {
+      const double step = clip / 255.0;
+      double err = 0;
+      for (float v : values) {
+        const double x = std::max(0.0, (double)v);
+        const double q = x >= clip ? clip : std::nearbyint(x / step) * step;
+        err += (x - q) * (x - q);
+      }
+      if (best_err < 0 || err < best_err) best_err = err, best = clip;
+    }
+    out[name] = (float)best;
+  }
+  return out;
+}
+
+nlohmann::json int8_ranges_to_json(const Int8Ranges& r) {
+  nlohmann::json j = nlohmann::json::object();
+  for (auto& [name, v] : r) j[name] = v;
+  return j;
+}
+
+Int8Ranges int8_ranges_from_json(const nlohmann::json& j) {
+  if (!j.is_object()) throw Error("int8 ranges are not an object of node names");
+  Int8Ranges r;
+  for (auto& [name, v] : j.items()) {
+    if (!v.is_number()) throw Error("int8 range of '" + name + "' is not a number");
+    const float x = v.get<float>();
+    if (!std::isfinite(x) || !(x > 0.f)) throw Error("int8 range of '" + name + "' is not finite and positive");
+    r[name] = x;
+  }
+  return r;
+}
+
 PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size,
-                                     const std::string& where, Precision precision)
+                                     const std::string& where, Precision precision, Int8Ranges int8_ranges)
     : PretrainedEncoder(graph, std::make_shared<const TensorFile>(std::move(weights)), TensorFile(), input_size, where,
-                        precision) {}
+                        precision, std::move(int8_ranges)) {}
 
 const TensorFile& PretrainedEncoder::weights_for(const std::string& first) const {
   if (overlay_.tensors.count(first) || overlay_.quantized.count(first)) return overlay_;
@@ -289,10 +352,23 @@ const TensorFile& PretrainedEncoder::weights_for(const std::string& first) const
 
 PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared,
                                      TensorFile overlay, int input_size, const std::string& where,
-                                     Precision precision)
+                                     Precision precision, Int8Ranges int8_ranges)
     : graph_(graph), shared_(std::move(shared)), overlay_(std::move(overlay)), input_size_(input_size),
-      precision_(precision) {
+      precision_(precision), int8_ranges_(std::move(int8_ranges)), int8_nodes_(int8_activation_nodes(graph_)) {
   if (!shared_) shared_ = std::make_shared<const TensorFile>();
+  if (precision_ == Precision::int8) {
+    for (auto& node : graph_.nodes)
+      if (node.op == "concat")
+        fail(where, "int8 runs ResNet v2 trunks only (this network concatenates, at '" + node.name + "')");
+    for (int i : int8_nodes_) {
+      auto r = int8_ranges_.find(graph_.nodes[i].name);
+      if (r == int8_ranges_.end())
+        fail(where, "int8 needs the activation range of '" + graph_.nodes[i].name +
+                        "' (calibrate the model on photos: sat model calibrate)");
+      if (!std::isfinite(r->second) || !(r->second > 0.f))
+        fail(where, "int8 activation range of '" + graph_.nodes[i].name + "' is not finite and positive");
+    }
+  }
   try {
     shapes_ = graph_.shapes(input_size, input_size);
   } catch (const Error& e) {
@@ -337,6 +413,7 @@ struct PretrainedEncoder::Plan {
   std::list<FloatBuffer> weights;
   std::vector<FloatBuffer> pool;  // activation buffers, each reused by layers whose lifetimes do not overlap
   std::vector<std::pair<primitive, std::unordered_map<int, memory>>> steps;
+  std::vector<int> step_node;  // per step: the node whose output it writes, -1 for a reorder
 };
 
 // Which buffer each node writes, and when each buffer is live, so that buffers are shared by layers whose
@@ -420,9 +497,19 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   std::map<std::string, int> at;
   for (int i = 0; i < count; ++i) at[nodes[i].name] = i;
   const tag act = activation_tag(precision_);
+  const bool int8 = precision_ == Precision::int8;
   const dt type = precision_ == Precision::bf16 ? dt::bf16 : dt::f32;
-  const size_t value_bytes = precision_ == Precision::bf16 ? 2 : 4;
-  auto blocked = [&](int i) { return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, type, act); };
+  const size_t value_bytes = precision_ == Precision::bf16 ? 2 : 4;  // (int8 has no concatenations to offset into)
+  // int8: the nodes int8_activation_nodes lists are u8, every other one float32; a convolution reading float32
+  // (the root one, from the image) computes in bf16 where the CPU has it natively.
+  std::vector<dt> node_type(count, type);
+  if (int8)
+    for (int i : int8_nodes_) node_type[i] = dt::u8;
+  const dt float_conv_type = int8 ? (cpu_has_native_bf16() ? dt::bf16 : dt::f32) : type;
+  auto quant_step = [&](int i) { return int8_ranges_.at(nodes[i].name) / 255.f; };  // value of one u8 step
+  auto blocked = [&](int i) {
+    return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, node_type[i], act);
+  };
   auto floats_for = [](size_t bytes) { return (bytes + sizeof(float) - 1) / sizeof(float); };
   const BufferPlan B = plan_buffers(graph_, shapes_, n, activation_block(precision_));
   auto root = [&](int i) {  // the node that owns the buffer i writes into, following chains of owners
@@ -497,7 +584,16 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   P.conv_w.resize(count);
   P.conv_b.resize(count);
   P.scale.resize(count), P.shift.resize(count), P.mean.resize(count), P.variance.resize(count);
+  int labelled_node = -1;
+  size_t labelled_from = 0;
+  auto label_steps = [&] {  // the steps since the last call: the last writes labelled_node's output
+    for (size_t k = labelled_from; k < P.steps.size(); ++k)
+      P.step_node.push_back(k + 1 == P.steps.size() ? labelled_node : -1);
+    labelled_from = P.steps.size();
+  };
   for (int i : order) {
+    label_steps();
+    labelled_node = i;
     const NetNode& node = nodes[i];
     const NodeShape& s = shapes_[i];
     const int src = node.inputs.empty() ? -1 : at.at(node.inputs[0]);
@@ -506,7 +602,9 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       const int dst_node = B.sum_of[i] >= 0 ? B.sum_of[i] : i;
       const memory& dst = P.out[dst_node];
       const int CI = shapes_[src].c;
-      memory::desc w_md({s.c, CI, node.kh, node.kw}, type, tag::any), b_md({s.c}, dt::f32, tag::x);
+      const bool int8_conv = node_type[src] == dt::u8;
+      const dt compute = int8_conv ? dt::s8 : float_conv_type;
+      memory::desc w_md({s.c, CI, node.kh, node.kw}, compute, tag::any), b_md({s.c}, dt::f32, tag::x);
       primitive_attr attr;
       post_ops po;
       if (dst_node != i) po.append_sum(1.f);
@@ -515,8 +613,29 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       // The image comes in planar; a convolution reading it gets it in the layout it prefers (one reorder at the
       // edge: oneDNN's fast first-layer kernels do not all read planar input).
       const bool reads_image = nodes[src].op == "input";
-      const memory::desc src_md = reads_image ? memory::desc(P.image.get_desc().dims(), type, tag::any)
+      const memory::desc src_md = reads_image ? memory::desc(P.image.get_desc().dims(), compute, tag::any)
                                               : P.out[src].get_desc();
+      // int8: x = sx * xq, w[o] = sw[o] * wq[o] (sw[o] = max |w[o]| / 127), y = sy * yq (sy = 1 for float32).
+      // oneDNN computes yq = scale[o] * (sum xq wq + bias'[o]): scale[o] = sx sw[o] / sy, bias' = bias / (sx sw[o]).
+      std::vector<float> w_step;
+      float sx = 1.f;
+      if (int8_conv) {
+        const float* w = conv_w_.count(i) ? conv_w_.at(i).data()
+                                          : weights_for(node.kernel).tensors.at(node.kernel).value.data();
+        const size_t per_out = (size_t)CI * node.kh * node.kw;
+        w_step.resize(s.c);
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < s.c; ++o) {
+          float top = 0.f;
+          for (size_t k = 0; k < per_out; ++k) top = std::max(top, std::fabs(w[(size_t)o * per_out + k]));
+          w_step[o] = top > 0.f ? top / 127.f : 1.f;
+        }
+        sx = quant_step(src);
+        const float sy = node_type[dst_node] == dt::u8 ? quant_step(dst_node) : 1.f;
+        std::vector<float> scales(s.c);
+        for (int o = 0; o < s.c; ++o) scales[o] = sx * w_step[o] / sy;
+        attr.set_output_scales(1 << 1, scales);
+      }
       convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct, src_md, w_md, b_md,
                                   dst.get_desc(), {node.sh, node.sw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r});
       convolution_forward::primitive_desc pd(d, attr, eng);
@@ -532,6 +651,23 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       float* w_data = folded ? conv_w_.at(i).data() : const_cast<float*>(W.tensors.at(node.kernel).value.data());
       float* b_data = folded ? conv_b_.at(i).data() : const_cast<float*>(W.tensors.at(node.bias).value.data());
       memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
+      if (int8_conv) {  // quantized here, in the user's layout (O outermost in both), then reordered like floats
+        const size_t per_out = (size_t)CI * node.kh * node.kw;
+        FloatBuffer q(floats_for((size_t)s.c * per_out));
+        auto* wq = reinterpret_cast<int8_t*>(q.data());
+#pragma omp parallel for schedule(static)
+        for (int o = 0; o < s.c; ++o)
+          for (size_t k = 0; k < per_out; ++k) {
+            const float v = std::nearbyint(w_data[(size_t)o * per_out + k] / w_step[o]);
+            wq[(size_t)o * per_out + k] = (int8_t)std::max(-127.f, std::min(127.f, v));
+          }
+        P.weights.push_back(std::move(q));
+        user_w = memory({{s.c, CI, node.kh, node.kw}, dt::s8, folded ? tag::oihw : tag::ohwi}, eng,
+                        P.weights.back().data());
+        P.weights.emplace_back(s.c);
+        for (int o = 0; o < s.c; ++o) P.weights.back()[o] = b_data[o] / (sx * w_step[o]);
+        b_data = P.weights.back().data();
+      }
       P.weights.emplace_back(floats_for(pd.weights_desc().get_size()));  // ours: allocated mapped in
       P.conv_w[i] = memory(pd.weights_desc(), eng, P.weights.back().data());
       reorder(user_w, P.conv_w[i]).execute(cpu_stream(), user_w, P.conv_w[i]);
@@ -547,6 +683,28 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
                               {node.sh, node.sw}, {node.kh, node.kw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r});
       pooling_forward::primitive_desc pd(d, eng);
       P.steps.push_back({pooling_forward(pd), {{DNNL_ARG_SRC, P.out[src]}, {DNNL_ARG_DST, P.out[i]}}});
+    } else if (node.op == "affine" && node_type[i] == dt::u8) {
+      // int8: yq = relu(x * scale / sy + offset / sy), rounded and saturated to u8 by the binary primitive's
+      // destination (a multiply by the per-channel scale, the offset added as a post-op).
+      const memory::desc c_md({1, s.c, 1, 1}, dt::f32, tag::abcd);
+      const float sy = quant_step(i);
+      P.weights.emplace_back(s.c);
+      for (int c = 0; c < s.c; ++c) P.weights.back()[c] = scale_.at(i)[c] / sy;
+      P.scale[i] = memory(c_md, eng, P.weights.back().data());
+      P.weights.emplace_back(s.c);
+      for (int c = 0; c < s.c; ++c) P.weights.back()[c] = shift_.at(i)[c] / sy;
+      P.shift[i] = memory(c_md, eng, P.weights.back().data());
+      primitive_attr attr;
+      post_ops po;
+      po.append_binary(algorithm::binary_add, c_md);
+      po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
+      attr.set_post_ops(po);
+      binary::primitive_desc pd(
+          binary::desc(algorithm::binary_mul, P.out[src].get_desc(), c_md, P.out[i].get_desc()), attr, eng);
+      P.steps.push_back({binary(pd), {{DNNL_ARG_SRC_0, P.out[src]},
+                                      {DNNL_ARG_SRC_1, P.scale[i]},
+                                      {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, P.shift[i]},
+                                      {DNNL_ARG_DST, P.out[i]}}});
     } else if (node.op == "affine") {
       // Batch normalization with fixed statistics (mean 0, variance 1, epsilon 0) is exactly x * scale + offset,
       // with the ReLU fused.
@@ -587,10 +745,12 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       P.steps.push_back({concat(pd), args});
     }
   }
+  label_steps();
   const int last_node = count - 1;
   P.grid = memory({{n, channels_, grid_h_, grid_w_}, dt::f32, tag::nhwc}, eng, nullptr);
   P.steps.push_back(
       {reorder(P.out[last_node], P.grid), {{DNNL_ARG_FROM, P.out[last_node]}, {DNNL_ARG_TO, P.grid}}});
+  P.step_node.push_back(-1);
   return *(plans_[n] = std::move(plan));
 }
 
@@ -600,6 +760,34 @@ void PretrainedEncoder::forward(const float* images, int n, std::vector<float>& 
   P.image.set_data_handle(const_cast<float*>(images));
   P.grid.set_data_handle(grid.data());
   for (auto& [prim, args] : P.steps) prim.execute(cpu_stream(), args);
+  cpu_stream().wait();
+}
+
+}  // namespace sat
+
+namespace sat {
+
+void PretrainedEncoder::sample_activations(const float* images, int n,
+                                           std::map<std::string, std::vector<float>>& samples, size_t per_node) {
+  if (precision_ != Precision::f32) throw Error("activations are sampled from a float32 encoder only");
+  Plan& P = plan_for(n);
+  std::vector<bool> wanted(graph_.nodes.size(), false);
+  for (int i : int8_nodes_) wanted[i] = true;
+  std::vector<float> grid((size_t)n * grid_h_ * grid_w_ * channels_);
+  P.image.set_data_handle(const_cast<float*>(images));
+  P.grid.set_data_handle(grid.data());
+  for (size_t k = 0; k < P.steps.size(); ++k) {
+    P.steps[k].first.execute(cpu_stream(), P.steps[k].second);
+    const int node = P.step_node[k];
+    if (node < 0 || !wanted[node]) continue;
+    cpu_stream().wait();
+    const memory& out = P.out[node];
+    const size_t values = out.get_desc().get_size() / sizeof(float);
+    const float* v = static_cast<const float*>(out.get_data_handle());
+    const size_t stride = std::max<size_t>(1, values / std::max<size_t>(1, per_node));
+    auto& dst = samples[graph_.nodes[node].name];
+    for (size_t j = 0; j < values; j += stride) dst.push_back(v[j]);
+  }
   cpu_stream().wait();
 }
 

@@ -18,6 +18,21 @@
 
 namespace sat {
 
+// int8 (vision/onednn.hpp): the largest value each 8-bit activation can hold, by node name, for every node that
+// int8_activation_nodes lists; values above it are clipped. Chosen from float32 activations on photos
+// (PretrainedEncoder::sample_activations, then choose_int8_ranges).
+using Int8Ranges = std::map<std::string, float>;
+// The nodes whose outputs are unsigned 8-bit in int8: a ReLU's output (a convolution's or an affine
+// pre-activation's) that only convolutions read. The rest (the root convolution's output, the residual stream, the
+// grid) stay float32.
+std::vector<int> int8_activation_nodes(const NetGraph& g);
+// For each node, the clip c that minimizes the mean squared error of quantizing its sampled values to
+// {0, c/255, ..., c} (values above c become c), searched over c = max * 0.96^k, k = 0..79. Nodes whose samples
+// are all zero get the range 1 (any range is exact).
+Int8Ranges choose_int8_ranges(const std::map<std::string, std::vector<float>>& samples);
+nlohmann::json int8_ranges_to_json(const Int8Ranges& r);
+Int8Ranges int8_ranges_from_json(const nlohmann::json& j);  // checks each range is finite and positive
+
 class PretrainedEncoder {
  public:
   // graph: already cut at the layer that gives the grid. weights: the tensors its conv nodes name
@@ -27,14 +42,17 @@ class PretrainedEncoder {
   // kernels are read from them as they are when a plan is built.
   // precision: f32, or bf16 (vision/onednn.hpp: the grid then differs from f32's by bfloat16 rounding; at
   // ResNet-101 v2's block3, 2.6% relative RMS error over the grid, 0.9% over its mean-pooled features).
+  // int8 needs `int8_ranges` for every int8_activation_nodes node (else an Error naming `where` and the node),
+  // and a graph without concatenations (a ResNet v2 trunk).
   PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size, const std::string& where,
-                    Precision precision = Precision::f32);
+                    Precision precision = Precision::f32, Int8Ranges int8_ranges = {});
   // The same with weights shared, not copied (a model keeps its imported weights; ResNet-101's are 110 MB as
   // float32), and `overlay` holding the tensors a node names that `shared` lacks (fine-tuned units written back,
   // TunableBlocks::write_back): each node reads all of its tensors from the overlay when it holds its kernel (or
   // scale), else from the shared weights.
   PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, TensorFile overlay,
-                    int input_size, const std::string& where, Precision precision = Precision::f32);
+                    int input_size, const std::string& where, Precision precision = Precision::f32,
+                    Int8Ranges int8_ranges = {});
   ~PretrainedEncoder();
   PretrainedEncoder(const PretrainedEncoder&) = delete;
   PretrainedEncoder& operator=(const PretrainedEncoder&) = delete;
@@ -48,6 +66,10 @@ class PretrainedEncoder {
 
   // images: N x 3 x S x S planar floats (already normalized). grid: N x L x D, L in raster order.
   void forward(const float* images, int n, std::vector<float>& grid);
+  // Float32 encoders only (calibration for int8): runs the network on images like forward and appends up to
+  // `per_node` of each int8_activation_nodes node's output values (evenly strided) to samples[node name].
+  void sample_activations(const float* images, int n, std::map<std::string, std::vector<float>>& samples,
+                          size_t per_node);
 
  private:
   struct Plan;
@@ -61,6 +83,8 @@ class PretrainedEncoder {
   int input_size_, grid_h_, grid_w_, channels_;
   double macs_;
   Precision precision_;
+  Int8Ranges int8_ranges_;
+  std::vector<int> int8_nodes_;  // int8_activation_nodes of graph_
   std::map<int, FloatBuffer> conv_w_, conv_b_;  // node index -> folded OIHW weights and bias
   std::map<int, FloatBuffer> scale_, shift_;    // affine node index -> per-channel scale and offset
   FloatBuffer zeros_, ones_;                    // the fixed statistics an affine runs batch norm with

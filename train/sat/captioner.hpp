@@ -34,8 +34,9 @@ struct LoadOptions {
   std::string weights_dir;
   // Threads the encoder and the search use (OpenMP); 0: OpenMP's default (every core, or $OMP_NUM_THREADS).
   int threads = 0;
-  // A pretrained encoder's arithmetic: "f32", "bf16" (bfloat16 with float32 accumulation) or "auto" (bf16 where
-  // the CPU computes it natively); "" takes the model's stored choice. Anything else throws sat::Error.
+  // A pretrained encoder's arithmetic: "f32", "bf16" (bfloat16 with float32 accumulation), "int8" (8-bit
+  // activations and weights; the model needs calibrated ranges, sat model calibrate) or "auto" (bf16 where the CPU
+  // computes it natively); "" takes the model's stored choice. Anything else throws sat::Error.
   std::string encoder_precision;
 };
 
@@ -106,7 +107,7 @@ struct ModelInfo {
   int beam_groups = 1;          // diverse beam search's groups (1: plain beam search)
   double diversity = 0;         // and its penalty
   std::string attention;  // "soft", "local", "hard" or "none"
-  std::string encoder_precision;  // what the encoder computes in: "f32" or "bf16" ("f32" for a model's own CNN)
+  std::string encoder_precision;  // what the encoder computes in: "f32", "bf16" or "int8" ("f32" for a model's own CNN)
 };
 
 class SAT_API Captioner {
