@@ -66,6 +66,7 @@ case $cmd in
       compact) { cat "$1"; echo "recipe: $(arg --recipe "$@")"; } >"$out" ;;
       set) [ "$1" = "$out" ] || cp "$1" "$out"; echo "set ${*:4}" >>"$out" ;;
       memory) { cat "$1"; echo "memory of $(arg --split "$@") from $(arg --features "$@")"; } >"$out" ;;
+      calibrate) { cat "$1"; echo "int8 ranges from $(arg --photos "$@") photos of $(arg --split "$@")"; } >"$out.tmp" && mv "$out.tmp" "$out" ;;
       *) echo "sat: unknown model subcommand $sub" >&2; exit 1 ;;
     esac ;;
   *) echo "sat: unknown command $cmd" >&2; exit 1 ;;
@@ -119,6 +120,10 @@ grep -q "^memory of ../shared/data/flickr8k/train.txt from runs/w/block3_unit_20
   fail "the shipped model has no caption memory of the training photos from stage 2c's cache"
 grep -q "^set --beam 10 --neighbours 60 --consensus-weight 12" "$repo/models/flickr8k.sat" ||
   fail "the shipped model's consensus settings are not the best scoring ones"
+# int8: the shipped model's activation ranges from training photos, the last step
+grep -q "^int8 ranges from 64 photos of ../shared/data/flickr8k/train.txt" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model has no int8 ranges from the training photos"
+[ "$(tail -n 1 "$scratch/calls" | cut -d' ' -f1-2)" = "model calibrate" ] || fail "calibration is not the last step"
 [ "$(grep -c '^model memory' "$scratch/calls")" = 1 ] || fail "the rerun built $(grep -c '^model memory' "$scratch/calls") memories, not 1"
 # the earlier stages started where they should
 grep -qx "trained from  tune-from " "$work/model/start" || fail "stage 1: $(cat "$work/model/start")"

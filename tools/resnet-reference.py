@@ -16,6 +16,9 @@ libopenblas0-pthread, else torch uses the reference BLAS).
   # the same with sat's encoder in bfloat16 (--encoder-precision bf16) and PyTorch under CPU bf16 autocast (its
   # convolutions in bf16 through its own oneDNN); OpenCV dnn has no bf16 CPU path and stays float32
   /usr/bin/python3 tools/resnet-reference.py bench WEIGHTS --size 448 --precision bf16
+  # the same with sat's encoder in int8, PyTorch in float32, under bf16 autocast and with its own int8 convolutions
+  # (quantized engine onednn, ranges from the benchmark's input as sat's bench takes them); OpenCV dnn in float32
+  /usr/bin/python3 tools/resnet-reference.py bench WEIGHTS --size 448 --precision int8
 """
 import argparse
 import json
@@ -162,6 +165,76 @@ def make_trunk(tensors, cut):
     return Module().eval()
 
 
+def make_int8_trunk(trunk, x):
+    """The same trunk with PyTorch's own int8 convolutions (quantized engine 'onednn': u8 activations, s8 weights
+    per output channel, as sat's int8), for the speed comparison only. Each unit's pre-activation is quantized
+    before its convolutions, conv1 and conv2 (with their ReLU) write u8, conv3 and a projection shortcut write u8
+    around a zero point of 128 and are dequantized to be added to the float32 residual stream; the root convolution,
+    the pooling and the grid's normalization stay float32. Ranges: the float trunk's maxima on `x`."""
+    import torch
+    import torch.nn.functional as F
+    import torch.nn.quantized as nnq
+    import torch.nn.intrinsic.quantized as nniq
+
+    torch.backends.quantized.engine = "onednn"
+    tops = {}
+
+    def seen(key, v):
+        tops[key] = max(tops.get(key, 0.0), float(v.abs().max()))
+        return v
+
+    with torch.no_grad():  # the float trunk's forward, recording each quantized tensor's largest magnitude
+        p = trunk.p
+        h = F.conv2d(x, p("conv1/weights"), p("conv1/biases"), stride=2, padding=3)
+        h = F.max_pool2d(h, 3, 2, ceil_mode=True)
+        for scope, s, proj in trunk.plan:
+            pre = seen(scope + "/pre", F.relu(trunk.affine(h, scope + "/preact")))
+            short = seen(scope + "/shortcut", F.conv2d(pre, p(scope + "/shortcut/weights"), p(scope + "/shortcut/biases"),
+                                                      stride=s)) if proj else (F.max_pool2d(h, 1, s) if s > 1 else h)
+            r = seen(scope + "/conv1", F.relu(F.conv2d(pre, p(scope + "/conv1/weights"), p(scope + "/conv1/biases"))))
+            r = seen(scope + "/conv2", F.relu(F.conv2d(r, p(scope + "/conv2/weights"), p(scope + "/conv2/biases"),
+                                                       stride=s, padding=1)))
+            r = seen(scope + "/conv3", F.conv2d(r, p(scope + "/conv3/weights"), p(scope + "/conv3/biases")))
+            h = short + r
+
+    def qconv(cls, name, stride, padding, out_key, signed):
+        w = trunk.p(name + "/weights").detach()
+        scales = (w.abs().amax(dim=(1, 2, 3)) / 127).clamp(min=1e-12).double()
+        qw = torch.quantize_per_channel(w, scales, torch.zeros(w.shape[0], dtype=torch.long), 0, torch.qint8)
+        c = cls(w.shape[1], w.shape[0], w.shape[2], stride=stride, padding=padding)
+        c.set_weight_bias(qw, trunk.p(name + "/biases").detach())
+        top = max(tops[out_key], 1e-6)
+        c.scale, c.zero_point = (top / 127, 128) if signed else (top / 255, 0)
+        return c
+
+    class Int8Trunk(torch.nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.units = torch.nn.ModuleList()
+            self.pre_scale = []
+            for scope, s, proj in trunk.plan:
+                u = torch.nn.Module()
+                u.conv1 = qconv(nniq.ConvReLU2d, scope + "/conv1", 1, 0, scope + "/conv1", False)
+                u.conv2 = qconv(nniq.ConvReLU2d, scope + "/conv2", s, 1, scope + "/conv2", False)
+                u.conv3 = qconv(nnq.Conv2d, scope + "/conv3", 1, 0, scope + "/conv3", True)
+                if proj:
+                    u.shortcut = qconv(nnq.Conv2d, scope + "/shortcut", s, 0, scope + "/shortcut", True)
+                self.units.append(u)
+                self.pre_scale.append(max(tops[scope + "/pre"], 1e-6) / 255)
+
+        def forward(self, x):
+            p = trunk.p
+            h = F.conv2d(x, p("conv1/weights"), p("conv1/biases"), stride=2, padding=3)
+            h = F.max_pool2d(h, 3, 2, ceil_mode=True)
+            for (scope, s, proj), u, ps in zip(trunk.plan, self.units, self.pre_scale):
+                pre = torch.quantize_per_tensor(F.relu(trunk.affine(h, scope + "/preact")), ps, 0, torch.quint8)
+                short = u.shortcut(pre).dequantize() if proj else (F.max_pool2d(h, 1, s) if s > 1 else h)
+                h = short + u.conv3(u.conv2(u.conv1(pre))).dequantize()
+            return F.relu(trunk.affine(h, trunk.norm))
+
+    return Int8Trunk().eval()
+
+
 def load_image(path, size):
     """As sat does: OpenCV decode, resize (area when shrinking, bilinear otherwise), RGB, x / 127.5 - 1."""
     import cv2
@@ -240,6 +313,7 @@ def cmd_bench(a):
 
     torch.set_num_threads(2)
     trunk = make_trunk(tensors, a.cut)
+    int8 = make_int8_trunk(trunk, torch.rand(1, 3, a.size, a.size) * 2 - 1) if a.precision == "int8" else None
     for n in batches:
         x = torch.rand(n, 3, a.size, a.size) * 2 - 1
 
@@ -248,6 +322,17 @@ def cmd_bench(a):
                 trunk(x)
         rows.setdefault("PyTorch %s%s" % (torch.__version__, " (bf16 autocast)" if bf16 else ""), {})[n] = \
             timed(run, n, a.seconds)
+        if int8 is not None:  # PyTorch's fastest float path too: bf16 autocast
+            def run_bf16():
+                with torch.no_grad(), torch.autocast("cpu", dtype=torch.bfloat16):
+                    trunk(x)
+            rows.setdefault("PyTorch %s (bf16 autocast)" % torch.__version__, {})[n] = timed(run_bf16, n, a.seconds)
+
+            def run_int8():
+                with torch.no_grad():
+                    int8(x)
+            rows.setdefault("PyTorch %s int8 (quantized engine onednn)" % torch.__version__, {})[n] = \
+                timed(run_int8, n, a.seconds)
 
     cv2.setNumThreads(2)
     with tempfile.TemporaryDirectory() as tmp:
@@ -295,7 +380,7 @@ def main():
     b.add_argument("--size", type=int, default=224)
     b.add_argument("--batches", default="1,8")
     b.add_argument("--seconds", type=float, default=20)
-    b.add_argument("--precision", choices=["f32", "bf16"], default="f32")
+    b.add_argument("--precision", choices=["f32", "bf16", "int8"], default="f32")
     b.add_argument("--sat", default=os.path.join(TOP, "build", "sat"))
     a = ap.parse_args()
     {"grid": cmd_grid, "fixture": cmd_fixture, "bench": cmd_bench}[a.cmd](a)

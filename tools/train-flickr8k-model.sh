@@ -89,8 +89,10 @@ features=$work/$(echo "$cache_cut" | tr / _)_$size.feat
 source "$(dirname "${BASH_SOURCE[0]}")/flickr8k-choose.sh"
 settings="CUT=$cut SIZE=$size TUNE_FROM=$tune_from DIM=$dim EPOCHS=$epochs LR=$lr PRECISION=$precision"
 [ -f "$work/train_dev.txt" ] || cat "$data/train.txt" "$data/dev.txt" >"$work/train_dev.txt"
-finish() {  # features: the last step (consensus reranking, from that cache), then the end of the recipe
+finish() {  # features: the last steps (consensus reranking, from that cache; int8 ranges), then the end of the recipe
   [ "$memory" = 1 ] && consensus_stage "$1" models/flickr8k.sat "$precision"
+  # the ranges --encoder-precision int8 needs, from 64 training photos in float32 (the model's choice stays as set)
+  "$sat" model calibrate models/flickr8k.sat --data "$data" --split "$data/train.txt" --photos 64 --out models/flickr8k.sat
   exit 0
 }
 if [ ! -f "$work/stage1.sat" ]; then  # stage 1 (a finished stage 1 is kept as stage1.sat)
