@@ -656,11 +656,12 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
         FloatBuffer q(floats_for((size_t)s.c * per_out));
         auto* wq = reinterpret_cast<int8_t*>(q.data());
 #pragma omp parallel for schedule(static)
-        for (int o = 0; o < s.c; ++o)
-          for (size_t k = 0; k < per_out; ++k) {
-            const float v = std::nearbyint(w_data[(size_t)o * per_out + k] / w_step[o]);
-            wq[(size_t)o * per_out + k] = (int8_t)std::max(-127.f, std::min(127.f, v));
-          }
+        for (int o = 0; o < s.c; ++o) {  // |w| / w_step <= 127 by the choice of w_step: no clamping
+          const float inv = 1.f / w_step[o];
+          const float* from = w_data + (size_t)o * per_out;
+          int8_t* to = wq + (size_t)o * per_out;
+          for (size_t k = 0; k < per_out; ++k) to[k] = (int8_t)std::lrintf(from[k] * inv);
+        }
         P.weights.push_back(std::move(q));
         user_w = memory({{s.c, CI, node.kh, node.kw}, dt::s8, folded ? tag::oihw : tag::ohwi}, eng,
                         P.weights.back().data());
