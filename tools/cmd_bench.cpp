@@ -385,6 +385,7 @@ void add_bench_commands(CLI::App& app) {
     const double gmac = enc.macs_per_image() / 1e9;
     const double peak = pa->peak ? measure_peak_gflops() : 0;
     const double bf16_peak = pa->peak && precision == Precision::bf16 ? measure_bf16_peak_gflops() : 0;
+    const double int8_peak = pa->peak && precision == Precision::int8 ? measure_int8_peak_gops() : 0;
     const std::string name = net.external_file.empty() ? "InceptionV3" : "ResNet v2 (" + net.external_file + ")";
     if (!pa->json)
       std::printf("%s -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s, %s %s activations%s)\n",
@@ -398,6 +399,8 @@ void add_bench_commands(CLI::App& app) {
     if (peak > 0 && !pa->json) std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
     if (bf16_peak > 0 && !pa->json)
       std::printf("  machine bf16 peak, measured: %.1f GFLOPS (%s)\n", bf16_peak, kBf16PeakMethod);
+    if (int8_peak > 0 && !pa->json)
+      std::printf("  machine int8 peak, measured: %.1f GOP/s (%s)\n", int8_peak, kInt8PeakMethod);
     for (const int n : batches) {
       Rng rng(3);
       std::vector<float> img((size_t)n * 3 * pa->size * pa->size), grid;
@@ -416,14 +419,16 @@ void add_bench_commands(CLI::App& app) {
       if (pa->json)
         std::printf("{\"peer\": \"sat\", \"batch\": %d, \"images_per_s\": %.3f, \"best_images_per_s\": %.3f, "
                     "\"gflops\": %.2f, \"gmac_per_image\": %.4f, \"peak_gflops\": %.2f, \"bf16_peak_gflops\": %.2f, "
-                    "\"precision\": \"%s\"}\n",
-                    n, ips, n / best, 2 * gmac * ips, gmac, peak, bf16_peak, precision_name(precision));
+                    "\"int8_peak_gops\": %.2f, \"precision\": \"%s\"}\n",
+                    n, ips, n / best, 2 * gmac * ips, gmac, peak, bf16_peak, int8_peak, precision_name(precision));
       else if (peak > 0)
         std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS, %.0f%% of the FP32 peak%s\n",
                     n, mean * 1e3, ips, n / best, 2 * gmac * ips, 100 * 2 * gmac * ips / peak,
-                    bf16_peak > 0 ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / bf16_peak)) +
-                                     "% of the bf16 peak").c_str()
-                                  : "");
+                    bf16_peak > 0   ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / bf16_peak)) +
+                                       "% of the bf16 peak").c_str()
+                    : int8_peak > 0 ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / int8_peak)) +
+                                       "% of the int8 peak").c_str()
+                                    : "");
       else
         std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS\n", n, mean * 1e3, ips,
                     n / best, 2 * gmac * ips);

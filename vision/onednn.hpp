@@ -49,4 +49,8 @@ extern const char* const kPeakMethod;
 // practical bf16 peak, in GFLOP/s.
 double measure_bf16_peak_gflops();
 extern const char* const kBf16PeakMethod;
+// The same with unsigned 8-bit by signed 8-bit inputs and 32-bit integer sums (AVX512-VNNI where the CPU has it):
+// the practical int8 peak, in GOP/s (a multiply-add counted as 2).
+double measure_int8_peak_gops();
+extern const char* const kInt8PeakMethod;
 }  // namespace sat
