@@ -488,6 +488,21 @@ expect_error "fine-tuned ResNet with a normalized cache" "^sat: $WORK/rn.feat: f
   "$SAT" eval --model "$WORK/rn3_t1/model.sat" --data "$WORK/val" --features "$WORK/rn_raw.feat" >/dev/null 2>&1 &&
   pass "a frozen ResNet model fine-tunes block3's last unit from --init-from (captions as before at step 0)" ||
   fail "--init-from a frozen model with --tune-from"
+# int8 ranges follow the encoder: kept while its fine-tuned units stay as they are (--tune-lr 0, an average of models
+# that share them), dropped when those train on or average into other weights
+"$SAT" model calibrate "$WORK/rn_tune/model.sat" --data "$WORK/val" --photos 2 --out "$WORK/rnt_cal.sat" >/dev/null &&
+  "$SAT" train --init-from "$WORK/rnt_cal.sat" --tune-lr 1e-4 --data "$WORK/val" --val-data "$WORK/val" \
+    --features "$WORK/rn_raw.feat" --out "$WORK/rnt_on" --epochs 1 --val-limit 20 >/dev/null 2>&1 &&
+  ! "$SAT" model info "$WORK/rnt_on/model.sat" | grep -q "^int8 ready" &&
+  "$SAT" train --init-from "$WORK/rnt_cal.sat" --fresh-decoder --tune-lr 0 --data "$WORK/val" --val-data "$WORK/val" \
+    --features "$WORK/rn_raw.feat" --out "$WORK/rnt_frozen" --epochs 1 --val-limit 20 >/dev/null 2>&1 &&
+  "$SAT" model info "$WORK/rnt_frozen/model.sat" | grep -q "^int8 ready" &&
+  "$SAT" model average "$WORK/rnt_cal.sat" "$WORK/rnt_cal.sat" --out "$WORK/rnt_avg_same.sat" >/dev/null &&
+  "$SAT" model info "$WORK/rnt_avg_same.sat" | grep -q "^int8 ready" &&
+  "$SAT" model average "$WORK/rnt_cal.sat" "$WORK/rnt_on/model.sat" --out "$WORK/rnt_avg.sat" >/dev/null &&
+  ! "$SAT" model info "$WORK/rnt_avg.sat" | grep -q "^int8 ready" &&
+  pass "int8 ranges kept with the fine-tuned units as they were (--tune-lr 0, an average of equals), dropped when they train on" ||
+  fail "int8 ranges after training or averaging"
 # a model fine-tuned after block3/unit_22 tunes block3/unit_22 too: unit_23 keeps its trained weights, so before any
 # step it captions as before; tuning fewer units than it did would freeze trained ones again, and is refused
 "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --tune-from block3/unit_21 --data "$WORK/val" --val-data "$WORK/val" \

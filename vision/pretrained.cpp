@@ -651,9 +651,10 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       float* w_data = folded ? conv_w_.at(i).data() : const_cast<float*>(W.tensors.at(node.kernel).value.data());
       float* b_data = folded ? conv_b_.at(i).data() : const_cast<float*>(W.tensors.at(node.bias).value.data());
       memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
+      FloatBuffer q;  // int8: the quantized weights in the user's layout, until reordered
       if (int8_conv) {  // quantized here, in the user's layout (O outermost in both), then reordered like floats
         const size_t per_out = (size_t)CI * node.kh * node.kw;
-        FloatBuffer q(floats_for((size_t)s.c * per_out));
+        q.resize(floats_for((size_t)s.c * per_out));
         auto* wq = reinterpret_cast<int8_t*>(q.data());
 #pragma omp parallel for schedule(static)
         for (int o = 0; o < s.c; ++o) {  // |w| / w_step <= 127 by the choice of w_step: no clamping
@@ -662,9 +663,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
           int8_t* to = wq + (size_t)o * per_out;
           for (size_t k = 0; k < per_out; ++k) to[k] = (int8_t)std::lrintf(from[k] * inv);
         }
-        P.weights.push_back(std::move(q));
-        user_w = memory({{s.c, CI, node.kh, node.kw}, dt::s8, folded ? tag::oihw : tag::ohwi}, eng,
-                        P.weights.back().data());
+        user_w = memory({{s.c, CI, node.kh, node.kw}, dt::s8, folded ? tag::oihw : tag::ohwi}, eng, q.data());
         P.weights.emplace_back(s.c);
         for (int o = 0; o < s.c; ++o) P.weights.back()[o] = b_data[o] / (sx * w_step[o]);
         b_data = P.weights.back().data();
@@ -672,6 +671,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       P.weights.emplace_back(floats_for(pd.weights_desc().get_size()));  // ours: allocated mapped in
       P.conv_w[i] = memory(pd.weights_desc(), eng, P.weights.back().data());
       reorder(user_w, P.conv_w[i]).execute(cpu_stream(), user_w, P.conv_w[i]);
+      cpu_stream().wait();  // before q goes
       P.conv_b[i] = memory(b_md, eng, b_data);
       P.steps.push_back({convolution_forward(pd), {{DNNL_ARG_SRC, conv_src},
                                                    {DNNL_ARG_WEIGHTS, P.conv_w[i]},
