@@ -67,6 +67,47 @@ bool have_weights() {
 }
 
 
+// The PyTorch reference's grids of examples/dog_and_man.jpg (tools/resnet-reference.py fixture), and that photo as
+// the network's 224x224 input planes.
+TensorFile load_fixture() {
+  return load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/dog_and_man_grids_pytorch.safetensors");
+}
+std::vector<float> fixture_photo(const PretrainedNet& net) {
+  std::vector<float> planes(3 * 224 * 224);
+  image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
+                  planes.data());
+  return planes;
+}
+
+// A 7x7x1024 grid of the fixture's photo at block3 (224x224) against PyTorch's: relative RMS error over the
+// fixture's sampled channels (every 4th) and over the mean-pooled features, the worst single difference, and the
+// largest sampled activation.
+struct FixtureError {
+  double rel_rms = 0, pooled_rel_rms = 0, worst = 0, largest = 0;
+};
+FixtureError fixture_error(const float* grid, const TensorFile& fixture, const std::string& cut) {
+  const int side = 7, D = 1024;
+  const Param& pooled = fixture.get("grid.pooled." + cut, "fixture");
+  const Param& sampled = fixture.get("grid.sampled." + cut, "fixture");
+  FixtureError e;
+  double err2 = 0, ref2 = 0, perr2 = 0, pref2 = 0;
+  for (float v : sampled.value) e.largest = std::max(e.largest, (double)std::fabs(v));
+  for (int l = 0; l < side * side; ++l)
+    for (int c = 0; c < D / 4; ++c) {
+      const double want = sampled.value[(size_t)l * (D / 4) + c], d = grid[(size_t)l * D + 4 * c] - want;
+      err2 += d * d, ref2 += want * want;
+      e.worst = std::max(e.worst, std::fabs(d));
+    }
+  for (int c = 0; c < D; ++c) {
+    double mean = 0;
+    for (int l = 0; l < side * side; ++l) mean += grid[(size_t)l * D + c];
+    const double d = mean / (side * side) - pooled.value[c];
+    perr2 += d * d, pref2 += (double)pooled.value[c] * pooled.value[c];
+  }
+  e.rel_rms = std::sqrt(err2 / ref2), e.pooled_rel_rms = std::sqrt(perr2 / pref2);
+  return e;
+}
+
 }  // namespace
 
 TEST_CASE("ResNet v2 graph: units, cut points, grids normalized by the next unit's pre-activation") {
@@ -243,10 +284,8 @@ TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at b
   CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(299, 299) / 1e9 == doctest::Approx(11.88).epsilon(0.002));
   CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(448, 448) / 1e9 == doctest::Approx(25.84).epsilon(0.002));
 
-  TensorFile fixture = load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/dog_and_man_grids_pytorch.safetensors");
-  std::vector<float> planes(3 * 224 * 224);
-  image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
-                  planes.data());
+  const TensorFile fixture = load_fixture();
+  const std::vector<float> planes = fixture_photo(net);
   for (const std::string cut : {"block3", "block3/unit_22"}) {
     PretrainedEncoder enc(net.graph.cut(net.graph.grid_node(cut)), net.weights, 224, kWeights);
     const int side = cut == "block3" ? 7 : 14, step = side / 7, D = 1024;
@@ -293,33 +332,15 @@ TEST_CASE("ResNet-101 v2 in bfloat16 stays close to the float32 PyTorch referenc
     return;
   }
   PretrainedNet net = load_pretrained_net(kWeights);
-  TensorFile fixture = load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/dog_and_man_grids_pytorch.safetensors");
-  std::vector<float> planes(3 * 224 * 224);
-  image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
-                  planes.data());
+  const TensorFile fixture = load_fixture();
+  const std::vector<float> planes = fixture_photo(net);
   const std::string cut = "block3";
   PretrainedEncoder enc(net.graph.cut(net.graph.grid_node(cut)), net.weights, 224, kWeights, Precision::bf16);
-  const int side = 7, D = 1024;
-  const Param& pooled = fixture.get("grid.pooled." + cut, "fixture");
-  const Param& sampled = fixture.get("grid.sampled." + cut, "fixture");
   std::vector<float> grid;
   enc.forward(planes.data(), 1, grid);
-  REQUIRE(grid.size() == (size_t)side * side * D);
-  double largest = 0, err2 = 0, ref2 = 0, worst = 0, perr2 = 0, pref2 = 0;
-  for (float v : sampled.value) largest = std::max(largest, (double)std::fabs(v));
-  for (int l = 0; l < side * side; ++l)
-    for (int c = 0; c < D / 4; ++c) {
-      const double d = grid[(size_t)l * D + 4 * c] - sampled.value[(size_t)l * (D / 4) + c];
-      err2 += d * d, ref2 += (double)sampled.value[(size_t)l * (D / 4) + c] * sampled.value[(size_t)l * (D / 4) + c];
-      worst = std::max(worst, std::fabs(d));
-    }
-  for (int c = 0; c < D; ++c) {
-    double mean = 0;
-    for (int l = 0; l < side * side; ++l) mean += grid[(size_t)l * D + c];
-    const double d = mean / (side * side) - pooled.value[c];
-    perr2 += d * d, pref2 += (double)pooled.value[c] * pooled.value[c];
-  }
-  const double rel_rms = std::sqrt(err2 / ref2), pooled_rel_rms = std::sqrt(perr2 / pref2);
+  REQUIRE(grid.size() == (size_t)7 * 7 * 1024);
+  const FixtureError e = fixture_error(grid.data(), fixture, cut);
+  const double rel_rms = e.rel_rms, pooled_rel_rms = e.pooled_rel_rms, worst = e.worst, largest = e.largest;
   MESSAGE("bf16 " << cut << ": relative RMS error " << rel_rms << ", pooled " << pooled_rel_rms << ", worst "
                   << worst << " of largest " << largest);
   CHECK(rel_rms < 0.05);  // measured 0.026 (Zen 4, AVX512-BF16)
@@ -336,10 +357,8 @@ TEST_CASE("ResNet-101 v2 in int8 stays close to the float32 PyTorch reference at
   // about 2x them). A wrong scale anywhere (the bias's, a channel's) gives errors of order 1.
   if (!have_weights()) return;
   PretrainedNet net = load_pretrained_net(kWeights);
-  TensorFile fixture = load_safetensors(std::string(SAT_SOURCE_DIR) + "/tests/fixtures/dog_and_man_grids_pytorch.safetensors");
-  std::vector<float> planes(3 * 224 * 224);
-  image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
-                  planes.data());
+  const TensorFile fixture = load_fixture();
+  const std::vector<float> planes = fixture_photo(net);
   const std::string cut = "block3";
   const NetGraph graph = net.graph.cut(net.graph.grid_node(cut));
   std::map<std::string, std::vector<float>> samples;
@@ -354,31 +373,14 @@ TEST_CASE("ResNet-101 v2 in int8 stays close to the float32 PyTorch reference at
                        doctest::Contains("w.safetensors: int8 needs the activation range of"), Error);
   PretrainedEncoder enc(graph, net.weights, 224, kWeights, Precision::int8, ranges);
   CHECK(enc.precision() == Precision::int8);
-  const int side = 7, D = 1024;
-  const Param& pooled = fixture.get("grid.pooled." + cut, "fixture");
-  const Param& sampled = fixture.get("grid.sampled." + cut, "fixture");
   for (int n : {1, 2}) {
     std::vector<float> batch;
     for (int k = 0; k < n; ++k) batch.insert(batch.end(), planes.begin(), planes.end());
     std::vector<float> grid;
     enc.forward(batch.data(), n, grid);
-    REQUIRE(grid.size() == (size_t)n * side * side * D);
-    const float* g = grid.data() + (size_t)(n - 1) * side * side * D;
-    double largest = 0, err2 = 0, ref2 = 0, worst = 0, perr2 = 0, pref2 = 0;
-    for (float v : sampled.value) largest = std::max(largest, (double)std::fabs(v));
-    for (int l = 0; l < side * side; ++l)
-      for (int c = 0; c < D / 4; ++c) {
-        const double d = g[(size_t)l * D + 4 * c] - sampled.value[(size_t)l * (D / 4) + c];
-        err2 += d * d, ref2 += (double)sampled.value[(size_t)l * (D / 4) + c] * sampled.value[(size_t)l * (D / 4) + c];
-        worst = std::max(worst, std::fabs(d));
-      }
-    for (int c = 0; c < D; ++c) {
-      double mean = 0;
-      for (int l = 0; l < side * side; ++l) mean += g[(size_t)l * D + c];
-      const double d = mean / (side * side) - pooled.value[c];
-      perr2 += d * d, pref2 += (double)pooled.value[c] * pooled.value[c];
-    }
-    const double rel_rms = std::sqrt(err2 / ref2), pooled_rel_rms = std::sqrt(perr2 / pref2);
+    REQUIRE(grid.size() == (size_t)n * 7 * 7 * 1024);
+    const FixtureError e = fixture_error(grid.data() + (size_t)(n - 1) * 7 * 7 * 1024, fixture, cut);
+    const double rel_rms = e.rel_rms, pooled_rel_rms = e.pooled_rel_rms, worst = e.worst, largest = e.largest;
     MESSAGE("int8 " << cut << " batch " << n << ": relative RMS error " << rel_rms << ", pooled " << pooled_rel_rms
                     << ", worst " << worst << " of largest " << largest);
     CHECK(rel_rms < 0.10);
