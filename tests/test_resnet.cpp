@@ -228,7 +228,8 @@ TEST_CASE("int8 ResNet v2: calibrated ranges, the int8 network close to float32,
   f32.sample_activations(images.data(), 3, samples, 1 << 16);
   CHECK(samples.size() == 9);
   const Int8Ranges ranges = choose_int8_ranges(samples);
-  for (auto& [name, values] : samples) {
+  for (auto& [node, values] : samples) {
+    const std::string name = node;  // (clang: a lambda, CAPTURE's, cannot take a structured binding)
     CAPTURE(name);
     const float top = *std::max_element(values.begin(), values.end());
     CHECK(ranges.at(name) > 0.f);
