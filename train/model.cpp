@@ -100,6 +100,11 @@ void CaptionModel::sync_tuned() {
                                                    precision == Precision::int8 ? encoder_int8_ranges : Int8Ranges());
 }
 
+void CaptionModel::drop_int8_ranges() {
+  encoder_int8_ranges.clear();
+  if (encoder_precision == PrecisionChoice::int8) encoder_precision = PrecisionChoice::auto_;
+}
+
 Precision CaptionModel::encoder_precision_in_use() const {
   if (encoder_precision_override) return resolve(*encoder_precision_override);
   return resolve(encoder_precision_setting().value_or(encoder_precision));
@@ -409,10 +414,7 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
     }
   for (size_t i = 0; i < sum.size(); ++i)
     for (size_t j = 0; j < sum[i]->value.size(); ++j) sum[i]->value[j] = (float)(total[i][j] / (double)paths.size());
-  if (!tuned_alike) {
-    out->encoder_int8_ranges.clear();
-    if (out->encoder_precision == PrecisionChoice::int8) out->encoder_precision = PrecisionChoice::auto_;
-  }
+  if (!tuned_alike) out->drop_int8_ranges();
   if (out->tuned) out->sync_tuned();  // the whole network runs the averaged blocks
   return out;
 }

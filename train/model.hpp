@@ -50,6 +50,8 @@ struct CaptionModel {
   // int8 (vision/onednn.hpp): each 8-bit activation's range, calibrated on training photos in float32 (sat model
   // calibrate); empty when never calibrated, and then int8 is refused.
   Int8Ranges encoder_int8_ranges;
+  // Forgets those ranges (the encoder they describe changed): a stored choice of int8 falls back to auto.
+  void drop_int8_ranges();
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"

@@ -358,10 +358,7 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     model->consensus = ConsensusSettings{};
     // int8 ranges were calibrated on the encoder as it was: once its fine-tuned units train on they describe it no
     // more (sat model calibrate the trained model again)
-    if (opt.tune_lr != 0 && model->encoder_config.tuned()) {
-      model->encoder_int8_ranges.clear();
-      if (model->encoder_precision == PrecisionChoice::int8) model->encoder_precision = PrecisionChoice::auto_;
-    }
+    if (opt.tune_lr != 0 && model->encoder_config.tuned()) model->drop_int8_ranges();
     opt.started_from = provenance_of(opt.init_from, model->info);
     model->info = json::object();
     note(lead, "starting from %s\n", opt.init_from.c_str());
