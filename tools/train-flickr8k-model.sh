@@ -101,7 +101,7 @@ if [ ! -f "$work/stage1.sat" ]; then  # stage 1 (a finished stage 1 is kept as s
       --cut "$cache_cut" --size "$size" ${tune_from:+--raw}
   fi
   tune=()
-  [ -n "$tune_from" ] && tune=(--tune-from "$tune_from" --tune-lr "$(python3 -c "print($lr / 5)")")
+  [ -n "$tune_from" ] && tune=(--tune-from "$tune_from" --tune-lr "$(awk -v lr="$lr" 'BEGIN { print lr / 5 }')")
   if [ -f "$work/model/checkpoint.sat" ]; then
     "$sat" train --resume "$work/model/checkpoint.sat"
   else
