@@ -185,6 +185,14 @@ void FeatureCache::read(int i, float* out) const {
   if (end > begin) madvise((void*)begin, end - begin, MADV_DONTNEED);
 }
 
+void FeatureCache::prefetch(int i) const {
+  if (i < 0 || i >= size()) return;
+  const size_t rb = header_.record_bytes();
+  const unsigned char* rec = map_ + payload_ + (size_t)i * rb;
+  const uintptr_t page = 4096, begin = (uintptr_t)rec / page * page, end = ((uintptr_t)rec + rb + page - 1) / page * page;
+  madvise((void*)begin, end - begin, MADV_WILLNEED);
+}
+
 bool FeatureCache::was_skipped(const std::string& image) const {
   for (auto& [name, why] : header_.skipped)
     if (name == image) return true;

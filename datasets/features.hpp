@@ -47,6 +47,10 @@ class FeatureCache {
   int index_of(const std::string& image) const;  // -1 when absent
   // Record i as float32 (L x D). Pages of the record are released from memory afterwards (streaming).
   void read(int i, float* out) const;
+  // Asks the kernel to start reading record i from disk now (madvise WILLNEED: one large asynchronous read), so that
+  // a later read(i) finds it in memory. A cache larger than the page cache is otherwise read by page faults of
+  // 128 KB each, one after another: 30 MB/s on the disk here, where 4 MB requests reach 160 MB/s.
+  void prefetch(int i) const;
   // Throws Error unless the cache was made by this encoder (id), holds every image in `names` and is mirrored or not
   // as `mirrored` asks.
   void require(const std::string& encoder_id, const std::vector<std::string>& names, bool mirrored = false) const;

@@ -9,6 +9,7 @@ using nlohmann::json;
 // The cached grids of the set's images first..first+m-1, in order, into out (m records of `record` floats).
 static void read_cached_grids(const FeatureCache& cache, const CaptionSet& set, int first, int m, size_t record,
                               float* out) {
+  for (int k = 0; k < m; ++k) cache.prefetch(cache.index_of(set.images[first + k].file_name));  // all in flight
   for (int k = 0; k < m; ++k) {
     const std::string& name = set.images[first + k].file_name;
     const int idx = cache.index_of(name);

@@ -621,6 +621,13 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   std::vector<float> planes, grid, tuned_grid;
   Mat F, dF;
   std::vector<char> step_mirrored;  // this step's photos (this rank's share) that read their mirrored grids
+  // Starts the disk reads of these photos' grids (the step's, and the next step's while this one computes)
+  auto prefetch_grids = [&](const std::vector<int>& idx) {
+    for (int i : idx) {
+      train_feats->prefetch(train_record[i]);
+      if (mirror_feats) mirror_feats->prefetch(mirror_record[i]);
+    }
+  };
   auto read_grids = [&](const std::vector<int>& idx, std::vector<float>& out) {
     out.resize(idx.size() * cache_L * cache_D);
     for (size_t k = 0; k < idx.size(); ++k)
@@ -705,6 +712,15 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
       const Share mine = share_of((int)batch.size(), ranks.size(), ranks.rank());
       const std::vector<int> idx(batch.begin() + mine.begin, batch.begin() + mine.end);
       const int n = (int)idx.size();
+      if (from_features) {
+        prefetch_grids(idx);
+        if (s + 1 < steps_per_epoch) {  // the next step's share of photos, read while this step computes
+          std::vector<int> next(order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()),
+                                order.begin() + std::min<size_t>((size_t)(s + 2) * opt.batch_images, order.size()));
+          const Share next_mine = share_of((int)next.size(), ranks.size(), ranks.rank());
+          prefetch_grids(std::vector<int>(next.begin() + next_mine.begin, next.begin() + next_mine.end));
+        }
+      }
       auto load_grids = [&](bool training) {  // this rank's photos through the encoder (or the cache)
         if (from_features) {
           read_grids(idx, grid);
