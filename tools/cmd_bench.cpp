@@ -487,7 +487,7 @@ void add_bench_commands(CLI::App& app) {
   struct CacheArgs {
     int images = 120000, grid = 14, channels = 512, batch = 64, steps = 40;
     std::string path = "/tmp/sat-bench-cache.feat";
-    bool keep = false;
+    bool keep = false, no_prefetch = false;
   };
   auto ca = std::make_shared<CacheArgs>();
   auto* cache_cmd = bench->add_subcommand(
@@ -499,7 +499,9 @@ void add_bench_commands(CLI::App& app) {
   cache_cmd->add_option("--batch", ca->batch, "Images (one caption each) per step")->capture_default_str();
   cache_cmd->add_option("--steps", ca->steps, "Timed training steps")->capture_default_str();
   cache_cmd->add_option("--path", ca->path, "Where the cache is generated (reused if it is already there)")->capture_default_str();
-  cache_cmd->add_flag("--keep", ca->keep, "Keep the generated cache");
+  cache_cmd->add_flag("--keep", ca->keep, "Keep the generated cache (a cache that was already there is always kept)");
+  cache_cmd->add_flag("--no-prefetch", ca->no_prefetch,
+                      "Read each step's grids only when it needs them, as before the trainer prefetched them");
   cache_cmd->callback([ca] {
     auto peak_mb = [] {
       struct rusage ru;
@@ -509,7 +511,8 @@ void add_bench_commands(CLI::App& app) {
     const int L = ca->grid * ca->grid, D = ca->channels;
     Rng rng(11);
     auto t0 = std::chrono::steady_clock::now();
-    if (!file_exists(ca->path)) {
+    const bool generated = !file_exists(ca->path);
+    if (generated) {
       FeatureHeader h;
       h.encoder = {{"kind", "random"}};
       h.encoder_id = "random";
@@ -526,6 +529,10 @@ void add_bench_commands(CLI::App& app) {
                   (double)h.record_bytes() * ca->images / 1e9, seconds_since(t0));
     }
     FeatureCache cache(ca->path);
+    if (cache.header().grid_h != ca->grid || cache.header().grid_w != ca->grid || cache.header().channels != D)
+      fail(ca->path, "holds " + std::to_string(cache.header().grid_h) + "x" + std::to_string(cache.header().grid_w) +
+                         "x" + std::to_string(cache.header().channels) + " grids, not the " + std::to_string(ca->grid) +
+                         "x" + std::to_string(ca->grid) + "x" + std::to_string(D) + " asked (--grid, --channels)");
     DecoderConfig cfg;
     cfg.vocab_size = 3000;
     cfg.embed_dim = cfg.hidden_dim = cfg.attn_dim = 512;
@@ -542,10 +549,24 @@ void add_bench_commands(CLI::App& app) {
     DecoderCache dc;
     double read_s = 0;
     t0 = std::chrono::steady_clock::now();
+    // random images: every step touches new parts of the file. As the trainer does, a step starts the reads of
+    // its grids and of the next step's (FeatureCache::prefetch), then reads its own.
+    auto draw = [&] {
+      std::vector<int> idx(ca->batch);
+      for (int& i : idx) i = (int)rng.integer(0, cache.size() - 1);
+      return idx;
+    };
+    std::vector<int> next = draw();
     for (int s = 0; s < ca->steps; ++s) {
       auto t1 = std::chrono::steady_clock::now();
-      for (int b = 0; b < ca->batch; ++b)  // random images: every step touches new parts of the file
-        cache.read((int)rng.integer(0, cache.size() - 1), F.data() + (size_t)b * L * D);
+      const std::vector<int> idx = next;
+      next = draw();
+      if (!ca->no_prefetch) {
+        for (int i : idx) cache.prefetch(i);
+        if (s + 1 < ca->steps)
+          for (int i : next) cache.prefetch(i);
+      }
+      for (int b = 0; b < ca->batch; ++b) cache.read(idx[b], F.data() + (size_t)b * L * D);
       read_s += seconds_since(t1);
       std::vector<std::vector<int>> caps(ca->batch);
       for (auto& c : caps)
@@ -562,7 +583,7 @@ void add_bench_commands(CLI::App& app) {
                 "%.1f%% of the time); peak RSS %.0f MB (%.0f MB before training)\n",
                 ca->path.c_str(), cache.size(), (double)cache.header().record_bytes() * cache.size() / 1e9, ca->steps,
                 ca->batch, ca->steps * ca->batch / secs, 100 * read_s / secs, peak_mb(), rss_before);
-    if (!ca->keep) std::remove(ca->path.c_str());
+    if (generated && !ca->keep) std::remove(ca->path.c_str());
   });
 
   struct MetricArgs {
