@@ -124,6 +124,13 @@ TEST_CASE("mirror augmentation: a mirrored cache is the flipped photos' grids, a
     CHECK(record(mirror, i) == record(flipped, i));  // the same pixels through the same network
     CHECK(record(mirror, i) != record(plain, i));
   }
+  // prefetching (every record, and indices outside the cache, which it ignores) changes nothing read() gives
+  std::vector<std::vector<float>> before;
+  for (int i = 0; i < plain.size(); ++i) before.push_back(record(plain, i));
+  plain.prefetch(-1);
+  plain.prefetch(plain.size());
+  for (int i = plain.size() - 1; i >= 0; --i) plain.prefetch(i);
+  for (int i = 0; i < plain.size(); ++i) CHECK(record(plain, i) == before[i]);
   const std::vector<std::string> names = names_of(dir.file("plain"));
   const std::string id = plain.header().encoder_id;
   CHECK_NOTHROW(plain.require(id, names));
