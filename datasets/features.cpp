@@ -177,7 +177,7 @@ int FeatureCache::index_of(const std::string& image) const {
 
 void FeatureCache::read(int i, float* out) const {
   const size_t rb = header_.record_bytes(), count = (size_t)header_.locations() * header_.channels;
-  const unsigned char* rec = map_ + payload_ + (size_t)i * rb;
+  const unsigned char* rec = record_at(i);
   if (header_.dtype == "f16") half_to_floats((const uint16_t*)rec, out, count);
   else std::memcpy(out, rec, rb);
   // Streaming: the record's pages go back to the page cache's care, so resident memory stays bounded.
@@ -185,10 +185,14 @@ void FeatureCache::read(int i, float* out) const {
   if (end > begin) madvise((void*)begin, end - begin, MADV_DONTNEED);
 }
 
+const unsigned char* FeatureCache::record_at(int i) const {
+  return map_ + payload_ + (size_t)i * header_.record_bytes();
+}
+
 void FeatureCache::prefetch(int i) const {
   if (i < 0 || i >= size()) return;
   const size_t rb = header_.record_bytes();
-  const unsigned char* rec = map_ + payload_ + (size_t)i * rb;
+  const unsigned char* rec = record_at(i);
   const uintptr_t page = 4096, begin = (uintptr_t)rec / page * page, end = ((uintptr_t)rec + rb + page - 1) / page * page;
   madvise((void*)begin, end - begin, MADV_WILLNEED);
 }

@@ -60,6 +60,7 @@ class FeatureCache {
   std::string path_;
   FeatureHeader header_;
   std::map<std::string, int> index_;
+  const unsigned char* record_at(int i) const;  // where record i starts in the mapping
   const unsigned char* map_ = nullptr;
   size_t map_size_ = 0, payload_ = 0;
 };

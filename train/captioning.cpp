@@ -9,13 +9,14 @@ using nlohmann::json;
 // The cached grids of the set's images first..first+m-1, in order, into out (m records of `record` floats).
 static void read_cached_grids(const FeatureCache& cache, const CaptionSet& set, int first, int m, size_t record,
                               float* out) {
-  for (int k = 0; k < m; ++k) cache.prefetch(cache.index_of(set.images[first + k].file_name));  // all in flight
+  std::vector<int> idx(m);
   for (int k = 0; k < m; ++k) {
     const std::string& name = set.images[first + k].file_name;
-    const int idx = cache.index_of(name);
-    if (idx < 0) fail(cache.path(), "feature cache has no features for image '" + name + "'");
-    cache.read(idx, out + (size_t)k * record);
+    idx[k] = cache.index_of(name);
+    if (idx[k] < 0) fail(cache.path(), "feature cache has no features for image '" + name + "'");
+    cache.prefetch(idx[k]);  // every record's read in flight before the first is needed
   }
+  for (int k = 0; k < m; ++k) cache.read(idx[k], out + (size_t)k * record);
 }
 
 // Cached grids (n records of the model's cache_config) -> the decoder's features, through any tuned blocks.

@@ -707,19 +707,22 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
     for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
       // The global batch, and this rank's contiguous share of its photos (every rank draws the same numbers from
       // rng, so the batch, the captions chosen and the step's seed are the same everywhere).
-      std::vector<int> batch(order.begin() + (size_t)s * opt.batch_images,
-                             order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()));
+      auto step_batch = [&](int step) {
+        return std::vector<int>(order.begin() + std::min<size_t>((size_t)step * opt.batch_images, order.size()),
+                                order.begin() + std::min<size_t>((size_t)(step + 1) * opt.batch_images, order.size()));
+      };
+      auto share_in = [&](const std::vector<int>& photos) {
+        const Share sh = share_of((int)photos.size(), ranks.size(), ranks.rank());
+        return std::vector<int>(photos.begin() + sh.begin, photos.begin() + sh.end);
+      };
+      const std::vector<int> batch = step_batch(s);
       const Share mine = share_of((int)batch.size(), ranks.size(), ranks.rank());
-      const std::vector<int> idx(batch.begin() + mine.begin, batch.begin() + mine.end);
+      const std::vector<int> idx = share_in(batch);
       const int n = (int)idx.size();
       if (from_features) {
         prefetch_grids(idx);
-        if (s + 1 < steps_per_epoch) {  // the next step's share of photos, read while this step computes
-          std::vector<int> next(order.begin() + std::min<size_t>((size_t)(s + 1) * opt.batch_images, order.size()),
-                                order.begin() + std::min<size_t>((size_t)(s + 2) * opt.batch_images, order.size()));
-          const Share next_mine = share_of((int)next.size(), ranks.size(), ranks.rank());
-          prefetch_grids(std::vector<int>(next.begin() + next_mine.begin, next.begin() + next_mine.end));
-        }
+        // the next step's share of photos, read while this step computes
+        if (s + 1 < steps_per_epoch) prefetch_grids(share_in(step_batch(s + 1)));
       }
       auto load_grids = [&](bool training) {  // this rank's photos through the encoder (or the cache)
         if (from_features) {
