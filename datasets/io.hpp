@@ -2,6 +2,7 @@
 #pragma once
 #include <cstdint>
 #include <cstdlib>
+#include <memory>
 #include <new>
 #include <random>
 #include <stdexcept>
@@ -43,6 +44,17 @@ std::string join_path(const std::string& dir, const std::string& name);
 // 64-byte aligned memory; blocks of 1 MB or more are mapped in by one madvise call instead of a page fault per
 // 4 KB page (on virtual machines a fault costs microseconds: loading a model touches hundreds of MB).
 void* allocate_aligned(size_t bytes);
+
+// 64-byte aligned floats left unwritten (allocate_aligned: mapped in, no zeros written): for a buffer written in full
+// before anything reads it, such as a reorder's destination (a FloatBuffer writes zeros first).
+class UnwrittenFloats {
+ public:
+  explicit UnwrittenFloats(size_t n) : data_(static_cast<float*>(allocate_aligned(n * sizeof(float))), &std::free) {}
+  float* data() const { return data_.get(); }
+
+ private:
+  std::unique_ptr<float, void (*)(void*)> data_;
+};
 
 // 64-byte aligned storage for tensors: SIMD code (Eigen, oneDNN) then takes the same path in every process,
 // so results are bit-identical from run to run (a resumed run continues exactly as the uninterrupted one).

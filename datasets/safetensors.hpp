@@ -5,6 +5,7 @@
 // and float16 tensors (IEEE half, read back as float32), which `sat model compact` uses for decoder weights.
 #pragma once
 #include <map>
+#include <memory>
 #include <set>
 #include <string>
 #include <vector>
@@ -20,14 +21,31 @@ struct QuantizedTensor {
   FloatBuffer dequantize() const;
 };
 
+// A float16 tensor left where it lies in a memory-mapped file (load_mapped_safetensors). Large imported weights
+// (ResNet-101's 42 M) are converted a piece at a time where they are used, the encoder's weight reorders, instead of
+// all at once into float32 memory: 110 MB less to fault in and write at every load. `file` keeps the mapping alive.
+struct MappedHalfTensor {
+  std::vector<int64_t> shape;
+  const char* data = nullptr;  // shape's product of float16 values, at any byte alignment
+  std::shared_ptr<const MappedFile> file;
+  int64_t size() const;
+  void to_floats(float* out) const;  // all size() values
+  FloatBuffer to_floats() const;
+};
+
 struct TensorFile {
   std::map<std::string, std::string> metadata;
   std::map<std::string, Param> tensors;  // grads are left empty
   std::map<std::string, QuantizedTensor> quantized;
   std::set<std::string> half;  // names in `tensors` stored as float16 (on load: those that were)
+  std::map<std::string, MappedHalfTensor> mapped_half;  // load_mapped_safetensors' float16 tensors (not in `tensors`)
 
   const Param& get(const std::string& name, const std::string& file) const;
   std::string meta(const std::string& key, const std::string& file) const;
+  // Any kind of tensor: its shape, or nullptr when the file has no tensor of that name.
+  const std::vector<int64_t>* shape_of(const std::string& name) const;
+  // The float16 tensors left mapped become float32 tensors like any other (named in `half`).
+  void convert_mapped_half();
 };
 
 // IEEE binary16 conversions: round to nearest even, subnormals kept; values beyond the half range become
@@ -42,5 +60,7 @@ void save_safetensors(const std::string& path, const TensorFile& tf);
 TensorFile load_safetensors(const std::string& path);
 TensorFile decode_safetensors(const std::string& bytes, const std::string& path_for_errors);
 TensorFile decode_safetensors(const char* data, size_t size, const std::string& path_for_errors);
+// The same, with its float16 tensors left in the mapped file (TensorFile::mapped_half) instead of converted.
+TensorFile decode_mapped_safetensors(const std::shared_ptr<const MappedFile>& file);
 
 }  // namespace sat

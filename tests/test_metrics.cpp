@@ -170,11 +170,24 @@ TEST_CASE("CIDEr-D scorer: its sorted document-frequency table equals the corpus
   }
   const auto corpus = corpus_cider_d(hyps, refs);
   CiderDScorer precomputed(refs), on_demand(refs, 6.0, CiderDScorer::ReferenceVectors::on_demand);
+  // The same references as the caption memory gives them: words joined by spaces (some doubled, and leading or
+  // trailing ones, which split_words skips).
+  std::vector<std::vector<std::string>> joined(refs.size());
+  for (size_t i = 0; i < refs.size(); ++i)
+    for (auto& t : refs[i]) {
+      std::string text = i % 3 == 0 ? " " : "";
+      for (size_t k = 0; k < t.size(); ++k) text += (k ? (k % 4 == 0 ? "  " : " ") : "") + t[k];
+      joined[i].push_back(text + (i % 5 == 0 ? " " : ""));
+    }
+  CiderDScorer from_joined(CiderDScorer::SpaceJoined{joined}, 6.0, CiderDScorer::ReferenceVectors::on_demand);
   for (int i = 0; i < 400; ++i) {
     CAPTURE(i);
     CHECK(precomputed.score(hyps[i], i) == doctest::Approx(corpus.per_image[i]).epsilon(1e-12));
     CHECK(on_demand.score(hyps[i], i) == doctest::Approx(corpus.per_image[i]).epsilon(1e-12));
+    CHECK(from_joined.score(hyps[i], i) == on_demand.score(hyps[i], i));
   }
+  const std::vector<int> pooled{3, 50, 399};
+  CHECK(from_joined.scores(hyps, pooled) == on_demand.scores(hyps, pooled));
 }
 
 TEST_CASE("METEOR approximation: formulas, stages, and the toolkit's demo within 0.01") {

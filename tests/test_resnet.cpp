@@ -390,6 +390,59 @@ TEST_CASE("ResNet-101 v2 in int8 stays close to the float32 PyTorch reference at
   }
 }
 
+TEST_CASE("float16 weights left in the mapped file: the same values and the same network as converted ones") {
+  // A small ResNet stored with float16 kernels (as ../shared's ResNet-101 is), read both ways.
+  TensorFile stored = tiny_resnet(7);
+  for (auto& [name, p] : stored.tensors)
+    if (p.shape.size() == 4) {
+      stored.half.insert(name);
+      for (auto& v : p.value) v = half_to_float(float_to_half(v));  // exactly representable
+    }
+  const std::string path = "/tmp/sat_test_mapped_half.safetensors";
+  save_safetensors(path, stored);
+  const TensorFile converted = load_safetensors(path);
+  TensorFile mapped = decode_mapped_safetensors(std::make_shared<const MappedFile>(path));
+  REQUIRE(mapped.mapped_half.size() == stored.half.size());
+  for (auto& [name, h] : mapped.mapped_half) {
+    CHECK(mapped.tensors.count(name) == 0);
+    REQUIRE(mapped.shape_of(name) != nullptr);
+    CHECK(*mapped.shape_of(name) == converted.get(name, "t").shape);
+    const FloatBuffer values = h.to_floats();
+    CHECK(std::equal(values.begin(), values.end(), converted.get(name, "t").value.begin()));
+  }
+  CHECK(mapped.tensors.count("conv1/biases") == 1);  // float32 tensors are read as before
+  CHECK(mapped.shape_of("no/such/tensor") == nullptr);
+  std::remove(path.c_str());  // the mapping keeps the bytes readable
+
+  // Written back out, the mapped tensors are float16 again, with the same values.
+  const TensorFile again = decode_safetensors(encode_safetensors(mapped), "again");
+  for (auto& [name, h] : mapped.mapped_half) {
+    CHECK(again.half.count(name) == 1);
+    CHECK(again.get(name, "t").value == converted.get(name, "t").value);
+  }
+  TensorFile materialized = mapped;
+  materialized.convert_mapped_half();
+  CHECK(materialized.mapped_half.empty());
+  CHECK(materialized.get("conv1/weights", "t").value == converted.get("conv1/weights", "t").value);
+
+  // The same graph, and a network computing the very same grid, from either form.
+  const NetGraph g = resnet_v2_graph(mapped, "mapped");
+  CHECK(g.to_json() == resnet_v2_graph(converted, "converted").to_json());
+  const NetGraph whole = g.cut(g.grid_node("block2"));
+  const int S = 32, n = 2;
+  Rng rng(3);
+  std::vector<float> images = randoms((size_t)n * 3 * S * S, rng), from_mapped, from_converted;
+  PretrainedEncoder(whole, select_tensors(whole, mapped, "mapped"), S, "mapped").forward(images.data(), n, from_mapped);
+  PretrainedEncoder(whole, select_tensors(whole, converted, "converted"), S, "converted")
+      .forward(images.data(), n, from_converted);
+  CHECK(max_abs_diff(from_mapped, from_converted) == 0);
+  // The trainable blocks read them too (values checked by the network equality of the fused-network test).
+  TunableBlocks blocks(whole, mapped, "block1", S, "mapped");
+  TunableBlocks blocks_converted(whole, converted, "block1", S, "converted");
+  for (size_t k = 0; k < blocks.params().size(); ++k)
+    CHECK(blocks.params()[k].value == blocks_converted.params()[k].value);
+}
+
 TEST_CASE("external encoder weights: found by name and sha256; missing, truncated or different files refused") {
   if (!have_weights()) return;
   const std::string dir = "/tmp/sat_test_weights";
@@ -415,11 +468,24 @@ TEST_CASE("external encoder weights: found by name and sha256; missing, truncate
   changed[changed.size() - 5] ^= 1;  // one bit of one weight
   write_file_atomic(dir + "/" + file, changed);
   expect_refused("truncated or a different file");
+  // Hashed ahead (a model's loader starts it as the header names the file): the different file is still refused.
+  expect_refused("truncated or a different file");
+  CHECK_THROWS_WITH_AS(load_external_weights(file, kSha256, "m.sat", nullptr, "", start_weights_hash(file)),
+                       doctest::Contains("truncated or a different file"), Error);
   write_file_atomic(dir + "/resnet_v2_101/" + file, bytes);  // the right file, in the folder named after it
   std::string found;
   TensorFile tf = load_external_weights(file, kSha256, "m.sat", &found);
   CHECK(found == dir + "/resnet_v2_101/" + file);
   CHECK(is_resnet_v2(tf));
+  // Its float16 kernels stay in the mapped file (94 of them); the float32 biases and scales are read.
+  CHECK(tf.mapped_half.size() == 94);
+  CHECK(tf.mapped_half.count("conv1/weights") == 1);
+  CHECK(tf.tensors.count("conv1/biases") == 1);
+  std::remove((dir + "/" + file).c_str());  // only the right one left: found with the hash started ahead
+  found.clear();
+  CHECK(is_resnet_v2(load_external_weights(file, kSha256, "m.sat", &found, "", start_weights_hash(file))));
+  CHECK(found == dir + "/resnet_v2_101/" + file);
+  write_file_atomic(dir + "/" + file, changed);
   set_weights_dir("");
   set_default_weights_dir(kWeightsDir + "/..");
   CHECK(is_resnet_v2(load_external_weights(file, kSha256, "m.sat", &found)));

@@ -154,10 +154,8 @@ void CaptionMemory::prepare(int D, const std::string& source) {
   source_ = source;
   // The thread reads its own copy of the captions: the memory may be copied or moved while it runs.
   cider_ = std::async(std::launch::async, [captions = captions]() -> std::shared_ptr<const CiderDScorer> {
-             std::vector<std::vector<Tokens>> refs(captions.size());
-             for (size_t i = 0; i < captions.size(); ++i)
-               for (auto& c : captions[i]) refs[i].push_back(split_words(c));
-             return std::make_shared<const CiderDScorer>(refs, 6.0, CiderDScorer::ReferenceVectors::on_demand);
+             return std::make_shared<const CiderDScorer>(CiderDScorer::SpaceJoined{captions}, 6.0,
+                                                         CiderDScorer::ReferenceVectors::on_demand);
            }).share();
 }
 

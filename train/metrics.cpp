@@ -304,6 +304,29 @@ struct CiderDScorer::Data {
 
 CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma, ReferenceVectors vectors)
     : d_(std::make_unique<Data>()) {
+  build(*d_, refs, [](NgramIndex& index, const Tokens& r) { return intern(index, r); }, sigma, vectors);
+}
+
+CiderDScorer::CiderDScorer(SpaceJoined refs, double sigma, ReferenceVectors vectors) : d_(std::make_unique<Data>()) {
+  std::string word;  // reused: no allocation per word
+  auto intern_joined = [&word](NgramIndex& index, const std::string& text) {
+    std::vector<uint32_t> ids;
+    for (size_t i = 0; i < text.size();) {  // split_words' rule: words are the runs between spaces
+      while (i < text.size() && text[i] == ' ') ++i;
+      size_t j = i;
+      while (j < text.size() && text[j] != ' ') ++j;
+      if (j > i) word.assign(text, i, j - i), ids.push_back(index.id(word));
+      i = j;
+    }
+    return ids;
+  };
+  build(*d_, refs.refs, intern_joined, sigma, vectors);
+}
+
+// refs[i]: image i's references, each turned into word ids by intern_one(index, reference).
+template <typename Refs, typename InternOne>
+void CiderDScorer::build(Data& data, const Refs& refs, InternOne intern_one, double sigma, ReferenceVectors vectors) {
+  Data* d_ = &data;
   if (refs.empty()) throw Error("cider: no reference images");
   d_->sigma = sigma;
   const bool keep = vectors == ReferenceVectors::precomputed;
@@ -313,7 +336,7 @@ CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double 
     if (refs[i].empty()) throw Error("cider: an image has no references");
     present.clear();
     for (auto& r : refs[i]) {
-      std::vector<uint32_t> ids = intern(d_->index, r);
+      std::vector<uint32_t> ids = intern_one(d_->index, r);
       for (int n = 1; n <= 4; ++n)
         for (int k = 0; k + n <= (int)ids.size(); ++k) present.push_back(pack(ids.data() + k, n));
       if (keep) {

@@ -45,6 +45,12 @@ class CiderDScorer {
   enum class ReferenceVectors { precomputed, on_demand };
   explicit CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma = 6.0,
                         ReferenceVectors vectors = ReferenceVectors::precomputed);
+  // The same from references given as words joined by single spaces (the caption memory's form): each word is
+  // looked up as it is read, with no Tokens built (Flickr8k's 30 000 captions: half the time).
+  struct SpaceJoined {
+    const std::vector<std::vector<std::string>>& refs;
+  };
+  CiderDScorer(SpaceJoined refs, double sigma, ReferenceVectors vectors);
   ~CiderDScorer();
   CiderDScorer(const CiderDScorer&) = delete;
   CiderDScorer& operator=(const CiderDScorer&) = delete;
@@ -63,6 +69,8 @@ class CiderDScorer {
  private:
   struct Data;
   std::unique_ptr<Data> d_;
+  template <typename Refs, typename InternOne>
+  static void build(Data& data, const Refs& refs, InternOne intern_one, double sigma, ReferenceVectors vectors);
 };
 
 }  // namespace sat

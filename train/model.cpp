@@ -25,6 +25,13 @@ static bool read_params(const std::vector<Param*>& params, const TensorFile& tf,
   bool half = false;
   for (Param* p : params) {
     const std::string name = prefix + p->name;
+    if (auto h = tf.mapped_half.find(name); h != tf.mapped_half.end()) {  // converted straight into the parameter
+      if (h->second.shape != p->shape)
+        fail(path, "tensor '" + name + "' has shape " + shape_str(h->second.shape) + ", expected " + shape_str(p->shape));
+      h->second.to_floats(p->value.data());
+      half = true;
+      continue;
+    }
     const Param& src = tf.get(name, path);
     if (src.shape != p->shape)
       fail(path, "tensor '" + name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
@@ -138,6 +145,10 @@ std::string CaptionModel::encoder_id() const {
       h = fnv1a64(name.data(), name.size(), h);
       h = fnv1a64(p.value.data(), p.value.size() * 4, h);
     }
+    for (auto& [name, t] : w.mapped_half) {
+      h = fnv1a64(name.data(), name.size(), h);
+      h = fnv1a64(t.data, (size_t)t.size() * 2, h);
+    }
   } else {
     for (auto& p : self->encoder->params()) h = fnv1a64(p.value.data(), p.value.size() * 4, h);
   }
@@ -222,6 +233,7 @@ TensorFile CaptionModel::to_tensor_file() const {
     tf.tensors.emplace(name, std::move(copy));
   }
   for (auto& [name, q] : encoder_weights->quantized) tf.quantized[name] = q;
+  for (auto& [name, h] : encoder_weights->mapped_half) tf.mapped_half[name] = h;
   return tf;
 }
 
@@ -237,8 +249,13 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
                    std::to_string(kVersion) + ")");
   auto m = std::make_unique<CaptionModel>();
   m->encoder_precision_override = encoder_precision;
+  std::shared_ptr<WeightsHashHeadStart> weights_hash;
   try {
     m->encoder_config = EncoderConfig::from_json(parse_json_checked(tf.meta("encoder", path), path, "model header is malformed"));
+    // The encoder's weights file, when the model names one, is hashed on a thread from here on, beside the rest
+    // of the loading (load_external_weights waits for it before anything uses the weights).
+    if (m->encoder_config.pretrained() && !m->encoder_config.weights_file.empty())
+      weights_hash = start_weights_hash(m->encoder_config.weights_file, weights_dir);
     m->decoder_config = DecoderConfig::from_json(parse_json_checked(tf.meta("decoder", path), path, "model header is malformed"));
     m->vocab = Vocab::from_words(parse_json_checked(tf.meta("vocab", path), path, "model header is malformed").get<std::vector<std::string>>(), path);
     m->max_len = std::stoi(tf.meta("max_len", path));
@@ -282,14 +299,21 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
                    std::to_string(m->decoder_config.vocab_size));
   // The caption memory first: its scorer builds on a thread of its own (CaptionMemory::prepare) while the encoder's
   // weights load and the networks are built.
-  if (tf.tensors.count(kMemoryKeys) || tf.metadata.count("memory_captions") || tf.metadata.count("consensus")) {
-    if (!tf.tensors.count(kMemoryKeys) || !tf.metadata.count("memory_captions") || !tf.metadata.count("consensus"))
+  const bool has_keys = tf.shape_of(kMemoryKeys) != nullptr;
+  if (has_keys || tf.metadata.count("memory_captions") || tf.metadata.count("consensus")) {
+    if (!has_keys || !tf.metadata.count("memory_captions") || !tf.metadata.count("consensus"))
       fail(path, "caption memory is incomplete (it needs the tensor '" + std::string(kMemoryKeys) +
                      "' and the header's \"memory_captions\" and \"consensus\")");
     auto memory = std::make_shared<CaptionMemory>();
-    const Param& keys = tf.tensors.at(kMemoryKeys);
-    if (keys.shape.size() != 2) fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels");
-    memory->keys = Eigen::Map<const Mat>(keys.value.data(), keys.shape[0], keys.shape[1]);
+    const std::vector<int64_t>& keys_shape = *tf.shape_of(kMemoryKeys);
+    if (keys_shape.size() != 2 || tf.quantized.count(kMemoryKeys))
+      fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels of floats");
+    if (auto h = tf.mapped_half.find(kMemoryKeys); h != tf.mapped_half.end()) {
+      memory->keys.resize(keys_shape[0], keys_shape[1]);  // row-major, as stored
+      h->second.to_floats(memory->keys.data());
+    } else {
+      memory->keys = Eigen::Map<const Mat>(tf.tensors.at(kMemoryKeys).value.data(), keys_shape[0], keys_shape[1]);
+    }
     try {
       try {
         memory->captions = parse_caption_lists(tf.metadata.at("memory_captions"));
@@ -324,7 +348,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       m->encoder_weights = std::make_shared<const TensorFile>(select_tensors(ec.graph, tf, path));
     } else {
       m->encoder_weights = std::make_shared<const TensorFile>(select_tensors(
-          ec.graph, load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path, weights_dir),
+          ec.graph, load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path, weights_dir,
+                                weights_hash),
           m->encoder_weights_path));
     }
   }
@@ -374,7 +399,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
 
 std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path, const std::string& weights_dir,
                                                  std::optional<PrecisionChoice> encoder_precision) {
-  return from_tensor_file(load_safetensors(path), path, weights_dir, encoder_precision);
+  // Mapped: the float16 decoder weights and memory keys are converted straight into the model's own memory.
+  return from_tensor_file(decode_mapped_safetensors(std::make_shared<const MappedFile>(path)), path, weights_dir,
+                          encoder_precision);
 }
 
 std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths) {

@@ -7,6 +7,7 @@
 #include <thread>
 #include <type_traits>
 #include <cstring>
+#include <future>
 #include <oneapi/dnnl/dnnl.hpp>
 
 #include "datasets/json_checks.hpp"
@@ -61,6 +62,12 @@ FloatBuffer pretrained_tensor(const TensorFile& tf, const std::string& name, con
       fail(where, "tensor '" + name + "' has shape " + shape_str(q->second.shape) + ", expected " + shape_str(shape));
     return q->second.dequantize();
   }
+  auto h = tf.mapped_half.find(name);
+  if (h != tf.mapped_half.end()) {
+    if (h->second.shape != shape)
+      fail(where, "tensor '" + name + "' has shape " + shape_str(h->second.shape) + ", expected " + shape_str(shape));
+    return h->second.to_floats();
+  }
   const Param& p = tf.get(name, where);
   if (p.shape != shape) fail(where, "tensor '" + name + "' has shape " + shape_str(p.shape) + ", expected " + shape_str(shape));
   return p.value;
@@ -91,6 +98,21 @@ FoldedConv fold_conv(const NetNode& n, const TensorFile& weights,
   }
   FoldedConv f;
   f.out = CO, f.in = CI, f.kh = KH, f.kw = KW;
+  if (n.bn.empty() && n.kernel_ohwi) {  // nothing to fold (TF-slim's ResNet): OHWI -> OIHW alone
+    f.bias.resize(CO);
+    for (int o = 0; o < CO; ++o) f.bias[o] = (float)bias[o];
+    if (KH == 1 && KW == 1) {  // the same layout
+      f.weight = std::move(k);
+      return f;
+    }
+    f.weight.resize((size_t)CO * CI * KH * KW);
+    for (int o = 0; o < CO; ++o)
+      for (int y = 0; y < KH; ++y)
+        for (int x = 0; x < KW; ++x)
+          for (int c = 0; c < CI; ++c)  // read in order
+            f.weight[(((size_t)o * CI + c) * KH + y) * KW + x] = k[(((size_t)o * KH + y) * KW + x) * CI + c];
+    return f;
+  }
   f.weight.resize((size_t)CO * CI * KH * KW);
   f.bias.resize(CO);
   for (int o = 0; o < CO; ++o) {
@@ -135,6 +157,12 @@ static TensorFile select_from(const NetGraph& graph, Source& all, const std::str
       check(q->second.shape);
       if constexpr (take) out.quantized[name] = std::move(q->second);
       else out.quantized[name] = q->second;
+      continue;
+    }
+    auto h = all.mapped_half.find(name);
+    if (h != all.mapped_half.end()) {  // a view: copying it copies no values
+      check(h->second.shape);
+      out.mapped_half[name] = h->second;
       continue;
     }
     auto t = all.tensors.find(name);
@@ -183,11 +211,14 @@ PretrainedNet load_pretrained_net(const std::string& path) {
   TensorFile tf;
   std::string sha256;
   {
-    MappedFile file(path);
-    tf = decode_safetensors(file.data(), file.size(), path);
-    if (is_resnet_v2(tf)) sha256 = sha256_hex(file.data(), file.size());
+    auto file = std::make_shared<const MappedFile>(path);
+    tf = decode_mapped_safetensors(file);
+    if (is_resnet_v2(tf)) sha256 = sha256_hex(file->data(), file->size());
   }
+  // An imported ResNet's float16 kernels stay in the mapped file until the encoder reorders them; every other
+  // network's tensors are float32 in memory, as its code expects.
   if (!sha256.empty()) return resnet_v2_net(std::move(tf), path, sha256);
+  tf.convert_mapped_half();
   auto it = tf.metadata.find("format");
   if (it == tf.metadata.end() || it->second != kEncoderFormat)
     fail(path, "not a sat encoder file (no \"format\": \"" + std::string(kEncoderFormat) +
@@ -233,41 +264,76 @@ std::vector<std::string> weights_search_dirs(const std::string& weights_dir) {
   return dirs;
 }
 
-TensorFile load_external_weights(const std::string& file, const std::string& sha256, const std::string& model_path,
-                                 std::string* found, const std::string& weights_dir) {
+static std::vector<std::string> weights_candidates(const std::string& file, const std::string& weights_dir) {
   const std::string stem = file.substr(0, file.find('.'));
+  std::vector<std::string> out;
+  for (const std::string& dir : weights_search_dirs(weights_dir))
+    for (const std::string& candidate : {join_path(dir, file), join_path(join_path(dir, stem), file)})
+      out.push_back(candidate);
+  return out;
+}
+
+struct WeightsHashHeadStart {
+  std::string path;
+  std::shared_ptr<const MappedFile> file;
+  std::future<std::string> sha256;
+};
+
+std::shared_ptr<WeightsHashHeadStart> start_weights_hash(const std::string& file, const std::string& weights_dir) {
+  for (const std::string& candidate : weights_candidates(file, weights_dir)) {
+    if (!file_exists(candidate)) continue;
+    auto out = std::make_shared<WeightsHashHeadStart>();
+    out->path = candidate;
+    try {
+      out->file = std::make_shared<const MappedFile>(candidate);
+    } catch (const Error&) {
+      return nullptr;  // load_external_weights names it as unreadable
+    }
+    out->sha256 = std::async(std::launch::async, [file = out->file] { return sha256_hex(file->data(), file->size()); });
+    return out;
+  }
+  return nullptr;
+}
+
+TensorFile load_external_weights(const std::string& file, const std::string& sha256, const std::string& model_path,
+                                 std::string* found, const std::string& weights_dir,
+                                 const std::shared_ptr<WeightsHashHeadStart>& head_start) {
   const std::vector<std::string> dirs = weights_search_dirs(weights_dir);
   std::string looked;
-  for (const std::string& dir : dirs)
-    for (const std::string& candidate : {join_path(dir, file), join_path(join_path(dir, stem), file)}) {
-      if (!file_exists(candidate)) continue;
-      std::unique_ptr<MappedFile> file;
+  for (const std::string& candidate : weights_candidates(file, weights_dir)) {
+    if (!file_exists(candidate)) continue;
+    std::shared_ptr<const MappedFile> file;
+    std::future<std::string> hashing;
+    if (head_start && head_start->path == candidate && head_start->sha256.valid()) {
+      file = head_start->file;
+      hashing = std::move(head_start->sha256);
+    } else {
       try {
-        file = std::make_unique<MappedFile>(candidate);
+        file = std::make_shared<const MappedFile>(candidate);
       } catch (const Error& e) {
         looked += (looked.empty() ? "" : "; ") + candidate + " (unreadable)";
         continue;
       }
-      // The hash runs beside the decoding (two cores); a wrong file is refused before anything uses it.
-      std::string got;
-      std::thread hasher([&] { got = sha256_hex(file->data(), file->size()); });
-      TensorFile tf;
-      std::string decode_error;
-      try {
-        tf = decode_safetensors(file->data(), file->size(), candidate);
-      } catch (const Error& e) {
-        decode_error = e.what();
-      }
-      hasher.join();
-      if (got != sha256) {
-        looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(file->size()) +
-                  " bytes, sha256 " + got + ": truncated or a different file)";
-        continue;
-      }
-      if (!decode_error.empty()) throw Error(decode_error);  // the right bytes, yet unreadable: cannot happen
-      if (found) *found = candidate;
-      return tf;
+      hashing = std::async(std::launch::async, [file] { return sha256_hex(file->data(), file->size()); });
     }
+    // The hash runs beside the decoding (two cores); a wrong file is refused before anything uses it.
+    TensorFile tf;
+    std::string decode_error;
+    try {
+      tf = decode_mapped_safetensors(file);  // its float16 kernels stay mapped (MappedHalfTensor)
+    } catch (const Error& e) {
+      decode_error = e.what();
+    }
+    const std::string got = hashing.get();
+    if (got != sha256) {
+      looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(file->size()) +
+                " bytes, sha256 " + got + ": truncated or a different file)";
+      continue;
+    }
+    if (!decode_error.empty()) throw Error(decode_error);  // the right bytes, yet unreadable: cannot happen
+    if (found) *found = candidate;
+    return tf;
+  }
   std::string where;
   if (weights_dir.empty() && weights_dir_flag().empty()) where += "--weights-dir not given; ";
   if (!std::getenv("SAT_WEIGHTS") || !*std::getenv("SAT_WEIGHTS")) where += "$SAT_WEIGHTS not set; ";
@@ -381,11 +447,12 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<cons
     const NetNode& node = graph_.nodes[i];
     if (node.op == "conv") {
       const TensorFile& W = weights_for(node.kernel);
-      auto k = W.tensors.find(node.kernel);
+      const bool kernel_as_is = W.tensors.count(node.kernel) || W.mapped_half.count(node.kernel);
       auto b = W.tensors.find(node.bias);
-      if (node.bn.empty() && node.kernel_ohwi && k != W.tensors.end() && b != W.tensors.end()) {
-        // Nothing to fold (TF-slim's export folded its batch norms): oneDNN reorders the OHWI kernel as it is.
-        if (k->second.shape != expected.at(node.kernel) || b->second.shape != expected.at(node.bias))
+      if (node.bn.empty() && node.kernel_ohwi && kernel_as_is && b != W.tensors.end()) {
+        // Nothing to fold (TF-slim's export folded its batch norms): oneDNN reorders the OHWI kernel as it is
+        // (float16 kernels left in the mapped file are converted there, one at a time).
+        if (*W.shape_of(node.kernel) != expected.at(node.kernel) || b->second.shape != expected.at(node.bias))
           fold_conv(node, W, expected, where);  // names the tensor and the shapes
         continue;
       }
@@ -411,6 +478,7 @@ struct PretrainedEncoder::Plan {
   // the convolutions' weights in their layouts and data type (a list: addresses stay put; bf16 takes half of a
   // float per value)
   std::list<FloatBuffer> weights;
+  std::list<UnwrittenFloats> reordered;  // the convolutions' weights as reordered (written whole by the reorder)
   std::vector<FloatBuffer> pool;  // activation buffers, each reused by layers whose lifetimes do not overlap
   std::vector<std::pair<primitive, std::unordered_map<int, memory>>> steps;
   std::vector<int> step_node;  // per step: the node whose output it writes, -1 for a reorder
@@ -583,6 +651,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
 
   P.conv_w.resize(count);
   P.conv_b.resize(count);
+  FloatBuffer kernel_scratch;  // a float16 kernel from the mapped file, as float32 until reordered
   P.scale.resize(count), P.shift.resize(count), P.mean.resize(count), P.variance.resize(count);
   int labelled_node = -1;
   size_t labelled_from = 0;
@@ -615,13 +684,27 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       const bool reads_image = nodes[src].op == "input";
       const memory::desc src_md = reads_image ? memory::desc(P.image.get_desc().dims(), compute, tag::any)
                                               : P.out[src].get_desc();
+      // The kernel as float32: folded here, in the weights, or converted from the mapped file into the scratch.
+      const bool folded = conv_w_.count(i) > 0;
+      const TensorFile& W = weights_for(node.kernel);
+      float* w_data = nullptr;
+      if (folded) {
+        w_data = conv_w_.at(i).data();
+      } else if (auto h = W.mapped_half.find(node.kernel); h != W.mapped_half.end()) {
+        if ((int64_t)kernel_scratch.size() < h->second.size()) kernel_scratch = FloatBuffer((size_t)h->second.size());
+        h->second.to_floats(kernel_scratch.data());
+        w_data = kernel_scratch.data();
+      } else {
+        // oneDNN only reads it (the reorder's source): the shared weights stay as they are.
+        w_data = const_cast<float*>(W.tensors.at(node.kernel).value.data());
+      }
+      float* b_data = folded ? conv_b_.at(i).data() : const_cast<float*>(W.tensors.at(node.bias).value.data());
       // int8: x = sx * xq, w[o] = sw[o] * wq[o] (sw[o] = max |w[o]| / 127), y = sy * yq (sy = 1 for float32).
       // oneDNN computes yq = scale[o] * (sum xq wq + bias'[o]): scale[o] = sx sw[o] / sy, bias' = bias / (sx sw[o]).
       std::vector<float> w_step;
       float sx = 1.f;
       if (int8_conv) {
-        const float* w = conv_w_.count(i) ? conv_w_.at(i).data()
-                                          : weights_for(node.kernel).tensors.at(node.kernel).value.data();
+        const float* w = w_data;
         const size_t per_out = (size_t)CI * node.kh * node.kw;
         w_step.resize(s.c);
 #pragma omp parallel for schedule(static)
@@ -645,11 +728,6 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
         conv_src = P.image_copies.back();
         P.steps.push_back({reorder(P.image, conv_src), {{DNNL_ARG_FROM, P.image}, {DNNL_ARG_TO, conv_src}}});
       }
-      const bool folded = conv_w_.count(i) > 0;
-      // oneDNN only reads these (the reorder's source, the convolution's bias): the shared weights stay as they are.
-      const TensorFile& W = weights_for(node.kernel);
-      float* w_data = folded ? conv_w_.at(i).data() : const_cast<float*>(W.tensors.at(node.kernel).value.data());
-      float* b_data = folded ? conv_b_.at(i).data() : const_cast<float*>(W.tensors.at(node.bias).value.data());
       memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
       FloatBuffer q;  // int8: the quantized weights in the user's layout, until reordered
       if (int8_conv) {  // quantized here, in the user's layout (O outermost in both), then reordered like floats
@@ -668,10 +746,15 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
         for (int o = 0; o < s.c; ++o) P.weights.back()[o] = b_data[o] / (sx * w_step[o]);
         b_data = P.weights.back().data();
       }
-      P.weights.emplace_back(floats_for(pd.weights_desc().get_size()));  // ours: allocated mapped in
-      P.conv_w[i] = memory(pd.weights_desc(), eng, P.weights.back().data());
+      // Ours, allocated mapped in and left unwritten for the reorder to fill; a blocked layout that pads the
+      // channels (a first convolution's 3 inputs) gets zeros first, so the padding is zero whatever the reorder does.
+      const memory::desc w_blocked = pd.weights_desc();
+      P.reordered.emplace_back(floats_for(w_blocked.get_size()));
+      if (!std::equal(w_blocked.data.dims, w_blocked.data.dims + w_blocked.data.ndims, w_blocked.data.padded_dims))
+        std::memset(P.reordered.back().data(), 0, w_blocked.get_size());
+      P.conv_w[i] = memory(w_blocked, eng, P.reordered.back().data());
       reorder(user_w, P.conv_w[i]).execute(cpu_stream(), user_w, P.conv_w[i]);
-      cpu_stream().wait();  // before q goes
+      cpu_stream().wait();  // before q goes, and before the scratch takes the next kernel
       P.conv_b[i] = memory(b_md, eng, b_data);
       P.steps.push_back({convolution_forward(pd), {{DNNL_ARG_SRC, conv_src},
                                                    {DNNL_ARG_WEIGHTS, P.conv_w[i]},

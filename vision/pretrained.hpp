@@ -116,8 +116,14 @@ void set_default_weights_dir(const std::string& dir);
 std::vector<std::string> weights_search_dirs(const std::string& weights_dir = "");
 // Finds and loads the file with that name and sha256. None found, truncated or a different file: one Error naming
 // `model_path`, the file it needs with its sha256, and where it looked. `found` receives the path used.
+// The first file found under that name, mapped, its sha256 being computed on a thread of its own: a model's loader
+// starts it as soon as the header names the file, so that hashing its 55 MB overlaps the rest of the loading
+// (load_external_weights then waits for it). nullptr when no readable file of that name is found.
+struct WeightsHashHeadStart;
+std::shared_ptr<WeightsHashHeadStart> start_weights_hash(const std::string& file, const std::string& weights_dir = "");
 TensorFile load_external_weights(const std::string& file, const std::string& sha256, const std::string& model_path,
-                                 std::string* found = nullptr, const std::string& weights_dir = "");
+                                 std::string* found = nullptr, const std::string& weights_dir = "",
+                                 const std::shared_ptr<WeightsHashHeadStart>& head_start = nullptr);
 // Only the tensors a (cut) graph uses, in their stored form.
 TensorFile select_tensors(const NetGraph& graph, const TensorFile& all, const std::string& where);
 TensorFile select_tensors(const NetGraph& graph, TensorFile&& all, const std::string& where);  // moves them out

@@ -6,25 +6,29 @@
 namespace sat {
 
 bool is_resnet_v2(const TensorFile& tf) {
-  return tf.tensors.count("conv1/weights") && tf.tensors.count("block1/unit_1/bottleneck_v2/preact/scale");
+  return tf.shape_of("conv1/weights") && tf.shape_of("block1/unit_1/bottleneck_v2/preact/scale");
 }
 
 NetGraph resnet_v2_graph(const TensorFile& tf, const std::string& where) {
   // block -> number of units, from the tensor names
   std::map<int, int> units;
   static const std::regex unit_re(R"(block(\d{1,4})/unit_(\d{1,4})/bottleneck_v2/.*)");
-  for (auto& [name, p] : tf.tensors) {
+  std::vector<std::string> names;
+  for (auto& [name, p] : tf.tensors) names.push_back(name);
+  for (auto& [name, h] : tf.mapped_half) names.push_back(name);
+  for (auto& name : names) {
     std::smatch m;
     if (!std::regex_match(name, m, unit_re)) continue;
     const int b = std::stoi(m[1]), u = std::stoi(m[2]);
     if (b < 1 || b > 4 || u < 1 || u > 1000) fail(where, "unexpected ResNet tensor '" + name + "'");
     units[b] = std::max(units[b], u);
   }
-  auto has = [&](const std::string& name) { return tf.tensors.count(name) > 0; };
+  auto has = [&](const std::string& name) { return tf.shape_of(name) != nullptr; };
   auto filters = [&](const std::string& kernel) {
-    const Param& k = tf.get(kernel, where);
-    if (k.shape.size() != 4) fail(where, "tensor '" + kernel + "' is not a 4-d OHWI kernel");
-    return (int)k.shape[0];
+    const std::vector<int64_t>* shape = tf.shape_of(kernel);
+    if (!shape) fail(where, "missing tensor '" + kernel + "'");
+    if (shape->size() != 4) fail(where, "tensor '" + kernel + "' is not a 4-d OHWI kernel");
+    return (int)(*shape)[0];
   };
   NetGraph g;
   NetNode input;

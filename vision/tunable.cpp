@@ -428,15 +428,20 @@ void TunableBlocks::write_back(NetGraph& graph, TensorFile& weights) const {
     }
     node.kernel = node.name + "/tuned_kernel";
     node.bias = node.name + "/tuned_bias";
-    node.kernel_ohwi = false;
+    // OHWI: the layout PretrainedEncoder reorders as it is, with nothing to fold (a 1x1 kernel is already in it).
+    node.kernel_ohwi = true;
     node.bn.clear();
     node.bn_scale = false;
-    Param k(node.kernel, {KH, KW, CI, CO}, false);
-    for (int o = 0; o < CO; ++o)
-      for (int c = 0; c < CI; ++c)
+    Param k(node.kernel, {CO, KH, KW, CI}, false);
+    if (KH == 1 && KW == 1) {
+      k.value = W.value;
+    } else {
+      for (int o = 0; o < CO; ++o)
         for (int y = 0; y < KH; ++y)
-          for (int x = 0; x < KW; ++x)  // OIHW -> HWIO
-            k.value[(((size_t)y * KW + x) * CI + c) * CO + o] = W.value[(((size_t)o * CI + c) * KH + y) * KW + x];
+          for (int x = 0; x < KW; ++x)
+            for (int c = 0; c < CI; ++c)  // OIHW -> OHWI
+              k.value[(((size_t)o * KH + y) * KW + x) * CI + c] = W.value[(((size_t)o * CI + c) * KH + y) * KW + x];
+    }
     Param b(node.bias, {CO}, false);
     b.value = B.value;
     weights.tensors.erase(node.kernel);
