@@ -760,12 +760,15 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       std::memset(P.reordered[i]->data(), 0, w_blocked.get_size());
     P.conv_w[i] = memory(w_blocked, eng, P.reordered[i]->data());
     {
-      // The reorder runs on this thread alone (the other builds its own convolution meanwhile).
-      const int team = omp_get_max_threads();
-      omp_set_num_threads(1);
+      // The reorder runs on this thread alone (the other builds its own convolution meanwhile); the setting is put
+      // back however the block ends.
+      struct OneThread {
+        const int team = omp_get_max_threads();
+        OneThread() { omp_set_num_threads(1); }
+        ~OneThread() { omp_set_num_threads(team); }
+      } one_thread;
       reorder(user_w, P.conv_w[i]).execute(strm, user_w, P.conv_w[i]);
       strm.wait();  // before q goes, and before the scratch takes the next kernel
-      omp_set_num_threads(team);
     }
     P.conv_b[i] = memory({{s.c}, dt::f32, tag::x}, eng, b_data);
     P.steps[job.step] = {conv, {{DNNL_ARG_SRC, job.conv_src},
