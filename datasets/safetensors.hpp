@@ -2,7 +2,8 @@
 // header (tensor index plus "__metadata__" of string values), then raw little-endian data: float32 tensors,
 // and uint8 tensors with a per-tensor affine dequantization (value = q * scale + min, kept in the metadata key
 // "quantization" as {"name": [min, scale]}), which is how imported pretrained weights are stored losslessly,
-// and float16 tensors (IEEE half, read back as float32), which `sat model compact` uses for decoder weights.
+// and float16 tensors (IEEE half, read back as float32, or left in a mapped file: decode_mapped_safetensors), which
+// `sat model compact` uses for decoder weights and imported ResNet weights use for their kernels.
 #pragma once
 #include <map>
 #include <memory>
@@ -21,7 +22,7 @@ struct QuantizedTensor {
   FloatBuffer dequantize() const;
 };
 
-// A float16 tensor left where it lies in a memory-mapped file (load_mapped_safetensors). Large imported weights
+// A float16 tensor left where it lies in a memory-mapped file (decode_mapped_safetensors). Large imported weights
 // (ResNet-101's 42 M) are converted a piece at a time where they are used, the encoder's weight reorders, instead of
 // all at once into float32 memory: 110 MB less to fault in and write at every load. `file` keeps the mapping alive.
 struct MappedHalfTensor {
@@ -38,7 +39,7 @@ struct TensorFile {
   std::map<std::string, Param> tensors;  // grads are left empty
   std::map<std::string, QuantizedTensor> quantized;
   std::set<std::string> half;  // names in `tensors` stored as float16 (on load: those that were)
-  std::map<std::string, MappedHalfTensor> mapped_half;  // load_mapped_safetensors' float16 tensors (not in `tensors`)
+  std::map<std::string, MappedHalfTensor> mapped_half;  // decode_mapped_safetensors' float16 tensors (not in `tensors`)
 
   const Param& get(const std::string& name, const std::string& file) const;
   std::string meta(const std::string& key, const std::string& file) const;
