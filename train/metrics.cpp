@@ -360,9 +360,8 @@ CiderDScorer::CiderDScorer(SpaceJoined refs, double sigma, ReferenceVectors vect
 // refs[i]: image i's references, each turned into word ids by intern_one(index, reference).
 template <typename Refs, typename InternOne>
 void CiderDScorer::build(Data& data, const Refs& refs, InternOne intern_one, double sigma, ReferenceVectors vectors) {
-  Data* d_ = &data;
   if (refs.empty()) throw Error("cider: no reference images");
-  d_->sigma = sigma;
+  data.sigma = sigma;
   const bool keep = vectors == ReferenceVectors::precomputed;
   std::vector<std::vector<std::array<SparseVec, 4>>> counts(keep ? refs.size() : 0);
   std::vector<Ngram> present, all;  // one image's n-grams; every image's distinct ones, end to end
@@ -371,32 +370,32 @@ void CiderDScorer::build(Data& data, const Refs& refs, InternOne intern_one, dou
     if (refs[i].empty()) throw Error("cider: an image has no references");
     present.clear();
     for (auto& r : refs[i]) {
-      std::vector<uint32_t> ids = intern_one(d_->index, r);
+      std::vector<uint32_t> ids = intern_one(data.index, r);
       for (int n = 1; n <= 4; ++n)
         for (int k = 0; k + n <= (int)ids.size(); ++k) present.push_back(pack(ids.data() + k, n));
       if (keep) {
         counts[i].push_back(ngram_counts(ids));
       } else {
-        d_->ids.insert(d_->ids.end(), ids.begin(), ids.end());
-        d_->ref_end.push_back((uint32_t)d_->ids.size());
+        data.ids.insert(data.ids.end(), ids.begin(), ids.end());
+        data.ref_end.push_back((uint32_t)data.ids.size());
       }
     }
-    if (!keep) d_->image_end.push_back((uint32_t)d_->ref_end.size());
+    if (!keep) data.image_end.push_back((uint32_t)data.ref_end.size());
     distinct.reset(present.size());
     for (Ngram g : present)
       if (distinct.insert(g)) all.push_back(g);
   }
-  if (d_->index.words.size() >= 0x7000) throw Error("cider: more than 28671 distinct reference words");
+  if (data.index.words.size() >= 0x7000) throw Error("cider: more than 28671 distinct reference words");
   radix_sort(all);
   for (size_t i = 0; i < all.size(); ++i) {
-    if (i == 0 || all[i] != all[i - 1]) d_->df_keys.push_back(all[i]), d_->df_counts.push_back(0);
-    ++d_->df_counts.back();
+    if (i == 0 || all[i] != all[i - 1]) data.df_keys.push_back(all[i]), data.df_counts.push_back(0);
+    ++data.df_counts.back();
   }
-  d_->log_ref_len = std::log((double)refs.size());
+  data.log_ref_len = std::log((double)refs.size());
   if (!keep) return;
-  d_->refs.resize(refs.size());
+  data.refs.resize(refs.size());
   for (size_t i = 0; i < refs.size(); ++i)
-    for (auto& c : counts[i]) d_->refs[i].push_back(d_->vector_of(c));
+    for (auto& c : counts[i]) data.refs[i].push_back(data.vector_of(c));
 }
 
 CiderDScorer::~CiderDScorer() = default;

@@ -276,6 +276,10 @@ static std::vector<std::string> weights_candidates(const std::string& file, cons
   return out;
 }
 
+static std::future<std::string> sha256_on_a_thread(std::shared_ptr<const MappedFile> file) {
+  return std::async(std::launch::async, [file] { return sha256_hex(file->data(), file->size()); });
+}
+
 struct WeightsHashHeadStart {
   std::string path;
   std::shared_ptr<const MappedFile> file;
@@ -292,7 +296,7 @@ std::shared_ptr<WeightsHashHeadStart> start_weights_hash(const std::string& file
     } catch (const Error&) {
       return nullptr;  // load_external_weights names it as unreadable
     }
-    out->sha256 = std::async(std::launch::async, [file = out->file] { return sha256_hex(file->data(), file->size()); });
+    out->sha256 = sha256_on_a_thread(out->file);
     return out;
   }
   return nullptr;
@@ -317,7 +321,7 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
         looked += (looked.empty() ? "" : "; ") + candidate + " (unreadable)";
         continue;
       }
-      hashing = std::async(std::launch::async, [file] { return sha256_hex(file->data(), file->size()); });
+      hashing = sha256_on_a_thread(file);
     }
     // The hash runs beside the decoding (two cores); a wrong file is refused before anything uses it.
     TensorFile tf;
@@ -478,8 +482,7 @@ struct PretrainedEncoder::Plan {
   std::vector<memory> out;  // per node: its output (a view into a pooled buffer, or into another node's buffer)
   std::vector<memory> conv_w, conv_b, scale, shift, mean, variance;
   std::vector<memory> image_copies;  // the image in the layout a first convolution prefers
-  // the convolutions' weights in their layouts and data type (a list: addresses stay put; bf16 takes half of a
-  // float per value)
+  // int8 pre-activations' scale and offset in units of their output's step (a list: addresses stay put)
   std::list<FloatBuffer> weights;
   // per node: a convolution's weights as reordered (written whole by the reorder), and an int8 one's bias in units
   // of its accumulator
@@ -770,7 +773,7 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
       reorder(user_w, P.conv_w[i]).execute(strm, user_w, P.conv_w[i]);
       strm.wait();  // before q goes, and before the scratch takes the next kernel
     }
-    P.conv_b[i] = memory({{s.c}, dt::f32, tag::x}, eng, b_data);
+    P.conv_b[i] = memory(pd.bias_desc(), eng, b_data);
     P.steps[job.step] = {conv, {{DNNL_ARG_SRC, job.conv_src},
                                 {DNNL_ARG_WEIGHTS, P.conv_w[i]},
                                 {DNNL_ARG_BIAS, P.conv_b[i]},
