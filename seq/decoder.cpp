@@ -786,7 +786,39 @@ void Decoder::begin(const Mat& F, int N, State& st, int copies) {
   st.coverage = Mat::Zero(B, L);
   st.location.assign(B, -1);
   st.rng = Rng(12345);
+  st.word_gates_row.assign(cfg_.vocab_size, -1);
+  st.word_gates.resize(0, 0);
+  st.word_gates_filled = 0;
   if (score_) score_->precompute(F, st.rows);
+}
+
+void Decoder::word_gates(const std::vector<int>& tokens, State& st, Mat& gates) {
+  auto E = value_of(P(kEmbed));
+  auto W = value_of(P(kLstmWEmb));
+  const int B = (int)tokens.size(), G = (int)W.cols();
+  if ((int)st.word_gates_row.size() != E.rows()) st.word_gates_row.assign(E.rows(), -1), st.word_gates_filled = 0;
+  std::vector<int> fresh;
+  for (int w : tokens) {
+    if (w < 0 || w >= E.rows()) throw Error("decoder: word " + std::to_string(w) + " is outside the vocabulary");
+    if (st.word_gates_row[w] < 0) {
+      st.word_gates_row[w] = st.word_gates_filled + (int)fresh.size();
+      fresh.push_back(w);
+    }
+  }
+  if (!fresh.empty()) {
+    const int need = st.word_gates_filled + (int)fresh.size();
+    if (need > st.word_gates.rows() || st.word_gates.cols() != G)
+      st.word_gates.conservativeResize(std::max<int64_t>(need, 2 * st.word_gates.rows()), G);
+    Mat emb((int)fresh.size(), E.cols());
+    for (size_t i = 0; i < fresh.size(); ++i) emb.row(i) = E.row(fresh[i]);
+    // The few-rows product at any count: each entry summed in the same order as a search of a few rows always did.
+    few_rows_product(emb.data(), emb.outerStride(), (int)emb.rows(), (int)emb.cols(), W.data(), W.outerStride(), G,
+                     st.word_gates.data() + (int64_t)st.word_gates_filled * st.word_gates.outerStride(),
+                     st.word_gates.outerStride(), false);
+    st.word_gates_filled = need;
+  }
+  gates.resize(B, G);
+  for (int b = 0; b < B; ++b) gates.row(b) = st.word_gates.row(st.word_gates_row[tokens[b]]);
 }
 
 void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
@@ -827,7 +859,7 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
   Mat z, gates, c, h;
   Mat pre = emb;
   if (cfg_.updown()) {
-    times(emb, value_of(P(kLstmWEmb)), gates, false);
+    word_gates(tokens, st, gates);
     times(st.h2, value_of(P(kLstmWCtx)), gates, true);
     times(st.h, value_of(P(kLstmWHh)), gates, true);
     gates.rowwise() += value_of(P(kLstmB)).row(0);
@@ -842,13 +874,19 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
     st.h2 = std::move(h2), st.c2 = std::move(c2);
   } else if (!cfg_.luong()) {
     step_attend(st.h, st, alpha, z);
-    lstm_step(emb, z, st.h, st.c, value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
-              value_of(P(kLstmB)), gates, c, nullptr, h);
+    word_gates(tokens, st, gates);  // then the same sums as lstm_step's, in its order
+    times(z, value_of(P(kLstmWCtx)), gates, true);
+    times(st.h, value_of(P(kLstmWHh)), gates, true);
+    gates.rowwise() += value_of(P(kLstmB)).row(0);
+    lstm_activate(gates, st.c, c, nullptr, h);
     times(h, value_of(P(kOutHidden)), pre, true);
     times(z, value_of(P(kOutContext)), pre, true);
   } else {
-    lstm_step(emb, st.feed, st.h, st.c, value_of(P(kLstmWEmb)), value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
-              value_of(P(kLstmB)), gates, c, nullptr, h);
+    word_gates(tokens, st, gates);
+    times(st.feed, value_of(P(kLstmWCtx)), gates, true);
+    times(st.h, value_of(P(kLstmWHh)), gates, true);
+    gates.rowwise() += value_of(P(kLstmB)).row(0);
+    lstm_activate(gates, st.c, c, nullptr, h);
     step_attend(h, st, alpha, z);
     Mat u;
     times(z, value_of(P(combine_)), u, false);

@@ -169,6 +169,11 @@ class Decoder {
     Mat h2, c2, mean_gates;  // updown: the language LSTM's state; the mean feature's part of the first LSTM's gates
     std::vector<int> location;  // hard attention: the location each row looked at in the last step
     Rng rng{12345};             // hard attention sampled at test time
+    // The word's part of the (first) LSTM's gates, E[w] W_emb, for each word w a row has taken in this search:
+    // computed once per word (a search's rows keep taking the same few hundred words), not once per row and step.
+    std::vector<int> word_gates_row;  // V entries: the word's row in word_gates, or -1
+    Mat word_gates;                   // rows filled: word_gates_filled (capacity grows by doubling)
+    int word_gates_filled = 0;
   };
   // F: N*L x D, one grid per image, read in place until the search ends; row b starts on grid b / copies (each
   // image's grid read by `copies` consecutive rows).
@@ -179,6 +184,8 @@ class Decoder {
 
  private:
   Param& P(int i) { return params_[i]; }
+  // gates (B x 4H) = E[tokens[b]] W_emb for each row b, from st's per-word rows (computing the words new to it).
+  void word_gates(const std::vector<int>& tokens, State& st, Mat& gates);
   // An initial LSTM state from the mean features: tanh(mean W + b), W = P(weight) and b = P(weight + 1).
   Mat init_state(const Mat& mean, int weight);
   void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;

@@ -418,6 +418,10 @@ TEST_CASE("decoder: step-by-step inference reproduces the teacher-forced forward
       if (cfg.attends()) worst = std::max(worst, (double)(alpha - cache.alpha[t]).cwiseAbs().maxCoeff());
     }
     CHECK(worst < 1e-5);
+    // the words' part of the gates was computed once per distinct word the rows took
+    std::set<int> words(cb.input.begin(), cb.input.end());
+    CHECK(st.word_gates_filled == (int)words.size());
+    CHECK((int)words.size() < 3 * cb.T);
   }
 }
 

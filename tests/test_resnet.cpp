@@ -245,6 +245,27 @@ TEST_CASE("int8 ResNet v2: calibrated ranges, the int8 network close to float32,
   for (size_t k = 0; k < want.size(); ++k) err2 += (got[k] - want[k]) * (got[k] - want[k]), ref2 += want[k] * want[k];
   MESSAGE("tiny ResNet v2 in int8: relative RMS error " << std::sqrt(err2 / ref2));
   CHECK(std::sqrt(err2 / ref2) < 0.03);  // measured in the MESSAGE; a wrong scale or bias gives errors of order 1
+  // int8 passes of about 4 x 224^2 pixels: at 320 one image per pass, each image's grid where it belongs (the same
+  // as encoding it alone, bit for bit: the same one-image network); float32 takes any batch in one pass
+  CHECK(int8.images_per_pass(3) == 3);
+  CHECK(f32.images_per_pass(16) == 16);
+  {
+    const int S2 = 320;
+    std::vector<float> large = randoms((size_t)3 * 3 * S2 * S2, rng);
+    PretrainedEncoder int8_large(whole, tf, S2, "tiny", Precision::int8, ranges);
+    CHECK(int8_large.images_per_pass(3) == 1);
+    CHECK(PretrainedEncoder(whole, tf, 224, "tiny", Precision::int8, ranges).images_per_pass(8) == 4);
+    std::vector<float> together, alone;
+    int8_large.forward(large.data(), 3, together);
+    REQUIRE(together.size() % 3 == 0);
+    const size_t per_image = together.size() / 3;
+    for (int i = 0; i < 3; ++i) {
+      CAPTURE(i);
+      int8_large.forward(large.data() + (size_t)i * 3 * S2 * S2, 1, alone);
+      REQUIRE(alone.size() == per_image);
+      CHECK(std::equal(alone.begin(), alone.end(), together.begin() + i * per_image));
+    }
+  }
   // the ranges survive their JSON form (model files hold them); bad values and missing nodes are refused
   CHECK(int8_ranges_from_json(int8_ranges_to_json(ranges)) == ranges);
   CHECK_THROWS_WITH_AS(int8_ranges_from_json(nlohmann::json{{"a", -1.0}}), doctest::Contains("'a' is not finite and positive"), Error);

@@ -173,16 +173,29 @@ void add_caption_commands(CLI::App& app) {
       auto t0 = clock::now();
       std::vector<std::string> good;
       std::vector<float> planes(chunk.size() * plane);
-      for (const std::string& file : chunk) {
+      // The chunk's files are decoded on both cores (decoding one is serial: the other core would wait), then the
+      // readable ones packed in order.
+      std::vector<std::string> errors(chunk.size());
+#pragma omp parallel for schedule(dynamic) if (chunk.size() > 1)
+      for (size_t i = 0; i < chunk.size(); ++i) {
         try {
-          model->load_plane(file, planes.data() + good.size() * plane);
-          good.push_back(file);
+          model->load_plane(chunk[i], planes.data() + i * plane);
         } catch (const Error& e) {
-          if (files.size() == 1) throw;  // one image: its error is the one line
-          ++failed;
-          std::fprintf(stderr, "%ssat: %s\n", bar ? "\r\033[K" : "", e.what());
-          if (a->json) out.push_back({{"file", file}, {"error", e.what()}});
+          errors[i] = e.what();
+        } catch (const std::exception& e) {  // nothing may leave the parallel loop
+          errors[i] = chunk[i] + ": " + e.what();
         }
+      }
+      for (size_t i = 0; i < chunk.size(); ++i) {
+        if (!errors[i].empty()) {
+          if (files.size() == 1) throw Error(errors[i]);  // one image: its error is the one line
+          ++failed;
+          std::fprintf(stderr, "%ssat: %s\n", bar ? "\r\033[K" : "", errors[i].c_str());
+          if (a->json) out.push_back({{"file", chunk[i]}, {"error", errors[i]}});
+          continue;
+        }
+        if (good.size() != i) std::copy_n(planes.data() + i * plane, plane, planes.data() + good.size() * plane);
+        good.push_back(chunk[i]);
       }
       t_images += seconds(t0);
       done += chunk.size();

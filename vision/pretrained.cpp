@@ -1,5 +1,6 @@
 #include "vision/pretrained.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <climits>
 #include <list>
@@ -909,13 +910,24 @@ PretrainedEncoder::Plan& PretrainedEncoder::plan_for(int n) {
   return *(plans_[n] = std::move(plan));
 }
 
+int PretrainedEncoder::images_per_pass(int n) const {
+  if (precision_ != Precision::int8) return std::max(1, n);
+  constexpr int64_t kPassPixels = 4 * 224 * 224;
+  return (int)std::clamp<int64_t>(kPassPixels / ((int64_t)input_size_ * input_size_), 1, std::max(1, n));
+}
+
 void PretrainedEncoder::forward(const float* images, int n, std::vector<float>& grid) {
-  Plan& P = plan_for(n);
-  grid.resize((size_t)n * grid_h_ * grid_w_ * channels_);
-  P.image.set_data_handle(const_cast<float*>(images));
-  P.grid.set_data_handle(grid.data());
-  for (auto& [prim, args] : P.steps) prim.execute(cpu_stream(), args);
-  cpu_stream().wait();
+  const size_t image_floats = (size_t)3 * input_size_ * input_size_, grid_floats = (size_t)grid_h_ * grid_w_ * channels_;
+  grid.resize((size_t)n * grid_floats);
+  const int pass = images_per_pass(n);
+  for (int first = 0; first < n; first += pass) {
+    const int m = std::min(pass, n - first);
+    Plan& P = plan_for(m);
+    P.image.set_data_handle(const_cast<float*>(images + first * image_floats));
+    P.grid.set_data_handle(grid.data() + first * grid_floats);
+    for (auto& [prim, args] : P.steps) prim.execute(cpu_stream(), args);
+    cpu_stream().wait();
+  }
 }
 
 }  // namespace sat
