@@ -3,9 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <nlohmann/json.hpp>
-#include <opencv2/imgcodecs.hpp>
 #include <opencv2/imgproc.hpp>
 
+#include "datasets/image_codecs.hpp"
 #include "datasets/io.hpp"
 #include "datasets/vocab.hpp"
 
@@ -214,7 +214,7 @@ void write_synth_dataset(const std::string& dir, const SynthOptions& opt) {
       scenes[i] = make_synth_scene(opt.seed, i, opt.size);
       cv::Mat img(opt.size, opt.size, CV_8UC3, scenes[i].bgr.data());
       std::vector<uchar> png;
-      cv::imencode(".png", img, png);
+      if (!encode_image(".png", img, png)) throw Error("synth: OpenCV cannot encode a PNG");
       char name[32];
       std::snprintf(name, sizeof name, "%06d.png", i + 1);
       write_file_atomic(join_path(img_dir, name), std::string(png.begin(), png.end()));

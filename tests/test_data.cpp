@@ -3,11 +3,13 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
+#include <dlfcn.h>
 #include <unistd.h>
 
 #include <opencv2/imgcodecs.hpp>
 
 #include "datasets/coco.hpp"
+#include "datasets/image_codecs.hpp"
 #include "datasets/safetensors.hpp"
 #include "datasets/synth.hpp"
 #include "datasets/vocab.hpp"
@@ -347,6 +349,32 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
   save_safetensors(dir.file("bad.sat"), tf);
   CHECK(error_of([&] { CaptionModel::load(dir.file("bad.sat")); }) ==
         dir.file("bad.sat") + ": model header is malformed (\"ensemble\" must list the decoders after the first)");
+}
+
+TEST_CASE("image codecs: opened by name, they are the functions OpenCV declares; images survive a round trip") {
+  load_image_codecs();
+  load_image_codecs();  // once loaded, a no-op
+  // this test program links OpenCV's codecs itself: the library sat opens is that one, and the symbols it looks up
+  // are the overloads it means (a misspelt or changed name would fail here, not in a user's hands)
+  void* lib = dlopen(image_codecs_library(), RTLD_NOW | RTLD_NOLOAD);
+  REQUIRE(lib != nullptr);
+  cv::Mat (*imdecode)(const cv::_InputArray&, int) = &cv::imdecode;
+  bool (*imencode)(const cv::String&, const cv::_InputArray&, std::vector<uchar>&, const std::vector<int>&) = &cv::imencode;
+  CHECK(dlsym(lib, kImdecodeSymbol) == reinterpret_cast<void*>(imdecode));
+  CHECK(dlsym(lib, kImencodeSymbol) == reinterpret_cast<void*>(imencode));
+  dlclose(lib);  // the reference RTLD_NOLOAD took
+  cv::Mat img(7, 5, CV_8UC3);
+  cv::randu(img, 0, 255);
+  std::vector<uchar> png;
+  REQUIRE(encode_image(".png", img, png));
+  const cv::Mat back = decode_image(cv::Mat(1, (int)png.size(), CV_8UC1, png.data()), cv::IMREAD_COLOR);
+  REQUIRE(back.size() == img.size());
+  CHECK(cv::norm(back, img, cv::NORM_INF) == 0);  // lossless
+  std::vector<uchar> jpg;
+  REQUIRE(encode_image(".jpg", img, jpg, {cv::IMWRITE_JPEG_QUALITY, 90}));
+  CHECK(decode_image(cv::Mat(1, (int)jpg.size(), CV_8UC1, jpg.data()), cv::IMREAD_COLOR).size() == img.size());
+  const std::string junk = "not an image at all";
+  CHECK(decode_image(cv::Mat(1, (int)junk.size(), CV_8UC1, (void*)junk.data()), cv::IMREAD_COLOR).empty());
 }
 
 TEST_CASE("images: only photo formats reach the decoders; other files are one-line errors") {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "datasets/image_codecs.hpp"
 #include "seq/search.hpp"
 #include "train/model.hpp"
 #include "vision/image.hpp"
@@ -264,6 +265,7 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
   if (opt.max_batch < 1 || opt.queue < 1 || opt.batch_wait_ms < 0 || opt.http_threads < 1 || opt.max_bytes < 1)
     throw Error("serve: --max-batch, --queue, --threads and --max-bytes must be positive, --batch-wait-ms not negative");
   install_stop_handler();
+  load_image_codecs();  // now, not at the first request (and an install without them is refused at start)
 
   BatchQueue queue((size_t)opt.queue);
   ServerMetrics metrics;

@@ -7,9 +7,10 @@
 #include <optional>
 #include <string_view>
 
-#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgcodecs.hpp>  // its constants; the codecs: datasets/image_codecs.hpp
 #include <opencv2/imgproc.hpp>
 
+#include "datasets/image_codecs.hpp"
 #include "datasets/io.hpp"
 
 namespace sat {
@@ -185,7 +186,7 @@ cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name)
   const cv::Mat raw(1, (int)bytes.size(), CV_8UC1, const_cast<char*>(bytes.data()));  // imdecode only reads it
   cv::Mat img;
   try {
-    img = cv::imdecode(raw, cv::IMREAD_COLOR);
+    img = decode_image(raw, cv::IMREAD_COLOR);
   } catch (const cv::Exception&) {
     img.release();
   }

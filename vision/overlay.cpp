@@ -1,9 +1,10 @@
 #include "vision/overlay.hpp"
 
 #include <algorithm>
-#include <opencv2/imgcodecs.hpp>
+#include <opencv2/imgcodecs.hpp>  // its constants; the codecs: datasets/image_codecs.hpp
 #include <opencv2/imgproc.hpp>
 
+#include "datasets/image_codecs.hpp"
 #include "datasets/io.hpp"
 
 namespace sat {
@@ -74,7 +75,7 @@ void write_image(const std::string& path, const cv::Mat& img) {
   std::vector<uchar> bytes;
   bool ok = false;
   try {
-    ok = !ext.empty() && cv::imencode(ext, img, bytes);
+    ok = !ext.empty() && encode_image(ext, img, bytes);
   } catch (const cv::Exception&) {
     ok = false;
   }
