@@ -38,7 +38,9 @@ Codecs& codecs() {
   return c;
 }
 
-void load(Codecs& c) {
+// The codecs, loaded on the first call (by whichever thread comes first; the others wait for it).
+const Codecs& loaded_codecs() {
+  Codecs& c = codecs();
   std::call_once(c.loaded, [&c] {
     const char* name = image_codecs_library();
     // Kept open for the life of the process (OpenCV's codecs hold global state of their own).
@@ -54,23 +56,18 @@ void load(Codecs& c) {
                   "OpenCV than sat was built with?");
     c.imdecode = dec, c.imencode = enc;
   });  // a throw leaves the flag unset: the next call tries again and reports the same reason
+  return c;
 }
 
 }  // namespace
 
-void load_image_codecs() { load(codecs()); }
+void load_image_codecs() { loaded_codecs(); }
 
-cv::Mat decode_image(const cv::Mat& bytes, int flags) {
-  Codecs& c = codecs();
-  load(c);
-  return c.imdecode(bytes, flags);
-}
+cv::Mat decode_image(const cv::Mat& bytes, int flags) { return loaded_codecs().imdecode(bytes, flags); }
 
 bool encode_image(const std::string& ext, const cv::Mat& image, std::vector<unsigned char>& out,
                   const std::vector<int>& params) {
-  Codecs& c = codecs();
-  load(c);
-  return c.imencode(ext, image, out, params);
+  return loaded_codecs().imencode(ext, image, out, params);
 }
 
 }  // namespace sat

@@ -851,6 +851,16 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
   }
 }
 
+void Decoder::first_lstm_step(const std::vector<int>& tokens, const Mat& x, const Mat* extra, State& st, Mat& gates,
+                              Mat& c, Mat& h) {
+  word_gates(tokens, st, gates);  // then the same sums as lstm_step's, in its order
+  times(x, value_of(P(kLstmWCtx)), gates, true);
+  times(st.h, value_of(P(kLstmWHh)), gates, true);
+  gates.rowwise() += value_of(P(kLstmB)).row(0);
+  if (extra) gates += *extra;
+  lstm_activate(gates, st.c, c, nullptr, h);
+}
+
 void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha) {
   const int B = (int)st.h.rows();
   auto E = value_of(P(kEmbed));
@@ -859,12 +869,7 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
   Mat z, gates, c, h;
   Mat pre = emb;
   if (cfg_.updown()) {
-    word_gates(tokens, st, gates);
-    times(st.h2, value_of(P(kLstmWCtx)), gates, true);
-    times(st.h, value_of(P(kLstmWHh)), gates, true);
-    gates.rowwise() += value_of(P(kLstmB)).row(0);
-    gates += st.mean_gates;
-    lstm_activate(gates, st.c, c, nullptr, h);
+    first_lstm_step(tokens, st.h2, &st.mean_gates, st, gates, c, h);
     step_attend(h, st, alpha, z);
     Mat gates2, c2, h2;
     lstm_step(z, h, st.h2, st.c2, value_of(P(updown_ + 1)), value_of(P(updown_ + 2)), value_of(P(updown_ + 3)),
@@ -874,19 +879,11 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
     st.h2 = std::move(h2), st.c2 = std::move(c2);
   } else if (!cfg_.luong()) {
     step_attend(st.h, st, alpha, z);
-    word_gates(tokens, st, gates);  // then the same sums as lstm_step's, in its order
-    times(z, value_of(P(kLstmWCtx)), gates, true);
-    times(st.h, value_of(P(kLstmWHh)), gates, true);
-    gates.rowwise() += value_of(P(kLstmB)).row(0);
-    lstm_activate(gates, st.c, c, nullptr, h);
+    first_lstm_step(tokens, z, nullptr, st, gates, c, h);
     times(h, value_of(P(kOutHidden)), pre, true);
     times(z, value_of(P(kOutContext)), pre, true);
   } else {
-    word_gates(tokens, st, gates);
-    times(st.feed, value_of(P(kLstmWCtx)), gates, true);
-    times(st.h, value_of(P(kLstmWHh)), gates, true);
-    gates.rowwise() += value_of(P(kLstmB)).row(0);
-    lstm_activate(gates, st.c, c, nullptr, h);
+    first_lstm_step(tokens, st.feed, nullptr, st, gates, c, h);
     step_attend(h, st, alpha, z);
     Mat u;
     times(z, value_of(P(combine_)), u, false);

@@ -186,6 +186,11 @@ class Decoder {
   Param& P(int i) { return params_[i]; }
   // gates (B x 4H) = E[tokens[b]] W_emb for each row b, from st's per-word rows (computing the words new to it).
   void word_gates(const std::vector<int>& tokens, State& st, Mat& gates);
+  // The (first) LSTM's inference step from st.h and st.c: gates from the words (word_gates), x (the context,
+  // Luong's h~ or the language LSTM's h2) and h, plus `extra` when given (Up-Down: the mean feature's part); c and h
+  // of the next step.
+  void first_lstm_step(const std::vector<int>& tokens, const Mat& x, const Mat* extra, State& st, Mat& gates, Mat& c,
+                       Mat& h);
   // An initial LSTM state from the mean features: tanh(mean W + b), W = P(weight) and b = P(weight + 1).
   Mat init_state(const Mat& mean, int weight);
   void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;
