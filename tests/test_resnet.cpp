@@ -208,6 +208,34 @@ TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, w
   CHECK(max_abs_diff(rewritten, shared) == 0);
 }
 
+TEST_CASE("int8 weights: the per-channel maximum and the rounding lrintf gives, ties to even, at any length") {
+  Rng rng(5);
+  for (size_t n : {1, 15, 16, 17, 33, 1152, 4609}) {
+    std::vector<float> w(n);
+    for (auto& x : w) x = (float)rng.normal() * 0.05f;
+    const size_t peak = n / 2;
+    w[peak] = -0.4f;  // the largest magnitude, negative, in the middle (after the last full 16 when n is 17 or 33)
+    CHECK(max_abs(w.data(), n) == 0.4f);
+    const float inv = 127.f / 0.4f;
+    std::vector<int8_t> q(n);
+    quantize_int8(w.data(), n, inv, q.data());
+    for (size_t k = 0; k < n; ++k) REQUIRE((int)q[k] == (int)std::lrintf(w[k] * inv));
+    CHECK((int)q[peak] == -127);
+  }
+  // Ties go to the even integer (lrintf's rounding in the default mode), with the product rounded to float first:
+  // a multiply-add fused into the rounding trick once gave other integers at such products.
+  const float ties[] = {0.5f, 1.5f, 2.5f, -0.5f, -1.5f, -2.5f, 126.5f, -126.5f, 3.4999998f, 0.49999997f};
+  std::vector<int8_t> q(std::size(ties));
+  quantize_int8(ties, std::size(ties), 1.f, q.data());
+  const int expected[] = {0, 2, 2, 0, -2, -2, 126, -126, 3, 0};
+  for (size_t k = 0; k < std::size(ties); ++k) CHECK((int)q[k] == expected[k]);
+  std::vector<float> near_tie(64);
+  for (size_t k = 0; k < near_tie.size(); ++k) near_tie[k] = (float)(k + 0.5) / 3.0f;  // products near ties
+  std::vector<int8_t> q3(near_tie.size());
+  quantize_int8(near_tie.data(), near_tie.size(), 3.0f, q3.data());
+  for (size_t k = 0; k < near_tie.size(); ++k) CHECK((int)q3[k] == (int)std::lrintf(near_tie[k] * 3.0f));
+}
+
 TEST_CASE("int8 ResNet v2: calibrated ranges, the int8 network close to float32, ranges refused when missing or bad") {
   TensorFile tf = tiny_resnet(4);
   NetGraph g = resnet_v2_graph(tf, "tiny");

@@ -506,7 +506,7 @@ struct BufferPlan {
 };
 
 // The largest |x| of n floats, in 16 lanes so the loop vectorizes (a max reduction does not, without -ffast-math).
-static float max_abs(const float* x, size_t n) {
+float max_abs(const float* x, size_t n) {
   float lanes[16] = {};
   size_t k = 0;
   for (; k + 16 <= n; k += 16)
@@ -518,7 +518,7 @@ static float max_abs(const float* x, size_t n) {
 // to[k] = x[k] * inv rounded to the nearest integer, ties to even, as lrintf did (|x[k] * inv| <= 127 here). lrintf
 // may set errno, so without -fno-math-errno it stays a libm call per weight; rintf never does, and compiles to a
 // vector rounding instruction (SSE4.1 and later): 42 M weights are quantized when an int8 network is built.
-static void quantize_int8(const float* x, size_t n, float inv, int8_t* to) {
+void quantize_int8(const float* x, size_t n, float inv, int8_t* to) {
   for (size_t k = 0; k < n; ++k) to[k] = (int8_t)(int)std::rint(x[k] * inv);
 }
 

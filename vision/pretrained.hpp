@@ -33,6 +33,11 @@ Int8Ranges choose_int8_ranges(const std::map<std::string, std::vector<float>>& s
 nlohmann::json int8_ranges_to_json(const Int8Ranges& r);
 Int8Ranges int8_ranges_from_json(const nlohmann::json& j);  // checks each range is finite and positive
 
+// int8 weights, per output channel: the largest |w| of a channel's n weights (its scale is that over 127), and the
+// channel's weights times 1 / scale rounded to the nearest integer, ties to even, as lrintf rounds (|x * inv| <= 127).
+float max_abs(const float* x, size_t n);
+void quantize_int8(const float* x, size_t n, float inv, int8_t* to);
+
 class PretrainedEncoder {
  public:
   // graph: already cut at the layer that gives the grid. weights: the tensors its conv nodes name
