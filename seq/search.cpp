@@ -248,6 +248,110 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
   return finished;
 }
 
+// Constrained beam search with one word (grid beam search with one constraint, Hokamp & Liu 2017; Anderson et al.
+// 2017 constrain captions so): each image keeps two beams of `beam` rows, those that have not said its word yet and
+// those that have. A row of the first goes on with any word but that one or <end>, or says it and joins the second;
+// rows of the second go on with any word. Only the second finishes captions, so every caption found says the word.
+template <typename Dec>
+static std::vector<std::vector<Hypothesis>> beam_search_including_over(Dec& dec, const Mat& F, int N, int beam,
+                                                                       int max_len, double length_norm,
+                                                                       int no_repeat_ngram,
+                                                                       const std::vector<int>& words) {
+  if (beam < 1) throw Error("beam size must be at least 1");
+  if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
+  if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
+  if ((int)words.size() != N)
+    throw Error("constrained search: " + std::to_string(words.size()) + " words for " + std::to_string(N) + " images");
+  const int V = dec.config().vocab_size;
+  for (int w : words)
+    if (w <= kUnk || w >= V) throw Error("constrained search: word id " + std::to_string(w) + " is not a word a caption can say");
+  typename Dec::State st;
+  dec.begin(F, N, st);
+  struct Live {
+    int image;
+    bool said;
+    Hypothesis h;
+  };
+  std::vector<Live> live;
+  for (int i = 0; i < N; ++i) live.push_back({i, false, Hypothesis{}});
+  std::vector<std::vector<Hypothesis>> finished(N);
+  std::vector<int> tokens(N, kStart);
+  Mat logp, alpha;
+  struct Cand {
+    double lp;
+    int row, word;
+  };
+  std::vector<Cand> cands;
+  for (int t = 0; t < max_len && !live.empty(); ++t) {
+    dec.step(tokens, st, logp, alpha);
+    ban_words(logp, t);
+    for (size_t r = 0; r < live.size(); ++r) ban_repeats(logp, (int)r, live[r].h.tokens, no_repeat_ngram);
+    std::vector<Live> next;
+    std::vector<int> rows, next_tokens;
+    size_t r0 = 0;
+    while (r0 < live.size()) {
+      const int img = live[r0].image, must = words[img];
+      size_t r1 = r0;
+      while (r1 < live.size() && live[r1].image == img) ++r1;
+      const size_t first_of_image = next.size();
+      for (const bool said : {true, false}) {  // the finishing beam first: once it is full, the image is done
+        if (!said && (int)finished[img].size() >= beam) break;
+        cands.clear();
+        for (size_t r = r0; r < r1; ++r) {
+          const double base = live[r].h.logprob;
+          const int row = (int)r;
+          if (said && !live[r].said) {  // says the word now
+            if (logp(row, must) != kBanned) cands.push_back({base + logp(row, must), row, must});
+            continue;
+          }
+          if (said != live[r].said) continue;
+          for (int w = 0; w < V; ++w)
+            if (logp(row, w) != kBanned && (said || (w != must && w != kEnd)))
+              cands.push_back({base + logp(row, w), row, w});
+        }
+        const size_t top = std::min(cands.size(), (size_t)2 * beam);
+        std::partial_sort(cands.begin(), cands.begin() + top, cands.end(), [](const Cand& a, const Cand& b) {
+          if (a.lp != b.lp) return a.lp > b.lp;
+          if (a.row != b.row) return a.row < b.row;
+          return a.word < b.word;
+        });
+        int kept = 0;
+        for (size_t k = 0; k < top && kept < beam; ++k) {
+          const Cand& c = cands[k];
+          Hypothesis h = live[c.row].h;
+          h.logprob = c.lp;
+          h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
+          if (dec.config().hard()) h.locations.push_back(st.location[c.row]);
+          if (c.word == kEnd) {
+            if ((int)finished[img].size() < beam) finished[img].push_back(finish(std::move(h), true, length_norm));
+            continue;
+          }
+          h.tokens.push_back(c.word);
+          ++kept;
+          if (t + 1 == max_len) {  // out of words: a row that said the word finishes, the others end here
+            if (said && (int)finished[img].size() < beam)
+              finished[img].push_back(finish(std::move(h), false, length_norm));
+            continue;
+          }
+          next.push_back({img, said, std::move(h)});
+          rows.push_back(c.row);
+          next_tokens.push_back(c.word);
+        }
+      }
+      if ((int)finished[img].size() >= beam) {  // this image is done: drop its live rows
+        next.resize(first_of_image), rows.resize(first_of_image), next_tokens.resize(first_of_image);
+      }
+      r0 = r1;
+    }
+    dec.select_rows(st, rows);
+    live = std::move(next);
+    tokens = std::move(next_tokens);
+  }
+  for (auto& f : finished)  // best first; ties keep the order they finished in
+    std::stable_sort(f.begin(), f.end(), [](const Hypothesis& a, const Hypothesis& b) { return a.score > b.score; });
+  return finished;
+}
+
 // Teacher forcing through the inference path: row r emits captions[r], then <end>; each word's log-probability is
 // taken after the searches' bans, so a caption the search could never emit (a repeated phrase under no_repeat_ngram,
 // say) scores -inf.
@@ -306,6 +410,17 @@ std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, con
                                                        int max_len, double length_norm, int no_repeat_ngram,
                                                        const BeamDiversity& diversity) {
   return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity);
+}
+
+std::vector<std::vector<Hypothesis>> beam_search_including(Decoder& dec, const Mat& F, int N, int beam, int max_len,
+                                                           double length_norm, int no_repeat_ngram,
+                                                           const std::vector<int>& words) {
+  return beam_search_including_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, words);
+}
+std::vector<std::vector<Hypothesis>> beam_search_including(DecoderEnsemble& dec, const Mat& F, int N, int beam,
+                                                           int max_len, double length_norm, int no_repeat_ngram,
+                                                           const std::vector<int>& words) {
+  return beam_search_including_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, words);
 }
 
 std::vector<Hypothesis> score_captions(Decoder& dec, const Mat& F, const std::vector<std::vector<int>>& captions,

@@ -57,6 +57,16 @@ std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& 
 std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
                                                        int max_len, double length_norm = 1.0, int no_repeat_ngram = 0,
                                                        const BeamDiversity& diversity = {});
+// Constrained beam search: for image i, the captions that say words[i] somewhere (up to `beam`, best score first,
+// scored as beam_search_nbest scores its own), found with two beams per image, the rows before the word and the rows
+// after it. words[i] must be a word a caption can say (not <pad>, <start>, <end> or <unk>). An image whose word no
+// row reaches within max_len words gets an empty list.
+std::vector<std::vector<Hypothesis>> beam_search_including(Decoder& dec, const Mat& F, int N, int beam, int max_len,
+                                                           double length_norm, int no_repeat_ngram,
+                                                           const std::vector<int>& words);
+std::vector<std::vector<Hypothesis>> beam_search_including(DecoderEnsemble& dec, const Mat& F, int N, int beam,
+                                                           int max_len, double length_norm, int no_repeat_ngram,
+                                                           const std::vector<int>& words);
 // Given captions (word ids, no <start>/<end>; 1 to max_len - 1 words) scored on one image's grid F (L x D) as the
 // searches would score them: teacher-forced through the inference path, each word's log-probability after the
 // searches' bans (a caption they could never emit scores -inf), <end> appended; score = logprob / (words + 1)^

@@ -66,6 +66,15 @@ python3 -c "import sys; sys.exit(0 if $G1 > $G0 + 0.15 else 1)" && pass "groundi
   grep -Eq "^150 image\(s\) in [0-9.]+ s: model load .* images/s after loading$" "$WORK/timing.txt" \
   && pass "caption --timing: $(cat "$WORK/timing.txt")" || fail "caption --timing: $(cat "$WORK/timing.txt")"
 "$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.png" >/dev/null 2>&1 && [ -s "$WORK/att.png" ] && pass "attend wrote an overlay" || fail "attend"
+# --include: every caption says the word, whether or not the plain search would (a word absent from the caption is
+# taken among the colours, so the constraint changes something)
+WORD=$(for w in purple yellow green blue red; do grep -qw "$w" "$WORK/cap.txt" || { echo "$w"; break; }; done)
+"$SAT" caption "$IMG" "$WORK/val/images/000002.png" --model "$MODEL" --include "$WORD" >"$WORK/include.txt" &&
+  [ "$(wc -l <"$WORK/include.txt")" -eq 2 ] && [ "$(grep -cw "$WORD" "$WORK/include.txt")" -eq 2 ] \
+  && pass "caption --include $WORD: $(head -n 1 "$WORK/include.txt")" || fail "caption --include $WORD: $(cat "$WORK/include.txt")"
+"$SAT" attend "$IMG" --model "$MODEL" --include "$WORD" --out "$WORK/att_include.png" >"$WORK/att_include.txt" 2>/dev/null &&
+  grep -qw "$WORD" "$WORK/att_include.txt" && [ -s "$WORK/att_include.png" ] \
+  && pass "attend --include $WORD: $(cat "$WORK/att_include.txt")" || fail "attend --include $WORD"
 # --- the bundled Flickr8k models (the README's first command) ---------------------------------------
 # The default (models/flickr8k.sat) runs on ResNet-101 v2, whose weights are shared data beside the checkout: without
 # them it must say so in one line. models/flickr8k-inception.sat needs nothing outside the repository.
@@ -326,6 +335,10 @@ assert len(d) == 7, d
 assert sum("caption" in x for x in d) == 4 and sum("error" in x for x in d) == 3, d' \
   && pass "caption --json: failures as entries with an error field" || fail "caption --json with failures"
 expect_error "missing image" "^sat: $WORK/nope.png: cannot open" "$SAT" caption "$WORK/nope.png" --model "$MODEL"
+expect_error "caption --include with a word the model does not know" "^sat: $MODEL: does not know the word 'zebra' \(--include\)" \
+  "$SAT" caption "$IMG" --model "$MODEL" --include zebra
+expect_error "attend --include with two words" "^sat: --include takes one word, got 'red circle'$" \
+  "$SAT" attend "$IMG" --model "$MODEL" --include "red circle" --out "$WORK/x.png"
 expect_error "non-image file" "^sat: $WORK/fake.png: cannot decode image" "$SAT" caption "$WORK/fake.png" --model "$MODEL"
 expect_error "empty image file" "^sat: $WORK/empty.png: empty file" "$SAT" attend "$WORK/empty.png" --model "$MODEL" --out "$WORK/x.png"
 expect_error "missing model" "^sat: $WORK/none.sat: cannot open" "$SAT" caption "$IMG" --model "$WORK/none.sat"

@@ -40,6 +40,7 @@ cli_caption=$("$SAT" caption "$PHOTO" --model "$MODEL" 2>/dev/null)
 cli_scene=$("$SAT" caption "$SCENE" --model "$MODEL" 2>/dev/null)
 cli_greedy=$("$SAT" caption "$PHOTO" --model "$MODEL" --beam 1 2>/dev/null)
 cli_diverse=$("$SAT" caption "$PHOTO" --model "$MODEL" --beam 4 --beam-groups 2 --diversity 3 2>/dev/null)
+cli_include=$("$SAT" caption "$PHOTO" --model "$MODEL" --include grass 2>/dev/null)
 [ -n "$cli_caption" ] || { fail "sat caption gave nothing"; exit 1; }
 
 start_server "$WORK/serve.log" --max-bytes 200000
@@ -55,6 +56,9 @@ if [ "$s" = 200 ] && [ "$(json_field greedy "['caption']")" = "$cli_greedy" ] &&
   pass "beam=1&attention=1: the CLI's greedy caption, one attention grid per word, each summing to 1"
 else fail "beam=1&attention=1: $s $(head -c 300 "$WORK/greedy.body")"; fi
 
+s=$(post include -X POST --data-binary @"$PHOTO" "$URL/caption?include=grass")
+[ "$s" = 200 ] && [ "$(json_field include "['caption']")" = "$cli_include" ] && grep -qw grass <<<"$cli_include" &&
+  pass "include=grass: the CLI's --include caption ($cli_include)" || fail "include=grass: $s $(cat "$WORK/include.body") (CLI: $cli_include)"
 s=$(post diverse -X POST --data-binary @"$PHOTO" "$URL/caption?beam=4&beam_groups=2&diversity=3")
 [ "$s" = 200 ] && [ "$(json_field diverse "['caption']")" = "$cli_diverse" ] && pass "beam_groups=2&diversity=3: the CLI's diverse caption" ||
   fail "beam_groups: $s $(cat "$WORK/diverse.body")"
@@ -97,6 +101,9 @@ grep -q 'beam groups must divide the beam size (3)' "$WORK/bad_groups.body" && p
   fail "bad_groups: $(cat "$WORK/bad_groups.body")"
 check_error bad_diversity 400 -X POST --data-binary @"$PHOTO" "$URL/caption?diversity=-1"
 check_error unknown_param 400 -X POST --data-binary @"$PHOTO" "$URL/caption?bean=3"
+check_error unknown_word 400 -X POST --data-binary @"$PHOTO" "$URL/caption?include=zebrafish"
+grep -q "include: the model does not know the word 'zebrafish'" "$WORK/unknown_word.body" && pass "include with a word the model does not know: named" ||
+  fail "unknown_word: $(cat "$WORK/unknown_word.body")"
 check_error no_file 400 -F "note=x" "$URL/caption"
 check_error get_caption 405 "$URL/caption"
 check_error post_health 405 -X POST "$URL/health"
@@ -128,13 +135,13 @@ for line in text.splitlines():
     m = re.match(r'^([a-z_]+)(\{[^}]*\})? ([0-9.e+-]+)$', line)
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
-assert samples['sat_requests_total{code="200"}'] == 5 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 13, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="200"}'] == 6 + 8, samples
+assert samples['sat_requests_total{code="400"}'] == 14, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 17
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 30
-assert samples["sat_batch_size_sum"] == 13 and samples["sat_batch_size_count"] < 13, samples  # batched
+assert samples["sat_errors_total"] == 18
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 32
+assert samples["sat_batch_size_sum"] == 14 and samples["sat_batch_size_count"] < 14, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY
 s=$(post health "$URL/health")

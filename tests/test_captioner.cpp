@@ -226,6 +226,35 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
   }
 }
 
+TEST_CASE("captioner: include makes every caption say the word, as the constrained search finds it") {
+  sat::Captioner captioner(kInceptionModel);
+  sat::CaptionOptions with_dog;
+  with_dog.include = "Dog";  // tokenized as captions are: lower case
+  with_dog.candidates = 3;
+  const sat::CaptionResult c = captioner.caption_file(kPhoto, with_dog);
+  CHECK(std::count(c.words.begin(), c.words.end(), "dog") >= 1);
+  REQUIRE(!c.candidates.empty());
+  for (const auto& cand : c.candidates) CHECK(cand.text.find("dog") != std::string::npos);
+  // the internal constrained search with the model's settings gives the same caption
+  auto model = sat::CaptionModel::load(kInceptionModel);
+  sat::Mat F = model->encode(model->load_planes({kPhoto}), 1);
+  const auto lists = model->search_including(F, 1, {model->vocab.id("dog")}, model->beam, model->length_norm,
+                                             model->no_repeat_ngram);
+  const sat::Hypothesis& h = lists[0].candidates[lists[0].chosen].hypothesis;
+  CHECK(c.words == model->vocab.decode(h.tokens));
+  CHECK(c.logprob == h.logprob);
+  CHECK(captioner.caption_file(kPhoto).text != c.text);  // the plain caption has no dog
+  // words it cannot require are refused before any work, by check() and caption() alike
+  sat::CaptionOptions zebra;
+  zebra.include = "zebrafish";
+  CHECK(error_of([&] { captioner.check(zebra); }) == "include: the model does not know the word 'zebrafish'");
+  CHECK_THROWS_AS(captioner.caption_file(kPhoto, zebra), sat::Error);
+  sat::CaptionOptions two;
+  two.include = "black dog";
+  CHECK(error_of([&] { captioner.check(two); }) == "include must be one word, got 'black dog'");
+  captioner.check(with_dog);  // fine
+}
+
 TEST_CASE("captioner: attention grids per word, and hard attention's glimpse at the grid's peak") {
   sat::CaptionOptions with_attention;
   with_attention.attention = true;

@@ -601,6 +601,58 @@ TEST_CASE("search: diverse beam groups") {
   CHECK_THROWS(beam_search(dec, F, n, 4, max_len, 1.0, 0, {2, std::nan("")}));
 }
 
+TEST_CASE("search: a caption constrained to say a word is the best such caption, found as exhaustive search finds it") {
+  // Three words and captions of at most 4: a beam of 200 holds every caption, so the plain search's list is every
+  // caption there is, and the best of those that say the word is what the constrained search must find.
+  for (const double norm : {0.0, 1.0}) {
+    CAPTURE(norm);
+    Rng rng(29);
+    DecoderConfig cfg = small_config(0, false);
+    cfg.vocab_size = 7;  // <pad> <start> <end> <unk> and words 4, 5, 6
+    Decoder dec(cfg);
+    dec.init(rng);
+    for (auto* p : dec.params())  // sharper than the initial model, so captions differ in score
+      for (auto& v : p->value) v *= 3.f;
+    const int n = 3, max_len = 4;
+    Mat F = random_features(n, cfg, rng);
+    const auto every = beam_search_nbest(dec, F, n, 200, max_len, norm);
+    for (int word = 4; word < 7; ++word) {
+      CAPTURE(word);
+      const auto found = beam_search_including(dec, F, n, 200, max_len, norm, 0, std::vector<int>(n, word));
+      const auto narrow = beam_search_including(dec, F, n, 2, max_len, norm, 0, std::vector<int>(n, word));
+      for (int i = 0; i < n; ++i) {
+        CHECK(every[i].size() == 3 + 9 + 27 + 81);  // 1 to 3 words and <end>, or 4 words cut off
+        std::vector<const Hypothesis*> saying;
+        for (auto& h : every[i])
+          if (std::count(h.tokens.begin(), h.tokens.end(), word)) saying.push_back(&h);
+        REQUIRE(found[i].size() == std::min<size_t>(saying.size(), 200));
+        CHECK(found[i][0].tokens == saying[0]->tokens);  // both lists are best first
+        CHECK(found[i][0].score == doctest::Approx(saying[0]->score).epsilon(1e-5));
+        REQUIRE(!narrow[i].empty());
+        CHECK(narrow[i].size() <= 2);
+        for (auto& h : narrow[i]) CHECK(std::count(h.tokens.begin(), h.tokens.end(), word) > 0);
+        for (size_t k = 1; k < narrow[i].size(); ++k) CHECK(narrow[i][k - 1].score >= narrow[i][k].score);
+        for (auto& h : found[i]) CHECK(h.alphas.size() >= h.tokens.size());
+      }
+    }
+  }
+  Rng rng(3);
+  DecoderConfig cfg = small_config(0, false);
+  Decoder dec(cfg);
+  dec.init(rng);
+  Mat F = random_features(2, cfg, rng);
+  CHECK_THROWS(beam_search_including(dec, F, 2, 3, 8, 1.0, 0, {5}));      // one word per image
+  CHECK_THROWS(beam_search_including(dec, F, 2, 3, 8, 1.0, 0, {5, 2}));   // <end> is not a word to say
+  CHECK_THROWS(beam_search_including(dec, F, 2, 3, 8, 1.0, 0, {5, 11}));  // outside the vocabulary
+  // with repeats blocked, the word still appears and no word repeats
+  const auto once = beam_search_including(dec, F, 2, 3, 8, 1.0, 1, {5, 7});
+  for (int i = 0; i < 2; ++i)
+    for (auto& h : once[i]) {
+      CHECK(std::count(h.tokens.begin(), h.tokens.end(), i == 0 ? 5 : 7) == 1);
+      CHECK(std::set<int>(h.tokens.begin(), h.tokens.end()).size() == h.tokens.size());
+    }
+}
+
 TEST_CASE("search: sampled first words follow the model's distribution") {
   Rng rng(13);
   DecoderConfig cfg = small_config(0, false);

@@ -105,6 +105,19 @@ void SearchFlags::add_to(CLI::App* command) {
                       "Diverse beam search: how much a word taken at this step by an earlier group costs a later one "
                       "(log p units; default: the model's)")
       ->check(CLI::Range(0.0, kMaxDiversityPenalty));
+  command->add_option("--include", include,
+                      "A word every caption must say: the best caption with it (constrained beam search, chosen as "
+                      "the model chooses; sat attend then shows where the model looks as it says it)");
+}
+
+int SearchFlags::include_id(const CaptionModel& model, const std::string& model_path) const {
+  if (include.empty()) return -1;
+  if (tokenize_caption(include).size() != 1) throw Error("--include takes one word, got '" + include + "'");
+  const int id = model.sayable_word(include);
+  if (id < 0)
+    fail(model_path, "does not know the word '" + tokenize_caption(include)[0] + "' (--include): its vocabulary has " +
+                         std::to_string(model.vocab.size() - 4) + " words");
+  return id;
 }
 
 void SearchFlags::apply(CaptionModel& model, const std::string& model_path) const {
@@ -161,6 +174,7 @@ void add_caption_commands(CLI::App& app) {
     const double t_codecs = seconds(start);
     auto model = CaptionModel::load(a->model);
     a->search.apply(*model, a->model);
+    const int include = a->search.include_id(*model, a->model);
     const double t_load = seconds(start), t_model = t_load - t_codecs;
     double t_images = 0, t_encode = 0, t_search = 0;
     auto files = expand_inputs(a->images);
@@ -212,7 +226,11 @@ void add_caption_commands(CLI::App& app) {
       t0 = clock::now();
       std::vector<CaptionModel::CandidateList> lists;
       std::vector<Hypothesis> hyps;
-      if (a->candidates > 0) {
+      if (include >= 0) {
+        lists = model->search_including(F, (int)good.size(), std::vector<int>(good.size(), include), model->beam,
+                                        model->length_norm, model->no_repeat_ngram);
+        for (auto& list : lists) hyps.push_back(list.candidates[list.chosen].hypothesis);
+      } else if (a->candidates > 0) {
         lists = model->search_candidates(F, (int)good.size(), model->beam, model->length_norm, model->no_repeat_ngram);
         for (auto& list : lists) hyps.push_back(list.candidates[list.chosen].hypothesis);
       } else {
@@ -269,10 +287,17 @@ void add_caption_commands(CLI::App& app) {
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
     b->search.apply(*model, b->model);
+    const int include = b->search.include_id(*model, b->model);
     cv::Mat img = load_image_bgr(b->image);
     auto planes = model->load_planes({b->image});
     Mat F = model->encode(planes, 1);
-    Hypothesis h = model->search(F, 1, model->beam)[0];
+    Hypothesis h;
+    if (include >= 0) {
+      auto list = model->search_including(F, 1, {include}, model->beam, model->length_norm, model->no_repeat_ngram);
+      h = std::move(list[0].candidates[list[0].chosen].hypothesis);
+    } else {
+      h = model->search(F, 1, model->beam)[0];
+    }
     auto words = model->vocab.decode(h.tokens);
     OverlayOptions o;
     o.panel = std::max(32, b->panel);

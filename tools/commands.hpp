@@ -19,8 +19,11 @@ struct SearchFlags {
   int memory_candidates = -1;    // < 0: the model's
   int beam_groups = 0;           // 0: the model's
   double diversity = -1;         // < 0: the model's
+  std::string include;           // a word every caption must say (constrained search); empty: none
   void add_to(CLI::App* command);
   void apply(CaptionModel& model, const std::string& model_path) const;  // errors name model_path
+  // --include's word as the model's vocabulary id, -1 without it (an Error naming model_path if it does not know it).
+  int include_id(const CaptionModel& model, const std::string& model_path) const;
 };
 
 void add_synth_command(CLI::App& app);

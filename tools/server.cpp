@@ -76,7 +76,7 @@ bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
          a.consensus_weight == b.consensus_weight && a.memory_candidates == b.memory_candidates &&
          a.beam_groups == b.beam_groups && a.diversity == b.diversity && a.attention == b.attention &&
-         a.candidates == b.candidates;
+         a.candidates == b.candidates && a.include == b.include;
 }
 
 const std::vector<double> ServerMetrics::kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -193,6 +193,8 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       if ((bad = number(key, value, 0, (int)kMaxDiversityPenalty, x)).empty()) out.diversity = x;
     } else if (key == "candidates") {
       if ((bad = whole_number(key, value, 0, kMaxBeam, n)).empty()) out.candidates = n;
+    } else if (key == "include") {
+      out.include = value;  // checked against the model's vocabulary with the other options (Captioner::check)
     } else if (key == "attention") {
       if (value != "0" && value != "1" && value != "true" && value != "false")
         return "attention must be 0 or 1, got '" + value + "'";
@@ -200,7 +202,7 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
     } else {
       return "unknown parameter '" + key +
              "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, beam_groups, diversity, candidates, "
-             "attention)";
+             "include, attention)";
     }
     if (!bad.empty()) return bad;
   }
@@ -375,6 +377,11 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
       } catch (const Error& e) {
         return answer_error(res, 400, e.what());
       }
+    }
+    try {
+      captioner.check(options);
+    } catch (const Error& e) {
+      return answer_error(res, 400, e.what());
     }
     if (bytes.empty()) return answer_error(res, 400, "empty body: POST the image's bytes (or a multipart file)");
     CaptionJob job;

@@ -27,6 +27,7 @@ struct Search {
   int memory_candidates;
   int candidates;
   BeamDiversity diversity;
+  int include;  // the word every caption says (a vocabulary id), -1: none
 };
 
 Search search_settings(const CaptionModel& model, const CaptionOptions& options) {
@@ -35,7 +36,8 @@ Search search_settings(const CaptionModel& model, const CaptionOptions& options)
            options.consensus_weight.value_or(model.consensus.weight),
            options.memory_candidates.value_or(model.consensus.memory_candidates), options.candidates,
            BeamDiversity{options.beam_groups.value_or(model.beam_diversity.groups),
-                         options.diversity.value_or(model.beam_diversity.penalty)}};
+                         options.diversity.value_or(model.beam_diversity.penalty)},
+           -1};
   if (s.beam < 1 || s.beam > kMaxBeam) throw Error("beam must be in [1, " + std::to_string(kMaxBeam) + "]");
   if (!(s.length_norm >= 0 && s.length_norm <= 2)) throw Error("length_norm must be in [0, 2]");
   if (s.no_repeat_ngram < 0 || s.no_repeat_ngram > kMaxNoRepeat)
@@ -49,6 +51,12 @@ Search search_settings(const CaptionModel& model, const CaptionOptions& options)
   if (s.candidates < 0 || s.candidates > kMaxBeam)
     throw Error("candidates must be in [0, " + std::to_string(kMaxBeam) + "]");
   if (s.beam > 1) check_diversity(s.diversity, s.beam);
+  if (!options.include.empty()) {
+    if (tokenize_caption(options.include).size() != 1)
+      throw Error("include must be one word, got '" + options.include + "'");
+    if ((s.include = model.sayable_word(options.include)) < 0)
+      throw Error("include: the model does not know the word '" + tokenize_caption(options.include)[0] + "'");
+  }
   return s;
 }
 
@@ -124,7 +132,14 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
       const int m = std::min(kMaxBatch, n - start);
       const std::vector<float> chunk(planes.begin() + start * plane, planes.begin() + (start + m) * plane);
       const Mat F = model->encode(chunk, m);
-      if (s.candidates > 0) {
+      if (s.include >= 0) {
+        auto found = model->search_including(F, m, std::vector<int>(m, s.include), s.beam, s.length_norm,
+                                             s.no_repeat_ngram, s.consensus_weight);
+        for (auto& list : found) {
+          hyps.push_back(list.candidates[list.chosen].hypothesis);
+          lists.push_back(std::move(list));
+        }
+      } else if (s.candidates > 0) {
         auto found = model->search_candidates(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight,
                                               s.memory_candidates, s.diversity);
         for (auto& list : found) {
@@ -229,6 +244,8 @@ std::vector<CaptionResult> Captioner::caption_bytes(const std::vector<std::vecto
                      out);
   });
 }
+
+void Captioner::check(const CaptionOptions& options) const { search_settings(*impl_->model, options); }
 
 ModelInfo Captioner::info() const {
   const CaptionModel& m = *impl_->model;

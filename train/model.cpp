@@ -493,6 +493,25 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, doub
   return out;
 }
 
+// Consensus reranking of one image's candidates against the captions of its nearest memory photos: each candidate's
+// agreement and total (score + weight x agreement), and the list's choice, the first of the best totals.
+static void choose_by_agreement(CaptionModel::CandidateList& list, const CaptionMemory& memory,
+                                const std::vector<int>& photos, double weight, const Vocab& vocab) {
+  std::vector<Tokens> words;
+  std::vector<int> leave_out;
+  for (auto& c : list.candidates) {
+    words.push_back(vocab.decode(c.hypothesis.tokens));
+    leave_out.push_back(c.memory_photo);
+  }
+  const std::vector<double> agree = memory.agreements(words, photos, leave_out);
+  std::vector<double> scores;
+  for (auto& c : list.candidates) scores.push_back(c.hypothesis.score);
+  const std::vector<double> totals = consensus_totals(scores, agree, weight);
+  for (size_t k = 0; k < list.candidates.size(); ++k)
+    list.candidates[k].agreement = agree[k], list.candidates[k].total = totals[k];
+  list.chosen = best_total(totals);
+}
+
 std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const Mat& F, int n, int beam, double norm,
                                                                          int no_repeat, double consensus_weight,
                                                                          int memory_candidates,
@@ -559,19 +578,46 @@ std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const M
         return a.hypothesis.score > b.hypothesis.score;  // best score first, as the beam's own list
       });
     }
-    std::vector<Tokens> words;
-    std::vector<int> leave_out;
-    for (auto& c : list.candidates) {
-      words.push_back(vocab.decode(c.hypothesis.tokens));
-      leave_out.push_back(c.memory_photo);
+    choose_by_agreement(list, *memory, photos, rerank.weight, vocab);
+  }
+  return out;
+}
+
+int CaptionModel::sayable_word(const std::string& text) const {
+  const std::vector<std::string> words = tokenize_caption(text);
+  if (words.size() != 1 || !vocab.contains(words[0])) return -1;
+  const int id = vocab.id(words[0]);
+  return id > 3 ? id : -1;  // <pad> <start> <end> <unk> come first
+}
+
+std::vector<CaptionModel::CandidateList> CaptionModel::search_including(const Mat& F, int n,
+                                                                        const std::vector<int>& words, int beam,
+                                                                        double norm, int no_repeat,
+                                                                        double consensus_weight) {
+  const double weight = consensus_weight >= 0 ? consensus_weight : consensus.weight;
+  std::vector<std::vector<Hypothesis>> found;
+  if (more_members.empty()) {
+    found = beam_search_including(*decoder, F, n, beam, max_len, norm, no_repeat, words);
+  } else {
+    DecoderEnsemble all(member_decoders());
+    found = beam_search_including(all, F, n, beam, max_len, norm, no_repeat, words);
+  }
+  const bool reranked = memory && weight > 0;
+  const Mat means = reranked ? pooled_grid_vectors(F, n, memory->pooling) : Mat();
+  std::vector<CandidateList> out(n);
+  for (int i = 0; i < n; ++i) {
+    if (found[i].empty())
+      throw Error("no caption says '" + vocab.words[words[i]] + "' within " + std::to_string(max_len) + " words");
+    CandidateList& list = out[i];
+    list.reranked = reranked;
+    for (auto& h : found[i]) {
+      Candidate c;
+      c.total = h.score;
+      c.hypothesis = std::move(h);
+      list.candidates.push_back(std::move(c));
     }
-    const std::vector<double> agree = memory->agreements(words, photos, leave_out);
-    std::vector<double> scores;
-    for (auto& c : list.candidates) scores.push_back(c.hypothesis.score);
-    const std::vector<double> totals = consensus_totals(scores, agree, rerank.weight);
-    for (size_t k = 0; k < list.candidates.size(); ++k)
-      list.candidates[k].agreement = agree[k], list.candidates[k].total = totals[k];
-    list.chosen = best_total(totals);
+    if (reranked)
+      choose_by_agreement(list, *memory, memory->nearest(means.row(i).data(), consensus.neighbours), weight, vocab);
   }
   return out;
 }

@@ -136,6 +136,16 @@ struct CaptionModel {
   std::vector<CandidateList> search_candidates(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
                                                double consensus_weight = -1, int memory_candidates = -1,
                                                std::optional<BeamDiversity> diversity = {});
+  // The captions of each of n images that say words[i] (a vocabulary id: constrained beam search, seq/search.hpp,
+  // `beam` rows before the word and `beam` after it; 1 is greedy on both sides), and the one kept, chosen as
+  // search_candidates chooses among a beam's: by consensus reranking (consensus_weight < 0: the model's) when it has
+  // a memory and the weight is above 0, else by score. An image whose word no caption reaches within max_len words
+  // is an Error.
+  std::vector<CandidateList> search_including(const Mat& F, int n, const std::vector<int>& words, int beam,
+                                              double length_norm, int no_repeat_ngram, double consensus_weight = -1);
+  // The vocabulary id of `text` as a word search_including can require: the one word it tokenizes to, when the
+  // vocabulary holds it and it is not <pad>, <start>, <end> or <unk>; else -1 (also when it is not one word).
+  int sayable_word(const std::string& text) const;
 };
 
 // Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs

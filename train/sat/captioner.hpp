@@ -55,6 +55,9 @@ struct CaptionOptions {
   // paying diversity (log p units, in [0, 100]) for each earlier group's row that took the same word at that step
   std::optional<int> beam_groups;
   std::optional<double> diversity;
+  // A word every caption must say (constrained beam search: the best caption with it, chosen among those as the model
+  // chooses among a beam's); "": none. A word the model does not know throws sat::Error.
+  std::string include;
   bool attention = false;              // fill CaptionResult::attention (and ::glimpses for hard attention)
   int candidates = 0;                  // fill CaptionResult::candidates with the N best (and the kept one); at most 100
 };
@@ -138,6 +141,9 @@ class SAT_API Captioner {
                                      const CaptionOptions& options = {}) const;
 
   ModelInfo info() const;
+  // Throws sat::Error saying what is wrong with `options` (a value out of range, a setting the model cannot use, a
+  // word to include it does not know) when caption() would refuse them: a server checks a request before queueing it.
+  void check(const CaptionOptions& options) const;
 
   // The folder of the models sat ships (flickr8k.sat, the default, which needs ResNet-101 v2 weights;
   // flickr8k-inception.sat; synth.sat): <prefix>/share/sat/models for an installed library.
