@@ -116,7 +116,7 @@ int SearchFlags::include_id(const CaptionModel& model, const std::string& model_
   const int id = model.sayable_word(include);
   if (id < 0)
     fail(model_path, "does not know the word '" + tokenize_caption(include)[0] + "' (--include): its vocabulary has " +
-                         std::to_string(model.vocab.size() - 4) + " words");
+                         std::to_string(model.vocab.size() - Vocab::kUnk - 1) + " words");
   return id;
 }
 

@@ -587,7 +587,7 @@ int CaptionModel::sayable_word(const std::string& text) const {
   const std::vector<std::string> words = tokenize_caption(text);
   if (words.size() != 1 || !vocab.contains(words[0])) return -1;
   const int id = vocab.id(words[0]);
-  return id > 3 ? id : -1;  // <pad> <start> <end> <unk> come first
+  return id > Vocab::kUnk ? id : -1;  // <pad> <start> <end> <unk> come first
 }
 
 std::vector<CaptionModel::CandidateList> CaptionModel::search_including(const Mat& F, int n,
