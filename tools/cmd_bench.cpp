@@ -479,6 +479,8 @@ void add_bench_commands(CLI::App& app) {
     const double gmac = blocks.macs_per_image() / 1e9;
     // Backward is two convolutions per forward one (data and weights; none into the cached input for the first).
     const double gflops = 2 * 3 * gmac * n / (fwd + bwd);
+    size_t weights = 0;
+    for (auto& p : blocks.params()) weights += p.value.size();
     if (ta->json)
       std::printf("{\"peer\": \"sat\", \"batch\": %d, \"forward_ms\": %.2f, \"backward_ms\": %.2f, "
                   "\"images_per_s\": %.3f}\n", n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd));
@@ -486,7 +488,7 @@ void add_bench_commands(CLI::App& app) {
       std::printf("%s..%s after %s at %dx%d (%.2f GMAC per image, %zu weights), batch %d: forward %.1f ms, backward "
                   "%.1f ms -> %.1f images/s (about %.0f GFLOPS)\n",
                   net.graph.nodes[net.graph.index_of(ta->from) + 1].name.c_str(), ta->to.c_str(), ta->from.c_str(),
-                  ta->size, ta->size, gmac, [&] { size_t k = 0; for (auto& p : blocks.params()) k += p.value.size(); return k; }(),
+                  ta->size, ta->size, gmac, weights,
                   n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd), gflops);
   });
 
