@@ -77,6 +77,27 @@ std::vector<Hypothesis> one_path_search(Dec& dec, const Mat& F, int N, int max_l
   }
   return out;
 }
+// Both beam searches' step: the decoder's next log-probabilities for every live row, with the words no caption shows
+// and each row's repeats banned. live[r].h.tokens is row r's caption so far.
+template <typename Dec, typename Live>
+void step_and_ban(Dec& dec, const std::vector<int>& tokens, typename Dec::State& st, int t, const std::vector<Live>& live,
+                  int no_repeat_ngram, Mat& logp, Mat& alpha) {
+  dec.step(tokens, st, logp, alpha);
+  ban_words(logp, t);
+  for (size_t r = 0; r < live.size(); ++r) ban_repeats(logp, (int)r, live[r].h.tokens, no_repeat_ngram);
+}
+
+// Row `row`'s hypothesis grown by one step: its new log-probability `lp`, this step's attention map (and hard
+// attention's glimpse); the word is the caller's to add.
+template <typename Dec>
+Hypothesis extended(const Dec& dec, const typename Dec::State& st, const Mat& alpha, const Hypothesis& from, int row,
+                    double lp) {
+  Hypothesis h = from;
+  h.logprob = lp;
+  h.alphas.emplace_back(alpha.row(row).data(), alpha.row(row).data() + alpha.cols());
+  if (dec.config().hard()) h.locations.push_back(st.location[row]);
+  return h;
+}
 }  // namespace
 
 void check_diversity(const BeamDiversity& diversity, int beam) {
@@ -167,9 +188,7 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
   };
   std::vector<Cand> cands;
   for (int t = 0; t < max_len && !live.empty(); ++t) {
-    dec.step(tokens, st, logp, alpha);
-    ban_words(logp, t);
-    for (size_t r = 0; r < live.size(); ++r) ban_repeats(logp, (int)r, live[r].h.tokens, no_repeat_ngram);
+    step_and_ban(dec, tokens, st, t, live, no_repeat_ngram, logp, alpha);
     std::vector<Live> next;
     std::vector<int> rows;
     std::vector<int> next_tokens;
@@ -203,10 +222,7 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
           if (G > 1) {
             if (chosen_count[c.word]++ == 0) chosen_words.push_back(c.word);
           }
-          Hypothesis h = live[c.row].h;
-          h.logprob = c.lp;
-          h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
-          if (dec.config().hard()) h.locations.push_back(st.location[c.row]);
+          Hypothesis h = extended(dec, st, alpha, live[c.row].h, c.row, c.lp);
           if (c.word == kEnd) {
             if (finished_in_group[img][g] < group_beam) {
               finished[img].push_back(finish(std::move(h), true, length_norm));
@@ -283,9 +299,7 @@ static std::vector<std::vector<Hypothesis>> beam_search_including_over(Dec& dec,
   };
   std::vector<Cand> cands;
   for (int t = 0; t < max_len && !live.empty(); ++t) {
-    dec.step(tokens, st, logp, alpha);
-    ban_words(logp, t);
-    for (size_t r = 0; r < live.size(); ++r) ban_repeats(logp, (int)r, live[r].h.tokens, no_repeat_ngram);
+    step_and_ban(dec, tokens, st, t, live, no_repeat_ngram, logp, alpha);
     std::vector<Live> next;
     std::vector<int> rows, next_tokens;
     size_t r0 = 0;
@@ -318,10 +332,7 @@ static std::vector<std::vector<Hypothesis>> beam_search_including_over(Dec& dec,
         int kept = 0;
         for (size_t k = 0; k < top && kept < beam; ++k) {
           const Cand& c = cands[k];
-          Hypothesis h = live[c.row].h;
-          h.logprob = c.lp;
-          h.alphas.emplace_back(alpha.row(c.row).data(), alpha.row(c.row).data() + alpha.cols());
-          if (dec.config().hard()) h.locations.push_back(st.location[c.row]);
+          Hypothesis h = extended(dec, st, alpha, live[c.row].h, c.row, c.lp);
           if (c.word == kEnd) {
             if ((int)finished[img].size() < beam) finished[img].push_back(finish(std::move(h), true, length_norm));
             continue;

@@ -493,6 +493,19 @@ std::vector<Hypothesis> CaptionModel::search(const Mat& F, int n, int beam, doub
   return out;
 }
 
+// A search's captions for one image as candidates (total = score until reranking), best first as found.
+static CaptionModel::CandidateList candidate_list(std::vector<Hypothesis> found, bool reranked) {
+  CaptionModel::CandidateList list;
+  list.reranked = reranked;
+  for (auto& h : found) {
+    CaptionModel::Candidate c;
+    c.total = h.score;
+    c.hypothesis = std::move(h);
+    list.candidates.push_back(std::move(c));
+  }
+  return list;
+}
+
 // Consensus reranking of one image's candidates against the captions of its nearest memory photos: each candidate's
 // agreement and total (score + weight x agreement), and the list's choice, the first of the best totals.
 static void choose_by_agreement(CaptionModel::CandidateList& list, const CaptionMemory& memory,
@@ -536,13 +549,7 @@ std::vector<CaptionModel::CandidateList> CaptionModel::search_candidates(const M
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
     CandidateList& list = out[i];
-    list.reranked = reranked;
-    for (auto& h : found[i]) {
-      Candidate c;
-      c.total = h.score;
-      c.hypothesis = std::move(h);
-      list.candidates.push_back(std::move(c));
-    }
+    list = candidate_list(std::move(found[i]), reranked);
     if (!reranked) continue;
     const std::vector<int> photos = memory->nearest(means.row(i).data(), rerank.neighbours);
     if (rerank.memory_candidates > 0) {
@@ -609,13 +616,7 @@ std::vector<CaptionModel::CandidateList> CaptionModel::search_including(const Ma
     if (found[i].empty())
       throw Error("no caption says '" + vocab.words[words[i]] + "' within " + std::to_string(max_len) + " words");
     CandidateList& list = out[i];
-    list.reranked = reranked;
-    for (auto& h : found[i]) {
-      Candidate c;
-      c.total = h.score;
-      c.hypothesis = std::move(h);
-      list.candidates.push_back(std::move(c));
-    }
+    list = candidate_list(std::move(found[i]), reranked);
     if (reranked)
       choose_by_agreement(list, *memory, memory->nearest(means.row(i).data(), consensus.neighbours), weight, vocab);
   }
