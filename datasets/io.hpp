@@ -9,11 +9,11 @@
 #include <string>
 #include <vector>
 
-#include "train/sat/error.hpp"
+#include "datasets/sat/error.hpp"
 
 namespace sat {
 
-// Every library error is one line (sat::Error, train/sat/error.hpp: part of the public API); the CLI prints
+// Every library error is one line (sat::Error, datasets/sat/error.hpp: part of the public API, installed as <sat/error.hpp>); the CLI prints
 // "sat: <message>" and exits non-zero.
 [[noreturn]] void fail(const std::string& file, const std::string& problem);
 

@@ -42,7 +42,7 @@ std::vector<cv::Mat> synth_scenes(int n) {
 sat::Hypothesis cli_hypothesis(const std::string& model_path, const std::string& image) {
   auto model = sat::CaptionModel::load(model_path);
   sat::Mat F = model->encode(model->load_planes({image}), 1);
-  return model->search(F, 1, model->beam)[0];
+  return model->search_kept(F, 1, sat::stored_search(*model))[0];
 }
 
 std::string error_of(const std::function<void()>& f) {
@@ -238,8 +238,9 @@ TEST_CASE("captioner: include makes every caption say the word, as the constrain
   // the internal constrained search with the model's settings gives the same caption
   auto model = sat::CaptionModel::load(kInceptionModel);
   sat::Mat F = model->encode(model->load_planes({kPhoto}), 1);
-  const auto lists = model->search_including(F, 1, {model->vocab.id("dog")}, model->beam, model->length_norm,
-                                             model->no_repeat_ngram);
+  sat::SearchOptions dog;
+  dog.include = "dog";
+  const auto lists = model->search(F, 1, sat::resolve_search(*model, dog, kInceptionModel));
   const sat::Hypothesis& h = lists[0].candidates[lists[0].chosen].hypothesis;
   CHECK(c.words == model->vocab.decode(h.tokens));
   CHECK(c.logprob == h.logprob);
@@ -247,11 +248,12 @@ TEST_CASE("captioner: include makes every caption say the word, as the constrain
   // words it cannot require are refused before any work, by check() and caption() alike
   sat::CaptionOptions zebra;
   zebra.include = "zebrafish";
-  CHECK(error_of([&] { captioner.check(zebra); }) == "include: the model does not know the word 'zebrafish'");
+  CHECK(error_of([&] { captioner.check(zebra); }).rfind(std::string(kInceptionModel) +
+                                                        ": does not know the word 'zebrafish' (include)", 0) == 0);
   CHECK_THROWS_AS(captioner.caption_file(kPhoto, zebra), sat::Error);
   sat::CaptionOptions two;
   two.include = "black dog";
-  CHECK(error_of([&] { captioner.check(two); }) == "include must be one word, got 'black dog'");
+  CHECK(error_of([&] { captioner.check(two); }) == "include takes one word, got 'black dog'");
   captioner.check(with_dog);  // fine
 }
 

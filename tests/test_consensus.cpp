@@ -16,6 +16,7 @@
 #include "train/consensus.hpp"
 #include "train/metrics.hpp"
 #include "train/model.hpp"
+#include "tests/search_with.hpp"
 
 using namespace sat;
 using test::error_of;
@@ -327,7 +328,7 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   std::vector<float> planes((size_t)n * 3 * 32 * 32);
   for (auto& v : planes) v = (float)rng.normal();
   Mat F = m.encode(planes, n);
-  const auto plain = m.search(F, n, 4, 0.5, 0);
+  const auto plain = m.search_kept(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}));
   const auto lists = beam_search_nbest(*m.decoder, F, n, 4, m.max_len, 0.5, 0);
 
   auto memory = std::make_shared<CaptionMemory>(random_memory(20, D, rng, [](int i) {
@@ -337,10 +338,10 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   memory->prepare(D, "mem");
   m.memory = memory;
   m.consensus = {5, 0.0};
-  auto off = m.search(F, n, 4, 0.5, 0);
+  auto off = m.search_kept(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}));
   m.consensus.weight = 50;
-  auto on = m.search(F, n, 4, 0.5, 0);
-  auto greedy = m.search(F, n, 1, 0.5, 0);  // one candidate: nothing to rerank
+  auto on = m.search_kept(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}));
+  auto greedy = m.search_kept(F, n, search_with(m, 1, 0.5, 0, {}, {}, {}));  // one candidate: nothing to rerank
   auto greedy_plain = greedy_search(*m.decoder, F, n, m.max_len, 0);
   const Mat means = mean_grid_vectors(F, n);
   int moved = 0;
@@ -358,9 +359,9 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   CHECK(moved > 0);  // the memory changed some captions
 
   // The candidate lists behind each search: the kept one is what search() returns; totals add the weighted agreement.
-  const auto reranked = m.search_candidates(F, n, 4, 0.5, 0);
-  const auto unranked = m.search_candidates(F, n, 4, 0.5, 0, 0.0);
-  const auto one = m.search_candidates(F, n, 1, 0.5, 0);
+  const auto reranked = m.search(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}, kMaxBeam));
+  const auto unranked = m.search(F, n, search_with(m, 4, 0.5, 0, 0.0, {}, {}, kMaxBeam));
+  const auto one = m.search(F, n, search_with(m, 1, 0.5, 0, {}, {}, {}, kMaxBeam));
   REQUIRE(reranked.size() == (size_t)n);
   for (int i = 0; i < n; ++i) {
     CAPTURE(i);
@@ -386,7 +387,7 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     CHECK_FALSE(one[i].reranked);
   }
 
-  CaptionModel::CandidateList five;
+  CandidateList five;
   five.candidates.resize(5);
   five.chosen = 3;
   CHECK(five.shown(2) == std::vector<int>{0, 1, 3});  // the kept one after the first two
@@ -397,8 +398,8 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   // The memory's captions as candidates: those of the 2 nearest photos join the beam's, scored by the decoder, each
   // compared with the other neighbours' captions only.
   m.consensus.memory_candidates = 2;
-  const auto joined_lists = m.search_candidates(F, n, 4, 0.5, 0);
-  const auto joined_best = m.search(F, n, 4, 0.5, 0);
+  const auto joined_lists = m.search(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}, kMaxBeam));
+  const auto joined_best = m.search_kept(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}));
   int from_memory = 0, memory_chosen = 0;
   for (int i = 0; i < n; ++i) {
     CAPTURE(i);
@@ -435,7 +436,7 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   MESSAGE(memory_chosen << " of " << n << " captions taken from the memory");
   m.consensus.memory_candidates = 0;
   for (int i = 0; i < n; ++i)  // the call's weight over the model's
-    CHECK(m.search(F, n, 4, 0.5, 0, 0.0)[i].tokens == plain[i].tokens);
+    CHECK(m.search_kept(F, n, search_with(m, 4, 0.5, 0, 0.0, {}, {}))[i].tokens == plain[i].tokens);
 
   const std::string path = dir.file("mem.sat");
   m.save(path);
@@ -447,18 +448,18 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   CHECK(loaded->memory->captions == memory->captions);
   CHECK((loaded->memory->keys - memory->keys).cwiseAbs().maxCoeff() < 1e-3f);  // stored in float16
   CHECK(loaded->consensus.memory_candidates == 0);
-  auto again = loaded->search(loaded->encode(planes, n), n, 4, 0.5, 0);
+  auto again = loaded->search_kept(loaded->encode(planes, n), n, search_with(*loaded, 4, 0.5, 0, {}, {}, {}));
   for (int i = 0; i < n; ++i) CHECK(again[i].tokens == on[i].tokens);
   m.consensus.memory_candidates = 2;
   m.save(dir.file("mem2.sat"));
   m.consensus.memory_candidates = 0;
   auto loaded2 = CaptionModel::load(dir.file("mem2.sat"));
   CHECK(loaded2->consensus.memory_candidates == 2);
-  auto again2 = loaded2->search(loaded2->encode(planes, n), n, 4, 0.5, 0);
+  auto again2 = loaded2->search_kept(loaded2->encode(planes, n), n, search_with(*loaded2, 4, 0.5, 0, {}, {}, {}));
   for (int i = 0; i < n; ++i) CHECK(again2[i].tokens == joined_best[i].tokens);
 
   // Diverse beam groups: the model's setting is stored, reloaded and searched with; a call's setting overrides it.
-  const auto diverse = m.search_candidates(F, n, 4, 0.5, 0, 50.0, 0, BeamDiversity{2, 3.0});
+  const auto diverse = m.search(F, n, search_with(m, 4, 0.5, 0, 50.0, 0, BeamDiversity{2, 3.0}, kMaxBeam));
   const auto diverse_found = beam_search_nbest(*m.decoder, F, n, 4, m.max_len, 0.5, 0, {2, 3.0});
   m.beam_diversity = {2, 3.0};
   m.beam = 4;
@@ -469,8 +470,8 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   CHECK(loaded3->beam_diversity.penalty == 3.0);
   CHECK(loaded->beam_diversity.groups == 1);  // files without it search one group
   const Mat F3 = loaded3->encode(planes, n);
-  const auto lists3 = loaded3->search_candidates(F3, n, 4, 0.5, 0, 50.0, 0);
-  const auto stored_search = loaded3->search(F3, n, 4, 0.5, 0, 50.0, 0);
+  const auto lists3 = loaded3->search(F3, n, search_with(*loaded3, 4, 0.5, 0, 50.0, 0, {}, kMaxBeam));
+  const auto stored_search = loaded3->search_kept(F3, n, search_with(*loaded3, 4, 0.5, 0, 50.0, 0, {}));
   int differ = 0;
   for (int i = 0; i < n; ++i) {
     REQUIRE(lists3[i].candidates.size() == diverse_found[i].size());
@@ -479,7 +480,7 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     for (size_t k = 0; k < lists3[i].candidates.size(); ++k)
       CHECK(lists3[i].candidates[k].hypothesis.tokens == diverse_found[i][k].tokens);  // float16 keys: same beam
     CHECK(stored_search[i].tokens == lists3[i].candidates[lists3[i].chosen].hypothesis.tokens);
-    CHECK(loaded3->search(F3, n, 4, 0.5, 0, 50.0, 0, BeamDiversity{})[i].tokens == again[i].tokens);
+    CHECK(loaded3->search_kept(F3, n, search_with(*loaded3, 4, 0.5, 0, 50.0, 0, BeamDiversity{}))[i].tokens == again[i].tokens);
     std::vector<std::vector<int>> grouped, plain_found;
     for (auto& h : diverse_found[i]) grouped.push_back(h.tokens);
     for (auto& h : lists[i]) plain_found.push_back(h.tokens);
@@ -510,7 +511,7 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   auto loaded_max = CaptionModel::load(dir.file("max.sat"));
   CHECK(loaded_max->memory->pooling == KeyPooling::max);
   CHECK(loaded->memory->pooling == KeyPooling::mean);  // files without it: mean
-  const auto max_lists = loaded_max->search_candidates(loaded_max->encode(planes, n), n, 4, 0.5, 0);
+  const auto max_lists = loaded_max->search(loaded_max->encode(planes, n), n, search_with(*loaded_max, 4, 0.5, 0, {}, {}, {}, kMaxBeam));
   for (int i = 0; i < n; ++i) {  // each photo's one neighbour is its own key: agreement with memory photo i
     const auto& list = max_lists[i];
     std::vector<Tokens> words;

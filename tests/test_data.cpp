@@ -17,6 +17,8 @@
 #include "train/grounding.hpp"
 #include "train/metrics.hpp"
 #include "train/model.hpp"
+#include "train/model_surgery.hpp"
+#include "train/recorded_paths.hpp"
 #include "vision/image.hpp"
 #include "tests/scratch.hpp"
 
@@ -126,14 +128,14 @@ TEST_CASE("model files: save -> load -> caption gives the same words; damaged fi
   }
   Mat F = m.encode(planes, 2);
   m.length_norm = 0.25;
-  auto before = m.search(F, 2, 3);
+  auto before = m.search_kept(F, 2, stored_search(m, 3));
   std::string path = dir.file("m.sat");
   m.save(path);
   auto loaded = CaptionModel::load(path);
   Mat F2 = loaded->encode(planes, 2);
   CHECK((F - F2).cwiseAbs().maxCoeff() == 0.f);
   CHECK(loaded->length_norm == 0.25);
-  auto after = loaded->search(F2, 2, 3);
+  auto after = loaded->search_kept(F2, 2, stored_search(*loaded, 3));
   for (int i = 0; i < 2; ++i) CHECK(before[i].tokens == after[i].tokens);
   CHECK(loaded->vocab.words == m.vocab.words);
 
@@ -241,7 +243,7 @@ TEST_CASE("model files: averaging weights (sat model average); models that diffe
   // the same model averaged with itself captions as it does
   Mat F = Mat::Random(a.encoder_config.locations(), a.encoder_config.feature_dim());
   auto same = average_models({dir.file("a.sat"), dir.file("a.sat")});
-  CHECK(same->search(F, 1, 2)[0].tokens == a.search(F, 1, 2)[0].tokens);
+  CHECK(same->search_kept(F, 1, stored_search(*same, 2))[0].tokens == a.search_kept(F, 1, stored_search(a, 2))[0].tokens);
   // weights every model holds alike come back exactly (a frozen fine-tuned unit stays shared with the others)
   auto thrice = average_models({dir.file("a.sat"), dir.file("a.sat"), dir.file("a.sat")});
   auto pt = thrice->params();
@@ -302,7 +304,7 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
   std::vector<Decoder*> members = loaded->member_decoders();
   DecoderEnsemble by_hand(members);
   auto expect = beam_search(by_hand, F, n, 3, loaded->max_len, loaded->length_norm, loaded->no_repeat_ngram);
-  auto got = loaded->search(F, n, 3);
+  auto got = loaded->search_kept(F, n, stored_search(*loaded, 3));
   for (int i = 0; i < n; ++i) CHECK(got[i].tokens == expect[i].tokens);
   // an ensemble of ensembles brings every member; it is not trained or averaged
   CHECK(ensemble_models({dir.file("ens.sat"), dir.file("a.sat")})->members() == 3);

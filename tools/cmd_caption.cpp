@@ -6,8 +6,8 @@
 
 #include "datasets/image_codecs.hpp"
 #include "datasets/io.hpp"
-#include "seq/search.hpp"
 #include "tools/commands.hpp"
+#include "train/captioning.hpp"
 #include "train/model.hpp"
 #include "train/progress.hpp"
 #include "vision/image.hpp"
@@ -45,7 +45,7 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 
 
 // The first `shown` candidates (and the kept one, wherever it ranks), one per line under the image's caption.
-void print_candidates(const CaptionModel& model, const CaptionModel::CandidateList& list, int shown) {
+void print_candidates(const CaptionModel& model, const CandidateList& list, int shown) {
   const char* header = list.reranked ? "  #  log p    score   agree   total  caption" : "  #  log p    score  caption";
   std::printf("%s\n", header);
   for (int k : list.shown(shown)) {
@@ -61,7 +61,7 @@ void print_candidates(const CaptionModel& model, const CaptionModel::CandidateLi
   }
 }
 
-nlohmann::json candidates_json(const CaptionModel& model, const CaptionModel::CandidateList& list, int shown) {
+nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& list, int shown) {
   nlohmann::json out = nlohmann::json::array();
   for (int k : list.shown(shown)) {
     const auto& c = list.candidates[k];
@@ -79,67 +79,48 @@ nlohmann::json candidates_json(const CaptionModel& model, const CaptionModel::Ca
 
 }  // namespace
 
+// A flag that sets one of the search options (unset: the model's).
+template <typename T>
+CLI::Option* add_search_option(CLI::App* command, const std::string& name, std::optional<T>& to,
+                               const std::string& help) {
+  return command->add_option_function<T>(name, [&to](const T& value) { to = value; }, help);
+}
+
 void SearchFlags::add_to(CLI::App* command) {
-  command->add_option("--beam", beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
+  add_search_option(command, "--beam", options.beam, "Beam size (1 = greedy; default: the model's, chosen on dev data)")
       ->check(CLI::Range(1, kMaxBeam));
-  command->add_option("--length-norm", length_norm, "Beam search: captions compete by log p / words^A (default: the "
-                                                    "model's, see sat model info)");
-  command->add_option("--no-repeat", no_repeat, "Captions never repeat an N-word phrase (0: off; default: the model's)")
+  add_search_option(command, "--length-norm", options.length_norm,
+                    "Beam search: captions compete by log p / words^A (default: the model's, see sat model info)");
+  add_search_option(command, "--no-repeat", options.no_repeat_ngram,
+                    "Captions never repeat an N-word phrase (0: off; default: the model's)")
       ->check(CLI::Range(0, kMaxNoRepeat));
-  command->add_option("--consensus-weight", consensus_weight,
-                      "Beam search: keep the candidate with the best score + W x CIDEr-D against the captions of the "
-                      "nearest training photos (the model's caption memory; 0: off; default: the model's)")
+  add_search_option(command, "--consensus-weight", options.consensus_weight,
+                    "Beam search: keep the candidate with the best score + W x CIDEr-D against the captions of the "
+                    "nearest training photos (the model's caption memory; 0: off; default: the model's)")
       ->check(CLI::Range(0.0, kMaxConsensusWeight));
-  command->add_option("--neighbours", neighbours, "Consensus reranking: how many nearest training photos' captions a "
-                                                  "candidate is compared with (default: the model's)")
+  add_search_option(command, "--neighbours", options.neighbours,
+                    "Consensus reranking: how many nearest training photos' captions a candidate is compared with "
+                    "(default: the model's)")
       ->check(CLI::PositiveNumber);
-  command->add_option("--memory-candidates", memory_candidates,
-                      "Consensus reranking: the captions of the M nearest training photos join the beam's candidates, "
-                      "scored by the decoder (0: the beam's alone; default: the model's)")
+  add_search_option(command, "--memory-candidates", options.memory_candidates,
+                    "Consensus reranking: the captions of the M nearest training photos join the beam's candidates, "
+                    "scored by the decoder (0: the beam's alone; default: the model's)")
       ->check(CLI::Range(0, kMaxMemoryCandidates));
-  command->add_option("--beam-groups", beam_groups,
-                      "Diverse beam search: the beam split into G groups that the diversity penalty keeps apart (G "
-                      "divides the beam; 1: plain beam search; default: the model's)")
+  add_search_option(command, "--beam-groups", options.beam_groups,
+                    "Diverse beam search: the beam split into G groups that the diversity penalty keeps apart (G "
+                    "divides the beam; 1: plain beam search; default: the model's)")
       ->check(CLI::Range(1, kMaxBeam));
-  command->add_option("--diversity", diversity,
-                      "Diverse beam search: how much a word taken at this step by an earlier group costs a later one "
-                      "(log p units; default: the model's)")
+  add_search_option(command, "--diversity", options.diversity,
+                    "Diverse beam search: how much a word taken at this step by an earlier group costs a later one "
+                    "(log p units; default: the model's)")
       ->check(CLI::Range(0.0, kMaxDiversityPenalty));
-  command->add_option("--include", include,
+  command->add_option("--include", options.include,
                       "A word every caption must say: the best caption with it (constrained beam search, chosen as "
                       "the model chooses; sat attend then shows where the model looks as it says it)");
 }
 
-int SearchFlags::include_id(const CaptionModel& model, const std::string& model_path) const {
-  if (include.empty()) return -1;
-  if (tokenize_caption(include).size() != 1) throw Error("--include takes one word, got '" + include + "'");
-  const int id = model.sayable_word(include);
-  if (id < 0)
-    fail(model_path, "does not know the word '" + tokenize_caption(include)[0] + "' (--include): its vocabulary has " +
-                         std::to_string(model.vocab.size() - Vocab::kUnk - 1) + " words");
-  return id;
-}
-
-void SearchFlags::apply(CaptionModel& model, const std::string& model_path) const {
-  if (beam > 0) model.beam = beam;
-  if (length_norm >= 0) model.length_norm = length_norm;
-  if (no_repeat >= 0) model.no_repeat_ngram = no_repeat;
-  if (consensus_weight > 0 && !model.memory)
-    fail(model_path, "has no caption memory for --consensus-weight (sat model memory builds one)");
-  if (consensus_weight >= 0) model.consensus.weight = consensus_weight;
-  if (neighbours > 0) {
-    if (!model.memory) fail(model_path, "has no caption memory for --neighbours (sat model memory builds one)");
-    if (neighbours > model.memory->photos())
-      fail(model_path, "its caption memory holds " + std::to_string(model.memory->photos()) + " photos: --neighbours " +
-                           std::to_string(neighbours) + " is more");
-    model.consensus.neighbours = neighbours;
-  }
-  if (memory_candidates > 0 && !model.memory)
-    fail(model_path, "has no caption memory for --memory-candidates (sat model memory builds one)");
-  if (memory_candidates >= 0) model.consensus.memory_candidates = memory_candidates;
-  if (beam_groups > 0) model.beam_diversity.groups = beam_groups;
-  if (diversity >= 0) model.beam_diversity.penalty = diversity;
-  if (model.beam > 1) check_diversity(model.beam_diversity, model.beam);
+SearchSettings SearchFlags::resolve(const CaptionModel& model, const std::string& model_path) const {
+  return resolve_search(model, options, model_path, OptionSpelling::command_line);
 }
 
 void add_caption_commands(CLI::App& app) {
@@ -173,10 +154,11 @@ void add_caption_commands(CLI::App& app) {
     load_image_codecs();
     const double t_codecs = seconds(start);
     auto model = CaptionModel::load(a->model);
-    a->search.apply(*model, a->model);
-    const int include = a->search.include_id(*model, a->model);
+    SearchSettings search = a->search.resolve(*model, a->model);
+    search.candidates = a->candidates;
     const double t_load = seconds(start), t_model = t_load - t_codecs;
-    double t_images = 0, t_encode = 0, t_search = 0;
+    double t_images = 0;
+    InferenceTiming timing;
     auto files = expand_inputs(a->images);
     nlohmann::json out = nlohmann::json::array();
     // A file that cannot be read is named on stderr and skipped; every readable image is captioned.
@@ -219,26 +201,10 @@ void add_caption_commands(CLI::App& app) {
       t_images += seconds(t0);
       done += chunk.size();
       if (good.empty()) continue;
-      planes.resize(good.size() * plane);
-      t0 = clock::now();
-      Mat F = model->encode(planes, (int)good.size());
-      t_encode += seconds(t0);
-      t0 = clock::now();
-      std::vector<CaptionModel::CandidateList> lists;
-      std::vector<Hypothesis> hyps;
-      if (include >= 0) {
-        lists = model->search_including(F, (int)good.size(), std::vector<int>(good.size(), include), model->beam,
-                                        model->length_norm, model->no_repeat_ngram);
-        for (auto& list : lists) hyps.push_back(list.candidates[list.chosen].hypothesis);
-      } else if (a->candidates > 0) {
-        lists = model->search_candidates(F, (int)good.size(), model->beam, model->length_norm, model->no_repeat_ngram);
-        for (auto& list : lists) hyps.push_back(list.candidates[list.chosen].hypothesis);
-      } else {
-        hyps = model->search(F, (int)good.size(), model->beam);
-      }
-      t_search += seconds(t0);
+      const std::vector<CandidateList> lists =
+          caption_planes(*model, planes.data(), (int)good.size(), search, (int)good.size(), &timing);
       for (size_t i = 0; i < good.size(); ++i) {
-        std::string caption = join_words(model->vocab.decode(hyps[i].tokens));
+        std::string caption = join_words(model->vocab.decode(lists[i].kept().tokens));
         if (a->json) {
           nlohmann::json one = {{"file", good[i]}, {"caption", caption}};
           if (a->candidates > 0) one["candidates"] = candidates_json(*model, lists[i], a->candidates);
@@ -263,7 +229,8 @@ void add_caption_commands(CLI::App& app) {
       std::fprintf(stderr,
                    "%zu image(s) in %.3f s: model load %.3f s, image codecs %.3f s, image decode %.3f s, encode %.3f s, "
                    "beam %d search %.3f s; %.1f ms per image, %.2f images/s after loading\n",
-                   files.size(), total, t_model, t_codecs, t_images, t_encode, model->beam, t_search, 1000 * total / n,
+                   files.size(), total, t_model, t_codecs, t_images, timing.encode_seconds, search.beam,
+                   timing.search_seconds, 1000 * total / n,
                    n / std::max(1e-9, total - t_load));
     }
     if (failed > 0)  // the summary is the last line, and the exit status says some images were not captioned
@@ -286,18 +253,12 @@ void add_caption_commands(CLI::App& app) {
   att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
-    b->search.apply(*model, b->model);
-    const int include = b->search.include_id(*model, b->model);
+    const SearchSettings search = b->search.resolve(*model, b->model);
     cv::Mat img = load_image_bgr(b->image);
-    auto planes = model->load_planes({b->image});
-    Mat F = model->encode(planes, 1);
-    Hypothesis h;
-    if (include >= 0) {
-      auto list = model->search_including(F, 1, {include}, model->beam, model->length_norm, model->no_repeat_ngram);
-      h = std::move(list[0].candidates[list[0].chosen].hypothesis);
-    } else {
-      h = model->search(F, 1, model->beam)[0];
-    }
+    const EncoderConfig& encoder = model->encoder_config;
+    std::vector<float> planes((size_t)3 * encoder.input_size * encoder.input_size);
+    image_to_planes(img, encoder.input_size, encoder.mean, encoder.stdev, planes.data());
+    const Hypothesis h = caption_planes(*model, planes.data(), 1, search, 1)[0].kept();
     auto words = model->vocab.decode(h.tokens);
     OverlayOptions o;
     o.panel = std::max(32, b->panel);

@@ -68,7 +68,7 @@ void add_eval_commands(CLI::App& app) {
     } else {
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
       auto model = CaptionModel::load(e->model);
-      e->search.apply(*model, e->model);
+      const SearchSettings search = e->search.resolve(*model, e->model);
       CaptionSet set = load_caption_set(e->data, e->images, e->split);
       nlohmann::json results;
       if (!e->features.empty()) {
@@ -76,9 +76,9 @@ void add_eval_commands(CLI::App& app) {
         std::vector<std::string> names;
         for (auto& img : set.images) names.push_back(img.file_name);
         cache.require(model->encoder_id(), names);
-        scores = validate_features(*model, set, cache, model->beam, &results);
+        scores = validate_features(*model, set, cache, search, &results);
       } else {
-        scores = caption_and_score(*model, set, model->beam, &results);
+        scores = caption_and_score(*model, set, search, &results);
       }
       if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
       if (e->record) {  // a fresh copy: the flags above only set this run's search

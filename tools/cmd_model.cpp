@@ -12,6 +12,8 @@
 #include "tools/commands.hpp"
 #include "train/captioning.hpp"
 #include "train/model.hpp"
+#include "train/model_surgery.hpp"
+#include "train/recorded_paths.hpp"
 #include "train/trainer.hpp"
 
 namespace sat {

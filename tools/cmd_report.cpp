@@ -35,7 +35,7 @@ void add_report_command(CLI::App& app) {
   rep->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal)");
   rep->callback([a] {
     auto model = CaptionModel::load(a->model);
-    a->search.apply(*model, a->model);
+    const SearchSettings search = a->search.resolve(*model, a->model);
     CaptionSet set = load_caption_set(a->data, a->images, a->split);
     if (a->limit > 0 && (int)set.images.size() > a->limit) {
       std::vector<std::string> names;
@@ -49,7 +49,7 @@ void add_report_command(CLI::App& app) {
     if (!a->quiet && Progress::is_terminal() && set.images.size() > 16)
       bar = std::make_unique<Progress>("report", (int64_t)set.images.size());
     ReportOptions opt;
-    opt.beam = model->beam;
+    opt.search = search;
     opt.thumbnail_side = a->thumbnail;
     // Like sat caption: an unreadable photo is named and left out (a set of one photo fails with its error alone).
     const bool single = set.images.size() == 1;

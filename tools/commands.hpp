@@ -4,26 +4,20 @@
 #include <memory>
 #include <string>
 
+#include "train/search_policy.hpp"
+
 namespace sat {
 
 struct CaptionModel;
 class Collective;
 
-// The search flags of caption, attend and eval: each overrides the model's stored setting for one run.
+// The search flags of caption, attend, eval and report, as the one search-options type: each set flag overrides the
+// model's stored setting for this run.
 struct SearchFlags {
-  int beam = 0;             // 0: the model's
-  double length_norm = -1;  // < 0: the model's
-  int no_repeat = -1;       // < 0: the model's
-  double consensus_weight = -1;  // < 0: the model's
-  int neighbours = 0;            // 0: the model's
-  int memory_candidates = -1;    // < 0: the model's
-  int beam_groups = 0;           // 0: the model's
-  double diversity = -1;         // < 0: the model's
-  std::string include;           // a word every caption must say (constrained search); empty: none
+  SearchOptions options;
   void add_to(CLI::App* command);
-  void apply(CaptionModel& model, const std::string& model_path) const;  // errors name model_path
-  // --include's word as the model's vocabulary id, -1 without it (an Error naming model_path if it does not know it).
-  int include_id(const CaptionModel& model, const std::string& model_path) const;
+  // The options resolved against the model (train/search_policy.hpp); errors name model_path and the flags.
+  SearchSettings resolve(const CaptionModel& model, const std::string& model_path) const;
 };
 
 void add_synth_command(CLI::App& app);

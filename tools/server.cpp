@@ -261,6 +261,65 @@ void answer_error(httplib::Response& res, int status, const std::string& message
 thread_local std::chrono::steady_clock::time_point request_start;
 thread_local bool request_routed = false;
 
+// POST /caption: the image from the body (or its first multipart file), the search options from the query, checked
+// before the image is queued for the network thread; the caption as JSON, or the error with its status.
+void answer_caption(const Captioner& captioner, BatchQueue& queue, const ServerOptions& opt,
+                    const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
+  // The body is read whole before any answer: one left unread would be parsed as the connection's next request.
+  // (A declared length over --max-bytes makes httplib skip the body and the read fail.)
+  const bool declared_over = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > opt.max_bytes;
+  std::string bytes;
+  bool multipart_file = false, over_limit = false;
+  if (req.is_multipart_form_data()) {
+    bool collecting = false, collected = false;  // the first part that is a file, whatever its field name
+    read(
+        [&](const httplib::MultipartFormData& header) {
+          if (collecting) collected = true;
+          collecting = !collected && !header.filename.empty();
+          multipart_file = multipart_file || collecting;
+          return true;
+        },
+        [&](const char* data, size_t n) {
+          if (collecting) bytes.append(data, n);
+          return !(over_limit = bytes.size() > opt.max_bytes);
+        });
+    if (!multipart_file) return answer_error(res, 400, "multipart request without a file part");
+  } else {
+    read([&](const char* data, size_t n) {
+      bytes.append(data, n);
+      return !(over_limit = bytes.size() > opt.max_bytes);
+    });
+  }
+  if (over_limit || declared_over) {
+    res.set_header("Connection", "close");
+    return answer_error(res, 413, "body over the limit of " + std::to_string(opt.max_bytes) + " bytes");
+  }
+  CaptionOptions options;
+  if (std::string bad = parse_search_query(req.params, options); !bad.empty()) return answer_error(res, 400, bad);
+  try {  // the options checked against the model (resolve_search: the one place), before any work
+    captioner.check(options);
+  } catch (const Error& e) {
+    return answer_error(res, 400, e.what());
+  }
+  if (bytes.empty()) return answer_error(res, 400, "empty body: POST the image's bytes (or a multipart file)");
+  CaptionJob job;
+  job.options = options;
+  try {
+    job.image = decode_image_bgr(bytes.data(), bytes.size(), "request body");
+  } catch (const Error& e) {
+    return answer_error(res, 400, e.what());
+  }
+  std::string().swap(bytes);
+  std::future<CaptionResult> result = job.result.get_future();
+  if (!queue.push(&job))
+    return answer_error(res, 503, "busy: " + std::to_string(opt.queue) + " images already wait; try again");
+  try {
+    res.set_content(caption_json(result.get(), options.attention), "application/json");
+  } catch (const std::exception& e) {
+    answer_error(res, 500, e.what());
+  }
+}
+
 }  // namespace
 
 void serve(const Captioner& captioner, const std::string& model_path, const ServerOptions& opt) {
@@ -291,8 +350,6 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
     }
   });
 
-  const ModelInfo model_info = captioner.info();
-  const int memory_photos = model_info.memory_photos;
   httplib::Server http;
   const int threads = opt.http_threads;
   http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
@@ -333,73 +390,7 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
   // A content reader: httplib would otherwise parse a body sent as application/x-www-form-urlencoded (curl's default
   // for --data-binary) as form fields, and refuse one over 8 KB.
   http.Post("/caption", [&](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
-    // The body is read whole before any answer: one left unread would be parsed as the connection's next request.
-    // (A declared length over --max-bytes makes httplib skip the body and the read fail.)
-    const bool declared_over = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > opt.max_bytes;
-    std::string bytes;
-    bool multipart_file = false, over_limit = false;
-    if (req.is_multipart_form_data()) {
-      bool collecting = false, collected = false;  // the first part that is a file, whatever its field name
-      read(
-          [&](const httplib::MultipartFormData& header) {
-            if (collecting) collected = true;
-            collecting = !collected && !header.filename.empty();
-            multipart_file = multipart_file || collecting;
-            return true;
-          },
-          [&](const char* data, size_t n) {
-            if (collecting) bytes.append(data, n);
-            return !(over_limit = bytes.size() > opt.max_bytes);
-          });
-      if (!multipart_file) return answer_error(res, 400, "multipart request without a file part");
-    } else {
-      read([&](const char* data, size_t n) {
-        bytes.append(data, n);
-        return !(over_limit = bytes.size() > opt.max_bytes);
-      });
-    }
-    if (over_limit || declared_over) {
-      res.set_header("Connection", "close");
-      return answer_error(res, 413, "body over the limit of " + std::to_string(opt.max_bytes) + " bytes");
-    }
-    CaptionOptions options;
-    if (std::string bad = parse_search_query(req.params, options); !bad.empty()) return answer_error(res, 400, bad);
-    if (options.consensus_weight.value_or(0) > 0 && memory_photos == 0)
-      return answer_error(res, 400, "consensus_weight: the model has no caption memory (sat model memory builds one)");
-    if (options.memory_candidates.value_or(0) > memory_photos)
-      return answer_error(res, 400, "memory_candidates: the model's caption memory holds " +
-                                        std::to_string(memory_photos) + " photos (sat model memory builds one)");
-    if (const int beam = options.beam.value_or(model_info.beam); beam > 1) {
-      try {
-        check_diversity({options.beam_groups.value_or(model_info.beam_groups),
-                         options.diversity.value_or(model_info.diversity)},
-                        beam);
-      } catch (const Error& e) {
-        return answer_error(res, 400, e.what());
-      }
-    }
-    try {
-      captioner.check(options);
-    } catch (const Error& e) {
-      return answer_error(res, 400, e.what());
-    }
-    if (bytes.empty()) return answer_error(res, 400, "empty body: POST the image's bytes (or a multipart file)");
-    CaptionJob job;
-    job.options = options;
-    try {
-      job.image = decode_image_bgr(bytes.data(), bytes.size(), "request body");
-    } catch (const Error& e) {
-      return answer_error(res, 400, e.what());
-    }
-    std::string().swap(bytes);
-    std::future<CaptionResult> result = job.result.get_future();
-    if (!queue.push(&job))
-      return answer_error(res, 503, "busy: " + std::to_string(opt.queue) + " images already wait; try again");
-    try {
-      res.set_content(caption_json(result.get(), options.attention), "application/json");
-    } catch (const std::exception& e) {
-      answer_error(res, 500, e.what());
-    }
+    answer_caption(captioner, queue, opt, req, res, read);
   });
   auto wrong_method = [](const char* allowed) {
     return [allowed](const httplib::Request& req, httplib::Response& res) {

@@ -9,6 +9,7 @@
 #include <opencv2/imgproc.hpp>
 
 #include "datasets/shipped.hpp"
+#include "train/captioning.hpp"
 #include "train/model.hpp"
 #include "vision/image.hpp"
 
@@ -19,45 +20,19 @@ namespace {
 // Images encoded together: bounds the encoder's memory and the number of batch sizes it keeps plans for.
 constexpr int kMaxBatch = 16;
 
-struct Search {
-  int beam;
-  double length_norm;
-  int no_repeat_ngram;
-  double consensus_weight;
-  int memory_candidates;
-  int candidates;
-  BeamDiversity diversity;
-  int include;  // the word every caption says (a vocabulary id), -1: none
-};
-
-Search search_settings(const CaptionModel& model, const CaptionOptions& options) {
-  Search s{options.beam.value_or(model.beam), options.length_norm.value_or(model.length_norm),
-           options.no_repeat_ngram.value_or(model.no_repeat_ngram),
-           options.consensus_weight.value_or(model.consensus.weight),
-           options.memory_candidates.value_or(model.consensus.memory_candidates), options.candidates,
-           BeamDiversity{options.beam_groups.value_or(model.beam_diversity.groups),
-                         options.diversity.value_or(model.beam_diversity.penalty)},
-           -1};
-  if (s.beam < 1 || s.beam > kMaxBeam) throw Error("beam must be in [1, " + std::to_string(kMaxBeam) + "]");
-  if (!(s.length_norm >= 0 && s.length_norm <= 2)) throw Error("length_norm must be in [0, 2]");
-  if (s.no_repeat_ngram < 0 || s.no_repeat_ngram > kMaxNoRepeat)
-    throw Error("no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
-  if (!(s.consensus_weight >= 0 && s.consensus_weight <= kMaxConsensusWeight))
-    throw Error("consensus_weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
-  if (s.consensus_weight > 0 && !model.memory) throw Error("consensus_weight: the model has no caption memory");
-  if (s.memory_candidates < 0 || s.memory_candidates > model.memory_photos())
-    throw Error("memory_candidates must be in [0, " + std::to_string(model.memory_photos()) + "]" +
-                (model.memory ? "" : " (the model has no caption memory)"));
-  if (s.candidates < 0 || s.candidates > kMaxBeam)
-    throw Error("candidates must be in [0, " + std::to_string(kMaxBeam) + "]");
-  if (s.beam > 1) check_diversity(s.diversity, s.beam);
-  if (!options.include.empty()) {
-    if (tokenize_caption(options.include).size() != 1)
-      throw Error("include must be one word, got '" + options.include + "'");
-    if ((s.include = model.sayable_word(options.include)) < 0)
-      throw Error("include: the model does not know the word '" + tokenize_caption(options.include)[0] + "'");
-  }
-  return s;
+// The library's options as the one search-options type (train/search_policy.hpp).
+SearchOptions search_options(const CaptionOptions& options) {
+  SearchOptions o;
+  o.beam = options.beam;
+  o.length_norm = options.length_norm;
+  o.no_repeat_ngram = options.no_repeat_ngram;
+  o.consensus_weight = options.consensus_weight;
+  o.memory_candidates = options.memory_candidates;
+  o.beam_groups = options.beam_groups;
+  o.diversity = options.diversity;
+  o.include = options.include;
+  o.candidates = options.candidates;
+  return o;
 }
 
 // The encoder reads 8-bit BGR; a grey or BGRA image (cv::IMREAD_UNCHANGED) is converted rather than refused.
@@ -100,14 +75,17 @@ struct __attribute__((visibility("hidden"))) Captioner::Impl {
   // The encoder keeps its oneDNN plans and the decoder its step state between calls: one call runs at a time.
   std::mutex network;
 
-  // n images' planes (n x 3 x S x S, in the model's normalization) to captions.
-  std::vector<CaptionResult> caption_planes(const std::vector<float>& planes, int n, const Search& search,
+  SearchSettings resolve(const CaptionOptions& options) const {
+    return resolve_search(*model, search_options(options), path);
+  }
+  // n images' planes (n x 3 x S x S, in the model's normalization) to captions, through the one inference path.
+  std::vector<CaptionResult> caption_planes(const std::vector<float>& planes, int n, const SearchSettings& search,
                                             bool attention);
   CaptionResult to_caption(const Hypothesis& h, bool attention) const;
   // Decodes and resizes in the calling thread: `image(i, planes_i)` writes image i's planes.
   template <typename Image>
   std::vector<CaptionResult> caption_each(size_t n, const CaptionOptions& options, Image image) {
-    const Search search = search_settings(*model, options);  // a bad option is refused before any work
+    const SearchSettings search = resolve(options);  // a bad option is refused before any work
     const int S = model->encoder_config.input_size;
     const size_t plane = (size_t)3 * S * S;
     std::vector<float> planes(n * plane);
@@ -120,47 +98,20 @@ struct __attribute__((visibility("hidden"))) Captioner::Impl {
   }
 };
 
-std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<float>& planes, int n, const Search& s,
-                                                     bool attention) {
-  const size_t plane = (size_t)3 * model->encoder_config.input_size * model->encoder_config.input_size;
-  std::vector<Hypothesis> hyps;
-  std::vector<CaptionModel::CandidateList> lists;
+std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<float>& planes, int n,
+                                                           const SearchSettings& search, bool attention) {
+  std::vector<CandidateList> lists;
   {
     std::lock_guard<std::mutex> lock(network);
     ThreadCount team(threads);
-    for (int start = 0; start < n; start += kMaxBatch) {
-      const int m = std::min(kMaxBatch, n - start);
-      const std::vector<float> chunk(planes.begin() + start * plane, planes.begin() + (start + m) * plane);
-      const Mat F = model->encode(chunk, m);
-      if (s.include >= 0) {
-        auto found = model->search_including(F, m, std::vector<int>(m, s.include), s.beam, s.length_norm,
-                                             s.no_repeat_ngram, s.consensus_weight);
-        for (auto& list : found) {
-          hyps.push_back(list.candidates[list.chosen].hypothesis);
-          lists.push_back(std::move(list));
-        }
-      } else if (s.candidates > 0) {
-        auto found = model->search_candidates(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight,
-                                              s.memory_candidates, s.diversity);
-        for (auto& list : found) {
-          hyps.push_back(list.candidates[list.chosen].hypothesis);
-          lists.push_back(std::move(list));
-        }
-      } else {
-        auto found = model->search(F, m, s.beam, s.length_norm, s.no_repeat_ngram, s.consensus_weight,
-                                   s.memory_candidates, s.diversity);
-        for (auto& h : found) hyps.push_back(std::move(h));
-      }
-    }
+    lists = sat::caption_planes(*model, planes.data(), n, search, kMaxBatch);
   }
   std::vector<CaptionResult> out;
-  out.reserve(hyps.size());
-  for (size_t i = 0; i < hyps.size(); ++i) {
-    out.push_back(to_caption(hyps[i], attention));
-    if (s.candidates == 0) continue;
-    const auto& list = lists[i];
-    for (int k : list.shown(s.candidates)) {
-      const auto& c = list.candidates[k];
+  out.reserve(lists.size());
+  for (const CandidateList& list : lists) {
+    out.push_back(to_caption(list.kept(), attention));
+    for (int k : search.candidates > 0 ? list.shown(search.candidates) : std::vector<int>{}) {
+      const Candidate& c = list.candidates[k];
       CaptionCandidate one;
       one.text = join_words(model->vocab.decode(c.hypothesis.tokens));
       one.rank = k + 1;
@@ -245,7 +196,7 @@ std::vector<CaptionResult> Captioner::caption_bytes(const std::vector<std::vecto
   });
 }
 
-void Captioner::check(const CaptionOptions& options) const { search_settings(*impl_->model, options); }
+void Captioner::check(const CaptionOptions& options) const { impl_->resolve(options); }
 
 ModelInfo Captioner::info() const {
   const CaptionModel& m = *impl_->model;
@@ -265,7 +216,7 @@ ModelInfo Captioner::info() const {
   info.beam_groups = m.beam_diversity.groups;
   info.diversity = m.beam_diversity.penalty;
   info.attention = m.decoder_config.attention;
-  info.encoder_precision = precision_name(m.pretrained ? m.pretrained->precision() : Precision::f32);
+  info.encoder_precision = precision_name(m.image_encoder()->precision());
   return info;
 }
 

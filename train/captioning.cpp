@@ -1,10 +1,16 @@
 #include "train/captioning.hpp"
 
+#include <algorithm>
+#include <chrono>
+
 #include "datasets/vocab.hpp"
 
 namespace sat {
 
 using nlohmann::json;
+
+// Images encoded together when captioning a set (eval) and in validation during training.
+constexpr int kSetBatch = 32, kValidationBatch = 32;
 
 // The cached grids of the set's images first..first+m-1, in order, into out (m records of `record` floats).
 static void read_cached_grids(const FeatureCache& cache, const CaptionSet& set, int first, int m, size_t record,
@@ -26,29 +32,40 @@ static Mat decoder_features(CaptionModel& model, const float* grids, int n) {
   return Eigen::Map<const Mat>(grids, (int64_t)n * c.locations(), c.feature_dim());
 }
 
-std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
-                                                     int beam, int batch) {
-  const int S = model.encoder_config.input_size;
-  std::vector<std::vector<std::string>> out;
-  for (int s = 0; s < n; s += batch) {
-    int m = std::min(batch, n - s);
-    std::vector<float> chunk(planes.begin() + (size_t)s * 3 * S * S, planes.begin() + (size_t)(s + m) * 3 * S * S);
-    Mat F = model.encode(chunk, m);
-    auto hyps = model.search(F, m, beam);
-    for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
+std::vector<CandidateList> caption_planes(CaptionModel& model, const float* planes, int n, const SearchSettings& search,
+                                          int batch, InferenceTiming* timing) {
+  using clock = std::chrono::steady_clock;
+  const size_t plane = (size_t)3 * model.encoder_config.input_size * model.encoder_config.input_size;
+  std::vector<CandidateList> out;
+  out.reserve(n);
+  batch = std::max(1, batch);
+  for (int start = 0; start < n; start += batch) {
+    const int m = std::min(batch, n - start);
+    const auto t0 = clock::now();
+    const Mat F = model.encode(planes + start * plane, m);
+    const auto t1 = clock::now();
+    for (auto& list : model.search(F, m, search)) out.push_back(std::move(list));
+    if (timing) {
+      timing->encode_seconds += std::chrono::duration<double>(t1 - t0).count();
+      timing->search_seconds += std::chrono::duration<double>(clock::now() - t1).count();
+    }
   }
   return out;
 }
 
-std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam) {
-  auto hyps = model.search(decoder_features(model, grids, n), n, beam);
+std::vector<CandidateList> caption_cached(CaptionModel& model, const float* grids, int n, const SearchSettings& search) {
+  return model.search(decoder_features(model, grids, n), n, search);
+}
+
+std::vector<std::vector<std::string>> kept_words(const CaptionModel& model, const std::vector<CandidateList>& lists) {
   std::vector<std::vector<std::string>> out;
-  for (auto& h : hyps) out.push_back(model.vocab.decode(h.tokens));
+  out.reserve(lists.size());
+  for (const CandidateList& list : lists) out.push_back(model.vocab.decode(list.kept().tokens));
   return out;
 }
 
-CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam,
-                                json* results) {
+CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache,
+                                const SearchSettings& search, json* results) {
   const EncoderConfig cached = model.encoder_config.cache_config();  // a tuned model reads its frozen part's grids
   const int n = (int)set.images.size(), L = cached.locations(), D = cached.feature_dim();
   const int chunk = 32;
@@ -59,7 +76,7 @@ CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, cons
   for (int s = 0; s < n; s += chunk) {
     const int m = std::min(chunk, n - s);
     read_cached_grids(cache, set, s, m, (size_t)L * D, grids.data());
-    auto caps = caption_grids(model, grids.data(), m, beam);
+    auto caps = kept_words(model, caption_cached(model, grids.data(), m, search));
     for (int k = 0; k < m; ++k) {
       hyps.push_back(join_words(caps[k]));
       refs.push_back(set.references(s + k));
@@ -73,6 +90,7 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
                               const std::vector<float>& planes, Collective& ranks) {
   const int n = (int)set.images.size();
   const Share mine = share_of(n, ranks.size(), ranks.rank());
+  const SearchSettings greedy = stored_search(model, 1);
   std::vector<std::vector<std::string>> words;
   if (cache) {
     const EncoderConfig cached = model.encoder_config.cache_config();  // a tuned model reads its frozen part's grids
@@ -81,14 +99,14 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
     for (int s = mine.begin; s < mine.end; s += chunk) {
       const int m = std::min(chunk, mine.end - s);
       read_cached_grids(*cache, set, s, m, (size_t)L * D, grids.data());
-      for (auto& w : caption_grids(model, grids.data(), m, 1)) words.push_back(std::move(w));
+      for (auto& w : kept_words(model, caption_cached(model, grids.data(), m, greedy))) words.push_back(std::move(w));
     }
   } else if (mine.size() == n) {
-    words = caption_planes(model, planes, n, 1);
+    words = kept_words(model, caption_planes(model, planes.data(), n, greedy, kValidationBatch));
   } else {
     const size_t plane = 3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size;
-    std::vector<float> share(planes.begin() + mine.begin * plane, planes.begin() + mine.end * plane);
-    words = caption_planes(model, share, mine.size(), 1);
+    words = kept_words(model, caption_planes(model, planes.data() + mine.begin * plane, mine.size(), greedy,
+                                             kValidationBatch));
   }
   json captions = json::array();
   for (auto& w : words) captions.push_back(join_words(w));
@@ -106,19 +124,8 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
   return CaptionScores::from_json(json::parse(scores));
 }
 
-CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam) {
-  const int n = (int)(planes.size() / (3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size));
-  auto words = caption_planes(model, planes, n, beam);
-  std::vector<std::string> hyps;
-  std::vector<std::vector<std::string>> refs;
-  for (int i = 0; i < n; ++i) {
-    hyps.push_back(join_words(words[i]));
-    refs.push_back(set.references(i));
-  }
-  return score_captions(hyps, refs);
-}
-
-CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int beam, json* results) {
+CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, const SearchSettings& search,
+                                json* results) {
   std::vector<std::string> hyps;
   std::vector<std::vector<std::string>> refs;
   if (results) *results = json::array();
@@ -127,7 +134,7 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int 
     std::vector<std::string> paths;
     for (size_t i = s; i < std::min(set.images.size(), s + chunk); ++i) paths.push_back(set.image_path(set.images[i]));
     auto planes = model.load_planes(paths);
-    auto caps = caption_planes(model, planes, (int)paths.size(), beam);
+    auto caps = kept_words(model, caption_planes(model, planes.data(), (int)paths.size(), search, kSetBatch));
     for (size_t k = 0; k < caps.size(); ++k) {
       const ImageEntry& img = set.images[s + k];
       hyps.push_back(join_words(caps[k]));

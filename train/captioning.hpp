@@ -1,5 +1,5 @@
-// Captioning a set with a model and scoring it: from images (decoded in chunks), from planes, or from a feature
-// cache (through the model's tuned encoder blocks when it has them).
+// Captioning with a model: the inference path every front end takes, and captioning a set to score it (from images
+// decoded in chunks, from planes, or from a feature cache through the model's tuned encoder blocks when it has them).
 #pragma once
 #include <string>
 #include <vector>
@@ -14,18 +14,29 @@
 
 namespace sat {
 
-// Captions N images' planes in batches; greedy when beam == 1.
-std::vector<std::vector<std::string>> caption_planes(CaptionModel& model, const std::vector<float>& planes, int n,
-                                                     int beam, int batch = 32);
+// The one inference path beneath every front end (sat caption, attend, eval, report, the library's sat::Captioner and
+// so the server): planes or cached grids -> the encoder's grids -> CaptionModel::search -> each image's candidates.
+// Where the time goes, for a front end that shows it.
+struct InferenceTiming {
+  double encode_seconds = 0, search_seconds = 0;
+};
+// n images' planes (n x 3 x S x S, normalized as the model's encoder reads them), encoded `batch` at a time (the
+// encoder's memory grows with it) and each batch's grids searched; timing, when given, adds up where the time went.
+std::vector<CandidateList> caption_planes(CaptionModel& model, const float* planes, int n, const SearchSettings& search,
+                                          int batch, InferenceTiming* timing = nullptr);
+// n cached grids (n records of model.encoder_config.cache_config(), as sat extract writes them): through the model's
+// tuned encoder blocks when it has them, then searched.
+std::vector<CandidateList> caption_cached(CaptionModel& model, const float* grids, int n, const SearchSettings& search);
+// The kept caption's words of each list.
+std::vector<std::vector<std::string>> kept_words(const CaptionModel& model, const std::vector<CandidateList>& lists);
+
 // Captions every image of a set (decoding images in chunks) and scores the captions against the set's
 // references; results, when given, receives a COCO results file [{image_id, caption}].
-CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, int beam, nlohmann::json* results = nullptr);
-
-// coco-caption scores of the model's captions (greedy when beam is 1) for a set whose planes are given.
-CaptionScores validate(CaptionModel& model, const CaptionSet& set, const std::vector<float>& planes, int beam = 1);
-// The same from a feature cache holding every image of the set; results as in caption_and_score.
-CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache, int beam = 1,
+CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, const SearchSettings& search,
                                 nlohmann::json* results = nullptr);
+// The same from a feature cache holding every image of the set.
+CaptionScores validate_features(CaptionModel& model, const CaptionSet& set, const FeatureCache& cache,
+                                const SearchSettings& search, nlohmann::json* results = nullptr);
 // validate or validate_features (cache given) shared by the ranks of a data-parallel run: each rank captions its
 // share of the photos (greedy), rank 0 gathers and scores them, and every rank gets the scores (so all decide alike on
 // the best model and on stopping).
@@ -37,7 +48,5 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
 // its references.
 std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
                                                     const FeatureCache* cache, KeyPooling pooling = KeyPooling::mean);
-// Captions n grids (n x L x D floats).
-std::vector<std::vector<std::string>> caption_grids(CaptionModel& model, const float* grids, int n, int beam);
 
 }  // namespace sat

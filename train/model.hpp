@@ -13,16 +13,13 @@
 #include "seq/decoder.hpp"
 #include "seq/search.hpp"
 #include "train/consensus.hpp"
+#include "train/search_policy.hpp"
 #include "vision/cnn.hpp"
 #include "vision/pretrained.hpp"
 #include "vision/tunable.hpp"
 
 namespace sat {
 
-constexpr int kMaxBeam = 100;
-constexpr double kMaxConsensusWeight = 1000;
-// The most memory photos whose captions may join a search's candidates (ConsensusSettings::memory_candidates).
-constexpr int kMaxMemoryCandidates = 1000;
 constexpr const char* kMemoryKeys = "memory.keys";  // the caption memory's vectors (train/consensus.hpp)
 
 struct CaptionModel {
@@ -99,82 +96,18 @@ struct CaptionModel {
   std::vector<float> load_planes(const std::vector<std::string>& paths, bool mirror = false) const;
   // One image into 3 x S x S planes at `out` (an unreadable image is an Error naming the file).
   void load_plane(const std::string& path, float* out) const;
-  // Inference-mode encoder over planes: N*L x D features.
-  Mat encode(const std::vector<float>& planes, int n);
-  // Captions n images' features: greedy when beam is 1, else beam search with the model's length_norm.
-  std::vector<Hypothesis> search(const Mat& F, int n, int beam);
-  // The same with other search settings (every member of an ensemble together). consensus_weight < 0: the model's;
-  // with a memory and weight > 0, a beam search's caption is chosen among its candidates by consensus reranking.
-  // memory_candidates < 0: the model's consensus.memory_candidates; no diversity: the model's beam_diversity.
-  std::vector<Hypothesis> search(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
-                                 double consensus_weight = -1, int memory_candidates = -1,
-                                 std::optional<BeamDiversity> diversity = {});
-  // Every caption a search considered for each of n images, best score first, and which one it keeps: what
-  // search() returns is list.candidates[list.chosen]. Greedy search (beam 1) has one candidate; beam search every
-  // caption it finished. With reranking (a memory and weight > 0) each candidate carries its agreement with the
-  // nearest training photos' captions, and total = score + weight x agreement decides; otherwise total = score.
-  // With consensus.memory_candidates M > 0 the captions of the M nearest memory photos follow the beam's (those the
-  // vocabulary can spell in fewer than max_len words, not already among them), scored by score_captions().
-  struct Candidate {
-    Hypothesis hypothesis;
-    double agreement = 0;
-    double total = 0;
-    int memory_photo = -1;  // a caption of this memory photo (ConsensusSettings::memory_candidates); -1: the beam's
-  };
-  struct CandidateList {
-    std::vector<Candidate> candidates;
-    int chosen = 0;
-    bool reranked = false;
-    // What a listing of the first n shows: their indices and, after them, the kept one's wherever it ranks.
-    std::vector<int> shown(int n) const {
-      std::vector<int> out;
-      for (int k = 0; k < (int)candidates.size(); ++k)
-        if (k < n || k == chosen) out.push_back(k);
-      return out;
-    }
-  };
-  std::vector<CandidateList> search_candidates(const Mat& F, int n, int beam, double length_norm, int no_repeat_ngram,
-                                               double consensus_weight = -1, int memory_candidates = -1,
-                                               std::optional<BeamDiversity> diversity = {});
-  // The captions of each of n images that say words[i] (a vocabulary id: constrained beam search, seq/search.hpp,
-  // `beam` rows before the word and `beam` after it; 1 is greedy on both sides), and the one kept, chosen as
-  // search_candidates chooses among a beam's: by consensus reranking (consensus_weight < 0: the model's) when it has
-  // a memory and the weight is above 0, else by score. An image whose word no caption reaches within max_len words
-  // is an Error.
-  std::vector<CandidateList> search_including(const Mat& F, int n, const std::vector<int>& words, int beam,
-                                              double length_norm, int no_repeat_ngram, double consensus_weight = -1);
-  // The vocabulary id of `text` as a word search_including can require: the one word it tokenizes to, when the
-  // vocabulary holds it and it is not <pad>, <start>, <end> or <unk>; else -1 (also when it is not one word).
-  int sayable_word(const std::string& text) const;
+  // The model's encoder, whichever kind it is (null before build()).
+  ImageEncoder* image_encoder() const;
+  // Inference-mode encoder over n images' planes: N*L x D features.
+  Mat encode(const float* planes, int n);
+  Mat encode(const std::vector<float>& planes, int n) { return encode(planes.data(), n); }
+  // The one entry point from grids to captions: n images' features (N*L x D, as encode() gives them) searched as
+  // `settings` say (resolve_search, train/search_policy.hpp), each image's candidate list with the one kept. An image
+  // whose required word no caption reaches within max_len words is an Error.
+  std::vector<CandidateList> search(const Mat& F, int n, const SearchSettings& settings);
+  // The same, the kept caption of each image only.
+  std::vector<Hypothesis> search_kept(const Mat& F, int n, const SearchSettings& settings);
 };
-
-// Checkpoint averaging: a model whose every weight is the mean of that weight over the models at `paths` (epochs
-// of one run, say). They must differ in their weights only: encoder, decoder, vocabulary and the frozen encoder
-// must be the same, else the error names the file that differs. The result keeps the first model's settings.
-std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths);
-
-// An ensemble of the models at `paths` (at least two): the first model's encoder, vocabulary and settings, every
-// model's decoder (an ensemble given brings all its members). They must share the encoder exactly (its config,
-// its frozen weights and any fine-tuned layers' weights: members trained with sat train --init-from M
-// --fresh-decoder --tune-lr 0 do) and the vocabulary, else the error names the file that differs. info.members lists
-// each decoder's provenance (file, training command, epoch), an ensemble given bringing its own list.
-std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& paths);
-
-// Member k (1-based, in the file's order) of the ensemble at `path` as a model of its own: the shared encoder,
-// vocabulary and search settings with that one decoder (a single model is its own member 1).
-std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k);
-
-// A model's provenance (its info) with the commands on record taken as run in the folder `ran_in` (a run started
-// inside runs/x, say) rewritten as seen from the current folder: every relative path in its text (an option's value,
-// or a word with a '/' or '.') that `exists` under ran_in becomes ran_in/path, normalized ("runs/x/../../data" is
-// "../data"). Absolute paths, option names and words naming nothing under ran_in stay; scores and the git commit are
-// not looked at. `rewrites` gets each (old, new) pair once, in order (a path that stays as it was is not listed).
-// here (the current folder's absolute path; empty: not looked for): an absolute path on record that starts with it
-// (written by a run in this checkout) becomes relative to it ("/repo/../shared/data" is "../shared/data").
-nlohmann::json rebase_recorded_paths(const nlohmann::json& info, const std::string& ran_in,
-                                     const std::function<bool(const std::string&)>& exists,
-                                     std::vector<std::pair<std::string, std::string>>* rewrites = nullptr,
-                                     const std::string& here = "");
 
 // A model holding only a pretrained encoder: the encoder file's network cut at `cut`, input size `size`
 // (0: the file's default). What sat extract runs and sat train --encoder starts from. raw: the cut layer's own

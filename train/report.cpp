@@ -9,6 +9,7 @@
 
 #include "datasets/image_codecs.hpp"
 #include "datasets/io.hpp"
+#include "train/captioning.hpp"
 #include "train/metrics.hpp"
 #include "train/ptb_tokenizer.hpp"
 #include "vision/image.hpp"
@@ -30,15 +31,16 @@ std::string jpeg_thumbnail(const cv::Mat& bgr, int side, int quality, int& width
   return std::string(bytes.begin(), bytes.end());
 }
 
-std::string search_text(const CaptionModel& m, int beam) {
+std::string search_text(const CaptionModel& m, const SearchSettings& search) {
   char norm[32];
-  std::snprintf(norm, sizeof norm, "%g", m.length_norm);
+  std::snprintf(norm, sizeof norm, "%g", search.length_norm);
+  const int beam = search.beam;
   std::string s = beam <= 1 ? "greedy" : "beam " + std::to_string(beam) + ", captions ranked by log p / words^" + norm;
-  if (m.no_repeat_ngram > 0) s += "; no " + std::to_string(m.no_repeat_ngram) + "-word phrase repeated";
-  if (beam > 1 && m.beam_diversity.groups > 1) {
+  if (search.no_repeat_ngram > 0) s += "; no " + std::to_string(search.no_repeat_ngram) + "-word phrase repeated";
+  if (beam > 1 && search.diversity.groups > 1) {
     char groups[64];
-    std::snprintf(groups, sizeof groups, "; in %d diverse groups (penalty %g)", m.beam_diversity.groups,
-                  m.beam_diversity.penalty);
+    std::snprintf(groups, sizeof groups, "; in %d diverse groups (penalty %g)", search.diversity.groups,
+                  search.diversity.penalty);
     s += groups;
   }
   return s + "; captions up to " + std::to_string(m.max_len) + " words";
@@ -87,6 +89,7 @@ Report build_report(CaptionModel& model, const CaptionSet& set, const FeatureCac
     if (img.caption_indices.empty()) fail(set.json_path, "image '" + img.file_name + "' has no reference captions");
   if (cache) cache->require(model.encoder_id(), {});  // the encoder only: which photos it lacks is found below
 
+  const SearchSettings search = opt.search ? *opt.search : stored_search(model, 1);
   const DecoderConfig& dc = model.decoder_config;
   Report report;
   report.attention = dc.attention;
@@ -96,7 +99,7 @@ Report build_report(CaptionModel& model, const CaptionSet& set, const FeatureCac
   report.settings = {{"encoder", encoder_text(model.encoder_config)},
                      {"decoder", decoder_text(dc)},
                      {"vocabulary", std::to_string(model.vocab.size()) + " words"},
-                     {"search", search_text(model, opt.beam)},
+                     {"search", search_text(model, search)},
                      {"captions from", cache ? "the feature cache " + cache->path() + " (photos read for thumbnails only)"
                                              : "the photos, encoded by the model's encoder"}};
 
@@ -136,13 +139,10 @@ Report build_report(CaptionModel& model, const CaptionSet& set, const FeatureCac
       ++good;
     }
     if (good > 0) {
-      std::vector<Hypothesis> hyps;
-      if (!cache) hyps = model.search(model.encode(inputs, good), good, opt.beam);
-      else if (model.tuned) hyps = model.search(model.features_from_cache(inputs.data(), good), good, opt.beam);
-      else hyps = model.search(Eigen::Map<const Mat>(inputs.data(), (int64_t)good * cached.locations(),
-                                                     cached.feature_dim()), good, opt.beam);
+      std::vector<CandidateList> lists = cache ? caption_cached(model, inputs.data(), good, search)
+                                               : caption_planes(model, inputs.data(), good, search, good);
       for (int j = 0; j < good; ++j) {
-        Hypothesis& h = hyps[j];
+        Hypothesis& h = lists[j].candidates[lists[j].chosen].hypothesis;
         ReportPhoto& photo = report.photos[report.photos.size() - good + j];
         photo.words = model.vocab.decode(h.tokens);
         if (dc.attends()) {

@@ -3,6 +3,7 @@
 // own script on a canvas over each photo; no network, no external file).
 #pragma once
 #include <functional>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -46,7 +47,8 @@ struct Report {
 };
 
 struct ReportOptions {
-  int beam = 1;             // 1: greedy
+  // How to search (train/search_policy.hpp: resolve_search); unset: the model's stored settings, greedy.
+  std::optional<SearchSettings> search;
   int thumbnail_side = 224;  // the thumbnail's long side in pixels
   int jpeg_quality = 85;
   int batch = 16;  // photos encoded and searched together

@@ -9,6 +9,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/io.hpp"
+#include "vision/image_encoder.hpp"
 #include "vision/netgraph.hpp"
 
 namespace sat {
@@ -64,10 +65,10 @@ struct EncoderConfig {
   static std::vector<ConvBlockConfig> parse_blocks(const std::string& spec);
 };
 
-class CnnEncoder {
+class CnnEncoder : public ImageEncoder {
  public:
   explicit CnnEncoder(const EncoderConfig& cfg);
-  ~CnnEncoder();
+  ~CnnEncoder() override;
   CnnEncoder(const CnnEncoder&) = delete;
   CnnEncoder& operator=(const CnnEncoder&) = delete;
 
@@ -80,6 +81,8 @@ class CnnEncoder {
   void forward(const float* images, int n, bool training, std::vector<float>& grid);
   // dgrid: N x L x D for the last training forward; adds parameter gradients.
   void backward(const float* dgrid);
+  void encode(const float* images, int n, std::vector<float>& grid) override { forward(images, n, false, grid); }
+  Precision precision() const override { return Precision::f32; }
 
   // For tests: the batch-norm epsilon in use.
   static constexpr float kBnEpsilon = 1e-5f;

@@ -14,6 +14,7 @@
 
 #include "datasets/safetensors.hpp"
 #include "vision/netgraph.hpp"
+#include "vision/image_encoder.hpp"
 #include "vision/onednn.hpp"
 
 namespace sat {
@@ -38,7 +39,7 @@ Int8Ranges int8_ranges_from_json(const nlohmann::json& j);  // checks each range
 float max_abs(const float* x, size_t n);
 void quantize_int8(const float* x, size_t n, float inv, int8_t* to);
 
-class PretrainedEncoder {
+class PretrainedEncoder : public ImageEncoder {
  public:
   // graph: already cut at the layer that gives the grid. weights: the tensors its conv nodes name
   // (kernels HWIO, biases, batch-norm beta/gamma/moving statistics), float32 or uint8-quantized.
@@ -58,7 +59,7 @@ class PretrainedEncoder {
   PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, TensorFile overlay,
                     int input_size, const std::string& where, Precision precision = Precision::f32,
                     Int8Ranges int8_ranges = {});
-  ~PretrainedEncoder();
+  ~PretrainedEncoder() override;
   PretrainedEncoder(const PretrainedEncoder&) = delete;
   PretrainedEncoder& operator=(const PretrainedEncoder&) = delete;
 
@@ -67,10 +68,11 @@ class PretrainedEncoder {
   int grid_w() const { return grid_w_; }
   int channels() const { return channels_; }
   double macs_per_image() const { return macs_; }
-  Precision precision() const { return precision_; }
+  Precision precision() const override { return precision_; }
 
   // images: N x 3 x S x S planar floats (already normalized). grid: N x L x D, L in raster order.
   void forward(const float* images, int n, std::vector<float>& grid);
+  void encode(const float* images, int n, std::vector<float>& grid) override { forward(images, n, grid); }
   // How many of n images one pass of the network takes (forward runs the rest in further passes): all of them,
   // except in int8, whose passes are kept to about 4 x 224^2 pixels so that a pass's activations stay in the
   // cache (block3 at 448, Zen 4: 15.2 images/s one at a time against 13.5 sixteen at a time; at 224, 57.1

@@ -23,7 +23,7 @@
 
 #include <opencv2/core.hpp>
 
-#include "error.hpp"
+#include <sat/error.hpp>  // in this checkout: datasets/sat/error.hpp (the errors live at the bottom)
 
 namespace sat {
 

@@ -1,0 +1,275 @@
+// The model file (train/model.hpp): the safetensors layout with the configs, vocabulary, search settings, caption
+// memory and provenance in its header, and the weights of the encoder (unless it names a weights file), the decoder and
+// any ensemble members.
+#include "train/model.hpp"
+
+#include <algorithm>
+#include <cstdio>
+
+#include "datasets/json_checks.hpp"
+#include "datasets/features.hpp"
+
+namespace sat {
+
+static const char* const kModelFormat = "sat-caption-model";
+static const int kModelVersion = 1;
+
+// Where an ensemble's k-th decoder (k >= 2) keeps its tensors in the model file.
+static std::string member_prefix(int k) { return "member" + std::to_string(k) + "/"; }
+
+// Each parameter's value from the file's tensor named prefix + its name, its shape checked. True when any of
+// them was stored as float16.
+static bool read_params(const std::vector<Param*>& params, const TensorFile& tf, const std::string& prefix,
+                        const std::string& path) {
+  bool half = false;
+  for (Param* p : params) {
+    const std::string name = prefix + p->name;
+    if (auto h = tf.mapped_half.find(name); h != tf.mapped_half.end()) {  // converted straight into the parameter
+      if (h->second.shape != p->shape)
+        fail(path, "tensor '" + name + "' has shape " + shape_str(h->second.shape) + ", expected " + shape_str(p->shape));
+      h->second.to_floats(p->value.data());
+      half = true;
+      continue;
+    }
+    const Param& src = tf.get(name, path);
+    if (src.shape != p->shape)
+      fail(path, "tensor '" + name + "' has shape " + shape_str(src.shape) + ", expected " + shape_str(p->shape));
+    p->value = src.value;
+    if (tf.half.count(name)) half = true;
+  }
+  return half;
+}
+
+TensorFile CaptionModel::to_tensor_file() const {
+  TensorFile tf;
+  tf.metadata["format"] = kModelFormat;
+  tf.metadata["version"] = std::to_string(kModelVersion);
+  tf.metadata["encoder"] = encoder_config.to_json().dump();
+  tf.metadata["decoder"] = decoder_config.to_json().dump();
+  tf.metadata["vocab"] = nlohmann::json(vocab.words).dump();
+  tf.metadata["max_len"] = std::to_string(max_len);
+  tf.metadata["length_norm"] = nlohmann::json(length_norm).dump();
+  tf.metadata["beam"] = std::to_string(beam);
+  tf.metadata["no_repeat_ngram"] = std::to_string(no_repeat_ngram);
+  if (beam_diversity.groups > 1)
+    tf.metadata["beam_diversity"] =
+        nlohmann::json{{"groups", beam_diversity.groups}, {"penalty", beam_diversity.penalty}}.dump();
+  if (encoder_precision != PrecisionChoice::f32) tf.metadata["encoder_precision"] = precision_name(encoder_precision);
+  if (!encoder_int8_ranges.empty()) tf.metadata["encoder_int8_ranges"] = int8_ranges_to_json(encoder_int8_ranges).dump();
+  tf.metadata["info"] = info.dump();
+  auto* self = const_cast<CaptionModel*>(this);
+  for (auto* p : self->params()) {
+    Param copy(p->name, p->shape, false);
+    copy.value = p->value;
+    tf.tensors.emplace(p->name, std::move(copy));
+  }
+  if (half_precision) {  // the decoder and tuned blocks: batch-norm statistics of a CNN encoder can be too small
+    for (auto* p : decoder->params()) tf.half.insert(p->name);
+    if (tuned)
+      for (auto& p : tuned->params()) tf.half.insert(p.name);
+  }
+  if (!more_members.empty()) {
+    nlohmann::json configs = nlohmann::json::array();
+    for (size_t k = 0; k < more_members.size(); ++k) {
+      configs.push_back(more_members[k]->config().to_json());
+      const std::string prefix = member_prefix((int)k + 2);
+      for (auto* p : more_members[k]->params()) {
+        Param copy(prefix + p->name, p->shape, false);
+        copy.value = p->value;
+        if (half_precision) tf.half.insert(copy.name);
+        tf.tensors.emplace(copy.name, std::move(copy));
+      }
+    }
+    tf.metadata["ensemble"] = configs.dump();
+  }
+  if (memory) {  // consensus reranking: the training photos' pooled grid vectors (float16) and their captions
+    nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
+    if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
+    if (memory->pooling != KeyPooling::mean) settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
+    tf.metadata["consensus"] = settings.dump();
+    tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
+    Param keys(kMemoryKeys, {memory->keys.rows(), memory->keys.cols()}, false);
+    std::copy(memory->keys.data(), memory->keys.data() + memory->keys.size(), keys.value.begin());
+    tf.tensors.emplace(kMemoryKeys, std::move(keys));
+    tf.half.insert(kMemoryKeys);
+  }
+  // A pretrained encoder's weights named by file and sha256 are found at load; a small CNN's are its params above.
+  if (!encoder_config.weights_file.empty() || !encoder_weights) return tf;
+  for (auto& [name, p] : encoder_weights->tensors) {
+    Param copy(name, p.shape, false);
+    copy.value = p.value;
+    tf.tensors.emplace(name, std::move(copy));
+  }
+  for (auto& [name, q] : encoder_weights->quantized) tf.quantized[name] = q;
+  for (auto& [name, h] : encoder_weights->mapped_half) tf.mapped_half[name] = h;
+  return tf;
+}
+
+void CaptionModel::save(const std::string& path) const { save_safetensors(path, to_tensor_file()); }
+
+std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& tf, const std::string& path,
+                                                             const std::string& weights_dir,
+                                                             std::optional<PrecisionChoice> encoder_precision) {
+  if (tf.metadata.count("format") == 0 || tf.metadata.at("format") != kModelFormat)
+    fail(path, "not a sat caption model (no \"format\": \"" + std::string(kModelFormat) + "\" in its header)");
+  if (tf.meta("version", path) != std::to_string(kModelVersion))
+    fail(path, "model file version " + tf.meta("version", path) + " is not supported (expected " +
+                   std::to_string(kModelVersion) + ")");
+  auto m = std::make_unique<CaptionModel>();
+  m->encoder_precision_override = encoder_precision;
+  std::shared_ptr<WeightsHashHeadStart> weights_hash;
+  try {
+    m->encoder_config = EncoderConfig::from_json(parse_json_checked(tf.meta("encoder", path), path, "model header is malformed"));
+    // The encoder's weights file, when the model names one, is hashed on a thread from here on, beside the rest
+    // of the loading (load_external_weights waits for it before anything uses the weights).
+    if (m->encoder_config.pretrained() && !m->encoder_config.weights_file.empty())
+      weights_hash = start_weights_hash(m->encoder_config.weights_file, weights_dir);
+    m->decoder_config = DecoderConfig::from_json(parse_json_checked(tf.meta("decoder", path), path, "model header is malformed"));
+    m->vocab = Vocab::from_words(parse_json_checked(tf.meta("vocab", path), path, "model header is malformed").get<std::vector<std::string>>(), path);
+    m->max_len = std::stoi(tf.meta("max_len", path));
+    if (tf.metadata.count("length_norm")) {  // files written before it existed use 1
+      m->length_norm = parse_json_checked(tf.metadata.at("length_norm"), path, "model header is malformed").get<double>();
+      if (!(m->length_norm >= 0 && m->length_norm <= 2)) fail(path, "length_norm must be in [0, 2]");
+    }
+    if (tf.metadata.count("beam")) {  // files written before it existed use 3
+      m->beam = parse_json_checked(tf.metadata.at("beam"), path, "model header is malformed").get<int>();
+      if (m->beam < 1 || m->beam > kMaxBeam) fail(path, "beam must be in [1, " + std::to_string(kMaxBeam) + "]");
+    }
+    if (tf.metadata.count("no_repeat_ngram")) {  // files written before it existed use 0 (off)
+      m->no_repeat_ngram = parse_json_checked(tf.metadata.at("no_repeat_ngram"), path, "model header is malformed").get<int>();
+      if (m->no_repeat_ngram < 0 || m->no_repeat_ngram > kMaxNoRepeat)
+        fail(path, "no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
+    }
+    if (tf.metadata.count("beam_diversity")) {  // files without it search one group
+      const auto d = parse_json_checked(tf.metadata.at("beam_diversity"), path, "model header is malformed");
+      m->beam_diversity.groups = d.at("groups").get<int>();
+      m->beam_diversity.penalty = d.at("penalty").get<double>();
+      try {
+        check_diversity(m->beam_diversity, m->beam);
+      } catch (const Error& e) {
+        fail(path, std::string("beam_diversity: ") + e.what());
+      }
+    }
+    if (tf.metadata.count("encoder_precision")) m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
+    if (tf.metadata.count("encoder_int8_ranges"))
+      m->encoder_int8_ranges = int8_ranges_from_json(
+          parse_json_checked(tf.metadata.at("encoder_int8_ranges"), path, "model header is malformed"));
+    m->info = parse_json_checked(tf.meta("info", path), path, "model header is malformed");
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    if (msg.rfind(path, 0) == 0) throw;
+    fail(path, msg);
+  } catch (const std::exception& e) {
+    fail(path, std::string("model header is malformed (") + e.what() + ")");
+  }
+  if (m->vocab.size() != m->decoder_config.vocab_size)
+    fail(path, "vocabulary has " + std::to_string(m->vocab.size()) + " words but the decoder expects " +
+                   std::to_string(m->decoder_config.vocab_size));
+  // The caption memory first: its scorer builds on a thread of its own (CaptionMemory::prepare) while the encoder's
+  // weights load and the networks are built.
+  const bool has_keys = tf.shape_of(kMemoryKeys) != nullptr;
+  if (has_keys || tf.metadata.count("memory_captions") || tf.metadata.count("consensus")) {
+    if (!has_keys || !tf.metadata.count("memory_captions") || !tf.metadata.count("consensus"))
+      fail(path, "caption memory is incomplete (it needs the tensor '" + std::string(kMemoryKeys) +
+                     "' and the header's \"memory_captions\" and \"consensus\")");
+    auto memory = std::make_shared<CaptionMemory>();
+    const std::vector<int64_t>& keys_shape = *tf.shape_of(kMemoryKeys);
+    if (keys_shape.size() != 2 || tf.quantized.count(kMemoryKeys))
+      fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels of floats");
+    if (auto h = tf.mapped_half.find(kMemoryKeys); h != tf.mapped_half.end()) {
+      memory->keys.resize(keys_shape[0], keys_shape[1]);  // row-major, as stored
+      h->second.to_floats(memory->keys.data());
+    } else {
+      memory->keys = Eigen::Map<const Mat>(tf.tensors.at(kMemoryKeys).value.data(), keys_shape[0], keys_shape[1]);
+    }
+    try {
+      try {
+        memory->captions = parse_caption_lists(tf.metadata.at("memory_captions"));
+      } catch (const nlohmann::json::parse_error&) {
+        fail(path, "model header is malformed (its caption memory's \"memory_captions\" is not JSON)");
+      }
+      auto settings = parse_json_checked(tf.metadata.at("consensus"), path, "model header is malformed");
+      m->consensus.neighbours = settings.at("neighbours").get<int>();
+      m->consensus.weight = settings.at("weight").get<double>();
+      m->consensus.memory_candidates = settings.value("memory_candidates", 0);
+      memory->pooling = parse_key_pooling(settings.value("key_pooling", std::string("mean")));
+    } catch (const Error& e) {
+      if (std::string(e.what()).rfind(path, 0) == 0) throw;
+      fail(path, e.what());
+    } catch (const std::exception& e) {
+      fail(path, std::string("model header is malformed (caption memory: ") + e.what() + ")");
+    }
+    if (m->consensus.neighbours < 1 || m->consensus.neighbours > memory->photos())
+      fail(path, "consensus neighbours must be in [1, " + std::to_string(memory->photos()) + "], got " +
+                     std::to_string(m->consensus.neighbours));
+    if (m->consensus.memory_candidates < 0 || m->consensus.memory_candidates > memory->photos())
+      fail(path, "consensus memory_candidates must be in [0, " + std::to_string(memory->photos()) + "], got " +
+                     std::to_string(m->consensus.memory_candidates));
+    if (!(m->consensus.weight >= 0 && m->consensus.weight <= kMaxConsensusWeight))
+      fail(path, "consensus weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
+    memory->prepare(m->encoder_config.feature_dim(), path);
+    m->memory = std::move(memory);
+  }
+  if (m->encoder_config.pretrained()) {
+    const EncoderConfig& ec = m->encoder_config;
+    if (ec.weights_file.empty()) {
+      m->encoder_weights = std::make_shared<const TensorFile>(select_tensors(ec.graph, tf, path));
+    } else {
+      m->encoder_weights = std::make_shared<const TensorFile>(select_tensors(
+          ec.graph, load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path, weights_dir,
+                                weights_hash),
+          m->encoder_weights_path));
+    }
+  }
+  try {
+    m->build(false);  // a tuned encoder's network is built once, below, with the file's tuned weights
+  } catch (const Error& e) {
+    fail(path, e.what());
+  }
+  if (read_params(m->params(), tf, "", path)) m->half_precision = true;
+  if (tf.metadata.count("ensemble")) {  // the decoders after the first (sat model ensemble)
+    nlohmann::json configs = parse_json_checked(tf.metadata.at("ensemble"), path, "model header is malformed");
+    if (!configs.is_array() || configs.empty())
+      fail(path, "model header is malformed (\"ensemble\" must list the decoders after the first)");
+    for (size_t k = 0; k < configs.size(); ++k) {
+      const int member = (int)k + 2;
+      DecoderConfig dc;
+      try {
+        dc = DecoderConfig::from_json(configs[k]);
+      } catch (const std::exception& e) {
+        fail(path, "ensemble member " + std::to_string(member) + ": " + e.what());
+      }
+      if (dc.vocab_size != m->vocab.size() || dc.feature_dim != m->decoder_config.feature_dim ||
+          dc.grid_h != m->decoder_config.grid_h || dc.grid_w != m->decoder_config.grid_w)
+        fail(path, "ensemble member " + std::to_string(member) + " reads another vocabulary or grid than the encoder gives");
+      std::unique_ptr<Decoder> dec;
+      try {
+        dec = std::make_unique<Decoder>(dc);
+      } catch (const Error& e) {
+        fail(path, "ensemble member " + std::to_string(member) + ": " + e.what());
+      }
+      read_params(dec->params(), tf, member_prefix(member), path);
+      m->more_members.push_back(std::move(dec));
+    }
+    try {
+      DecoderEnsemble check(m->member_decoders());
+    } catch (const Error& e) {
+      fail(path, e.what());
+    }
+  }
+  try {
+    if (m->tuned) m->sync_tuned();
+  } catch (const Error& e) {
+    fail(path, e.what());
+  }
+  return m;
+}
+
+std::unique_ptr<CaptionModel> CaptionModel::load(const std::string& path, const std::string& weights_dir,
+                                                 std::optional<PrecisionChoice> encoder_precision) {
+  // Mapped: the float16 decoder weights and memory keys are converted straight into the model's own memory.
+  return from_tensor_file(decode_mapped_safetensors(std::make_shared<const MappedFile>(path)), path, weights_dir,
+                          encoder_precision);
+}
+
+}  // namespace sat

@@ -1,0 +1,123 @@
+// Model surgery (train/model_surgery.hpp): checkpoint averaging, ensembles and their members.
+#include "train/model_surgery.hpp"
+
+#include <algorithm>
+#include <cctype>
+
+namespace sat {
+
+std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& paths) {
+  if (paths.empty()) throw Error("model average: no model files");
+  auto out = CaptionModel::load(paths[0]);
+  if (out->members() > 1) fail(paths[0], "is an ensemble: average its members' own files");
+  std::vector<Param*> sum = out->params();
+  // Summed in double and divided once: weights every model holds alike (a frozen fine-tuned unit, say) come out
+  // exactly as they were, so the average still shares them (sat model ensemble compares them exactly).
+  std::vector<std::vector<double>> total(sum.size());
+  for (size_t i = 0; i < sum.size(); ++i) total[i].assign(sum[i]->value.begin(), sum[i]->value.end());
+  for (size_t k = 1; k < paths.size(); ++k) {
+    auto m = CaptionModel::load(paths[k]);
+    if (m->members() > 1) fail(paths[k], "is an ensemble: average its members' own files");
+    auto differs = [&](const std::string& what) {
+      fail(paths[k], what + " differs from " + paths[0] + "'s: only models that differ in their weights average");
+    };
+    if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder");
+    // a pretrained encoder's frozen part is not averaged: it must be the same network (a CNN trains whole)
+    if (out->encoder_config.pretrained() && m->encoder_id() != out->encoder_id()) differs("the frozen encoder");
+    if (m->decoder_config.to_json() != out->decoder_config.to_json()) differs("the decoder");
+    if (m->vocab.words != out->vocab.words) differs("the vocabulary");
+    std::vector<Param*> add = m->params();
+    if (add.size() != sum.size()) differs("the parameter list");
+    for (size_t i = 0; i < sum.size(); ++i) {
+      if (add[i]->name != sum[i]->name || add[i]->shape != sum[i]->shape) differs("parameter " + add[i]->name);
+      for (size_t j = 0; j < sum[i]->value.size(); ++j) total[i][j] += add[i]->value[j];
+    }
+  }
+  // int8 ranges describe the first model's fine-tuned units: kept only when every model's were the same
+  bool tuned_alike = true;
+  if (out->tuned)
+    for (auto& p : out->tuned->params()) {
+      const size_t i = std::find(sum.begin(), sum.end(), &p) - sum.begin();
+      for (size_t j = 0; i < sum.size() && j < p.value.size() && tuned_alike; ++j)
+        tuned_alike = total[i][j] == (double)p.value[j] * (double)paths.size();
+    }
+  for (size_t i = 0; i < sum.size(); ++i)
+    for (size_t j = 0; j < sum[i]->value.size(); ++j) sum[i]->value[j] = (float)(total[i][j] / (double)paths.size());
+  if (!tuned_alike) out->drop_int8_ranges();
+  if (out->tuned) out->sync_tuned();  // the whole network runs the averaged blocks
+  return out;
+}
+
+std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k) {
+  auto m = CaptionModel::load(path);
+  if (k < 1 || k > m->members())
+    fail(path, "has " + std::to_string(m->members()) + (m->members() == 1 ? " decoder" : " decoders") +
+                   ": there is no member " + std::to_string(k));
+  if (k > 1) {
+    std::swap(m->decoder, m->more_members[k - 2]);
+    m->decoder_config = m->decoder->config();
+  }
+  m->more_members.clear();
+  return m;
+}
+
+std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& paths) {
+  if (paths.size() < 2) throw Error("model ensemble: give at least two model files");
+  auto out = CaptionModel::load(paths[0]);
+  out->half_precision = false;  // the members' weights as loaded; compact again to store float16
+  std::vector<const std::string*> member_file(out->members(), &paths[0]);  // where each decoder came from
+  // Each decoder's provenance, in order: a model gives its own, an ensemble the list it already holds.
+  nlohmann::json provenance = nlohmann::json::array();
+  auto add_provenance = [&](const nlohmann::json& info, const std::string& path) {
+    if (info.contains("members") && info["members"].is_array()) {
+      for (const auto& one : info["members"]) provenance.push_back(one);
+      return;
+    }
+    nlohmann::json one = {{"file", path}};
+    for (const char* key : {"command", "epoch", "averaged", "git_commit"})
+      if (info.contains(key)) one[key] = info[key];
+    provenance.push_back(one);
+  };
+  add_provenance(out->info, paths[0]);
+  const std::string first_id = out->encoder_id();
+  std::vector<Param*> first_tuned;
+  if (out->tuned)
+    for (auto& p : out->tuned->params()) first_tuned.push_back(&p);
+  for (size_t k = 1; k < paths.size(); ++k) {
+    auto m = CaptionModel::load(paths[k]);
+    auto differs = [&](const std::string& what) {  // what: "the vocabulary differs", ...
+      fail(paths[k], what + " from " + paths[0] + "'s: an ensemble's members share their encoder and "
+                     "vocabulary (train members with sat train --init-from " + paths[0] + " --fresh-decoder --tune-lr 0)");
+    };
+    if (m->vocab.words != out->vocab.words) differs("the vocabulary differs");
+    if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder differs");
+    if (m->encoder_id() != first_id) differs("the encoder's weights differ");
+    if (out->tuned) {  // fine-tuned layers: the very same weights
+      std::vector<Param*> theirs;
+      for (auto& p : m->tuned->params()) theirs.push_back(&p);
+      if (theirs.size() != first_tuned.size()) differs("the fine-tuned encoder layers differ");
+      for (size_t i = 0; i < theirs.size(); ++i)
+        if (theirs[i]->name != first_tuned[i]->name || theirs[i]->value != first_tuned[i]->value)
+          differs("the fine-tuned encoder weight " + theirs[i]->name + " differs");
+    }
+    member_file.insert(member_file.end(), m->members(), &paths[k]);
+    add_provenance(m->info, paths[k]);
+    out->more_members.push_back(std::move(m->decoder));
+    for (auto& d : m->more_members) out->more_members.push_back(std::move(d));
+  }
+  try {
+    DecoderEnsemble check(out->member_decoders());
+  } catch (const EnsembleMemberError& e) {  // named by its file; "member 1" is the first file's first decoder
+    std::string problem = e.problem;
+    const size_t at = problem.find("member 1");
+    if (at != std::string::npos && (at + 8 == problem.size() || !std::isdigit((unsigned char)problem[at + 8])))
+      problem.replace(at, 8, paths[0]);
+    fail(*member_file[e.member - 1], problem);
+  }
+  out->info["members"] = provenance;
+  // the first member's epoch, greedy validation and dev scores describe it alone
+  for (const char* key : {"epoch", "val_scores", "scores", "scores_command"}) out->info.erase(key);
+  return out;
+}
+
+}  // namespace sat
