@@ -1,22 +1,18 @@
+// train() (train/trainer.hpp): its options, the self-critical step, and the epochs of a run that
+// train/trainer_setup.cpp set up: the steps, validation, early stopping and checkpoints.
 #include "train/trainer.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
-#include <cstdarg>
 #include <cstdio>
-#include <map>
-#include <omp.h>
+#include <optional>
 #include <set>
 
 #include "datasets/io.hpp"
-#include "datasets/json_checks.hpp"
 #include "seq/search.hpp"
-#include "train/extract.hpp"
-#include "train/metrics.hpp"
-#include "train/optimizer.hpp"
 #include "train/progress.hpp"
-#include "vision/image.hpp"
+#include "train/trainer_steps.hpp"
 
 namespace sat {
 
@@ -87,152 +83,6 @@ TrainOptions TrainOptions::from_json(const json& j) {
   return o;
 }
 
-std::vector<std::string> mirror_caption(const std::vector<std::string>& tokens) {
-  std::vector<std::string> out = tokens;
-  for (auto& w : out)
-    if (w == "left") w = "right";
-    else if (w == "right") w = "left";
-  return out;
-}
-
-CaptionSet load_caption_set(const std::string& data, const std::string& images, const std::string& split) {
-  CaptionSet set;
-  const bool is_dir = is_directory(data);
-  // A Karpathy split file names its splits inside: --train-split train (or val, test, restval).
-  const bool named_split = (split == "train" || split == "val" || split == "test" || split == "restval") && !file_exists(split);
-  if (is_dir) {
-    set = load_data_dir(data);
-  } else {
-    std::string dir = images;
-    if (dir.empty()) {
-      auto slash = data.rfind('/');
-      std::string parent = slash == std::string::npos ? "." : data.substr(0, slash);
-      dir = data.size() > 4 && data.substr(data.size() - 4) != ".json" && file_exists(join_path(parent, "images"))
-                ? join_path(parent, "images")
-                : parent;
-    }
-    std::string format = detect_caption_format(data);
-    if (named_split && format != "karpathy")
-      fail(data, "split '" + split + "' names a Karpathy split, but this is not a Karpathy split file");
-    set = load_captions_any(data, dir, format, named_split ? split : "");
-  }
-  if (!split.empty() && !named_split) set = set.subset(read_name_list(split), split);
-  if (set.images.empty()) fail(set.json_path, "no images in this caption set");
-  if (set.captions.empty()) fail(set.json_path, "no captions in this caption set");
-  return set;
-}
-
-namespace {
-
-// Every image of a set decoded and resized once, kept as 8-bit RGB.
-struct ImageBank {
-  int size = 0;
-  std::vector<uint8_t> rgb;  // N x S x S x 3
-  void load(const CaptionSet& set, int S, const std::string& label, bool show) {
-    size = S;
-    const int n = (int)set.images.size();
-    rgb.resize((size_t)n * S * S * 3);
-    std::string error;
-    Progress bar(label, n);
-    int done = 0;
-#pragma omp parallel for schedule(dynamic, 8)
-    for (int i = 0; i < n; ++i) {
-      try {
-        cv::Mat img = load_image_bgr(set.image_path(set.images[i]));
-        const float zero[3] = {0, 0, 0}, one[3] = {1.f / 255, 1.f / 255, 1.f / 255};
-        std::vector<float> planes(3 * S * S);
-        image_to_planes(img, S, zero, one, planes.data());  // planes hold 0..255
-        uint8_t* dst = rgb.data() + (size_t)i * S * S * 3;
-        for (int p = 0; p < S * S; ++p)
-          for (int c = 0; c < 3; ++c) dst[p * 3 + c] = (uint8_t)std::lround(planes[c * S * S + p]);
-      } catch (const std::exception& e) {
-#pragma omp critical
-        if (error.empty()) error = e.what();
-      }
-#pragma omp atomic
-      ++done;
-      if (show && omp_get_thread_num() == 0) bar.update(done, "images");
-    }
-    if (!error.empty()) throw Error(error);
-    if (show) bar.finish("images decoded");
-  }
-  void planes(const std::vector<int>& idx, const EncoderConfig& cfg, std::vector<float>& out) const {
-    const int S = size;
-    out.resize(idx.size() * 3 * S * S);
-    for (size_t k = 0; k < idx.size(); ++k) {
-      const uint8_t* src = rgb.data() + (size_t)idx[k] * S * S * 3;
-      float* dst = out.data() + k * 3 * S * S;
-      for (int c = 0; c < 3; ++c) {
-        const float a = 1.f / (255.f * cfg.stdev[c]), b = -cfg.mean[c] / cfg.stdev[c];
-        for (int p = 0; p < S * S; ++p) dst[c * S * S + p] = src[p * 3 + c] * a + b;
-      }
-    }
-  }
-};
-
-struct TrainState {
-  int epoch = 0;          // current epoch (0-based)
-  int step_in_epoch = 0;  // batches already done in this epoch
-  uint64_t epoch_seed = 0;
-  int64_t global_step = 0;
-  double best_score = -1;
-  int best_epoch = -1;
-  int bad_epochs = 0;
-  json history = json::array();
-  json to_json() const {
-    return {{"epoch", epoch}, {"step_in_epoch", step_in_epoch}, {"epoch_seed", epoch_seed},
-            {"global_step", global_step}, {"best_score", best_score}, {"best_epoch", best_epoch},
-            {"bad_epochs", bad_epochs}, {"history", history}};
-  }
-  static TrainState from_json(const json& j) {
-    TrainState s;
-    s.epoch = j.at("epoch");
-    s.step_in_epoch = j.at("step_in_epoch");
-    s.epoch_seed = j.at("epoch_seed");
-    s.global_step = j.at("global_step");
-    s.best_score = j.at("best_score");
-    s.best_epoch = j.at("best_epoch");
-    s.bad_epochs = j.at("bad_epochs");
-    s.history = j.at("history");
-    return s;
-  }
-};
-
-void save_checkpoint(const std::string& path, CaptionModel& model, const Adam& adam, const TrainOptions& opt,
-                     const TrainState& st, const Rng& rng) {
-  TensorFile tf = model.to_tensor_file();
-  auto params = model.params();
-  for (size_t k = 0; k < params.size(); ++k) {
-    if (!params[k]->trainable) continue;
-    Param m("adam.m/" + params[k]->name, params[k]->shape, false), v("adam.v/" + params[k]->name, params[k]->shape, false);
-    m.value = adam.m[k];
-    v.value = adam.v[k];
-    tf.tensors.emplace(m.name, std::move(m));
-    tf.tensors.emplace(v.name, std::move(v));
-  }
-  tf.metadata["checkpoint"] = json{{"options", opt.to_json()}, {"state", st.to_json()}, {"rng", rng.state()},
-                                   {"adam_step", adam.step}}.dump();
-  save_safetensors(path, tf);
-}
-
-// One line on how a model was made, from its info: the model --init-from names, its training command, recipe and
-// epoch, the steps after training (averaged, compacted, search settings), and where it started from in turn.
-std::string provenance_of(const std::string& path, const json& info) {
-  std::string out = path;
-  const char* sep = ": ";
-  for (const char* key : {"command", "recipe", "epoch", "averaged", "compacted", "search_set", "rebased", "started_from"}) {
-    if (!info.is_object() || !info.contains(key)) continue;
-    const json& v = info[key];
-    const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
-    if (text.empty()) continue;
-    out += sep + std::string(key) + " " + text;
-    sep = "; ";
-  }
-  return out;
-}
-
-}  // namespace
-
 SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, const std::vector<int>& images,
                                     const CiderDScorer& cider, int samples, uint64_t step_seed, int first,
                                     Collective& ranks, DecoderCache& cache) {
@@ -271,634 +121,474 @@ SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, con
   return r;
 }
 
-static double metric_of(const CaptionScores& s, const std::string& metric) {
+namespace trainer {
+
+json TrainState::to_json() const {
+  return {{"epoch", epoch}, {"step_in_epoch", step_in_epoch}, {"epoch_seed", epoch_seed},
+          {"global_step", global_step}, {"best_score", best_score}, {"best_epoch", best_epoch},
+          {"bad_epochs", bad_epochs}, {"history", history}};
+}
+
+TrainState TrainState::from_json(const json& j) {
+  TrainState s;
+  s.epoch = j.at("epoch");
+  s.step_in_epoch = j.at("step_in_epoch");
+  s.epoch_seed = j.at("epoch_seed");
+  s.global_step = j.at("global_step");
+  s.best_score = j.at("best_score");
+  s.best_epoch = j.at("best_epoch");
+  s.bad_epochs = j.at("bad_epochs");
+  s.history = j.at("history");
+  return s;
+}
+
+namespace {
+
+// The checkpoint --resume continues: the model, Adam's moments and step, the options, the state st and the random
+// generator (rank 0 writes it).
+void save_checkpoint(const TrainRun& run, const TrainState& st) {
+  CaptionModel& model = *run.model;
+  const Adam& adam = run.adam;
+  TensorFile tf = model.to_tensor_file();
+  auto params = model.params();
+  for (size_t k = 0; k < params.size(); ++k) {
+    if (!params[k]->trainable) continue;
+    Param m("adam.m/" + params[k]->name, params[k]->shape, false), v("adam.v/" + params[k]->name, params[k]->shape, false);
+    m.value = adam.m[k];
+    v.value = adam.v[k];
+    tf.tensors.emplace(m.name, std::move(m));
+    tf.tensors.emplace(v.name, std::move(v));
+  }
+  tf.metadata["checkpoint"] = json{{"options", run.opt.to_json()}, {"state", st.to_json()}, {"rng", run.rng.state()},
+                                   {"adam_step", adam.step}}.dump();
+  save_safetensors(run.ckpt_path, tf);
+}
+
+double metric_of(const CaptionScores& s, const std::string& metric) {
   return metric == "cider" ? s.cider_d : s.bleu[3];
 }
 
-// A message on stderr from the leading rank (the others stay quiet).
-__attribute__((format(printf, 2, 3))) static void note(bool lead, const char* format, ...) {
-  if (!lead) return;
-  va_list args;
-  va_start(args, format);
-  std::vfprintf(stderr, format, args);
-  va_end(args);
+CaptionScores run_validation(TrainRun& run) {
+  return validate_across(*run.model, run.val_set, run.val_feats, run.val_planes, run.ranks);
 }
 
-TrainSummary train(TrainOptions opt, const std::string& resume_path, const ResumeOverrides& more,
-                   int64_t stop_after_steps, Collective* ranks_given) {
-  Collective alone;
-  Collective& ranks = ranks_given ? *ranks_given : alone;
-  const bool lead = ranks.leads(), parallel = ranks.size() > 1;
-  std::unique_ptr<CaptionModel> model;
-  TrainState st;
-  Rng rng(opt.seed);
-  Adam adam;
-  TensorFile ckpt;
-  const int threads_asked = opt.threads;  // a resumed run may use another thread count: it changes speed only
-  if (!resume_path.empty()) {
-    ckpt = load_safetensors(resume_path);
-    if (!ckpt.metadata.count("checkpoint")) fail(resume_path, "not a training checkpoint (no optimizer state)");
-    json c;
-    try {
-      c = parse_json_checked(ckpt.metadata["checkpoint"], resume_path, "checkpoint state is malformed");
-      opt = TrainOptions::from_json(c.at("options"));
-      st = TrainState::from_json(c.at("state"));
-      rng.set_state(c.at("rng").get<std::string>());
-      adam.step = c.at("adam_step");
-    } catch (const Error& e) {
-      std::string msg = e.what();
-      if (msg.rfind(resume_path, 0) == 0) throw;
-      fail(resume_path, msg);
-    } catch (const std::exception& e) {
-      fail(resume_path, std::string("checkpoint state is malformed (") + e.what() + ")");
-    }
-    model = CaptionModel::from_tensor_file(ckpt, resume_path);
-    // Continue where the checkpoint lies (it may have been moved since).
-    auto slash = resume_path.rfind('/');
-    opt.out = slash == std::string::npos ? "." : resume_path.substr(0, slash);
-    if (threads_asked > 0) opt.threads = threads_asked;
-  }
-  if (more.epochs > 0) opt.epochs = more.epochs;
-  if (more.patience > 0) opt.patience = more.patience;
-  if (more.keep_epochs) opt.keep_epochs = true;
-  if (opt.threads > 0) omp_set_num_threads(opt.threads);
-  if (opt.metric != "bleu4" && opt.metric != "cider") throw Error("train: --metric must be bleu4 or cider");
-  if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1) throw Error("train: --batch and --max-len must be positive, --epochs not negative");
-  if (opt.objective != "xe" && opt.objective != "cider") throw Error("train: --objective must be xe or cider");
-  const bool self_critical = opt.objective == "cider";
-  if (!(opt.label_smoothing >= 0 && opt.label_smoothing < 1)) throw Error("train: --label-smoothing must be in [0, 1)");
-  if (self_critical && opt.label_smoothing > 0)
-    throw Error("train: --label-smoothing is for cross-entropy training, not --objective cider");
-  if (self_critical && opt.scst_samples < 2) throw Error("train: --scst-samples must be at least 2 (the baseline is the other samples' mean)");
+// What a saved model records about its run and the epoch it ends.
+json epoch_info(const TrainOptions& opt, int epoch, const json& val_scores) {
+  return json{{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
+              {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
+              {"val_split", opt.val_split}, {"git_commit", build_commit()}, {"epoch", epoch},
+              {"val_scores", val_scores},   {"options", opt.to_json()}, {"started_from", opt.started_from}};
+}
 
-  CaptionSet train_set = load_caption_set(opt.data, opt.images, opt.train_split);
-  CaptionSet val_set = load_caption_set(opt.val_data.empty() ? opt.data : opt.val_data,
-                                        opt.val_data.empty() ? opt.images : opt.val_images, opt.val_split);
-  if (opt.val_limit > 0 && (int)val_set.images.size() > opt.val_limit) {
-    std::vector<std::string> names;
-    for (int i = 0; i < opt.val_limit; ++i) names.push_back(val_set.images[i].file_name);
-    val_set = val_set.subset(names, "--val-limit");
-  }
-  if (lead) make_dirs(opt.out);  // only rank 0 writes into it
+// --keep-epochs: each epoch's model as model-epochN.sat, beside the best one (rank 0 writes it).
+void keep_epoch(TrainRun& run, int epoch, const json& val_scores) {
+  if (!run.lead) return;
+  CaptionModel& model = *run.model;
+  json best_info = model.info;  // the checkpoint goes on recording the best epoch's provenance
+  model.info = epoch_info(run.opt, epoch, val_scores);
+  const std::string path = join_path(run.opt.out, "model-epoch" + std::to_string(epoch) + ".sat");
+  model.save(path);
+  model.info = best_info;
+  note(run.lead, "kept epoch %d: %s\n", epoch, path.c_str());
+}
 
-  if (!model && !opt.init_from.empty()) {
-    model = CaptionModel::load(opt.init_from);
-    if (model->members() > 1) {
-      // Another member for an ensemble needs only its encoder and vocabulary; its decoders do not train on.
-      if (!opt.fresh_decoder)
-        fail(opt.init_from, "is an ensemble of " + std::to_string(model->members()) +
-                                " decoders: train from one of its members' own files, or give --fresh-decoder to "
-                                "train another member over its encoder");
-      model->more_members.clear();
-    }
-    model->half_precision = false;  // the weights keep training in float32
-    // A caption memory holds grid vectors of the encoder it was built with, and its settings were chosen for that
-    // decoder: the trained model is another one (sat model memory builds it a memory of its own).
-    model->memory.reset();
-    model->consensus = ConsensusSettings{};
-    // int8 ranges were calibrated on the encoder as it was: once its fine-tuned units train on they describe it no
-    // more (sat model calibrate the trained model again)
-    if (opt.tune_lr != 0 && model->encoder_config.tuned()) model->drop_int8_ranges();
-    opt.started_from = provenance_of(opt.init_from, model->info);
-    model->info = json::object();
-    note(lead, "starting from %s\n", opt.init_from.c_str());
-    if (opt.fresh_decoder) {  // a decoder built anew (every weight and bias from the seed), the same config
-      DecoderConfig& c = model->decoder_config;  // but for the sizes given with --fresh-decoder
-      if (opt.fresh_embed > 0) c.embed_dim = opt.fresh_embed;
-      if (opt.fresh_hidden > 0) c.hidden_dim = opt.fresh_hidden;
-      if (opt.fresh_attn > 0) c.attn_dim = opt.fresh_attn;
-      if (opt.fresh_dropout >= 0) c.dropout = opt.fresh_dropout;
-      if (!opt.fresh_order.empty()) c.order = opt.fresh_order;
-      c = DecoderConfig::from_json(c.to_json());  // the config's own range checks
-      model->decoder = std::make_unique<Decoder>(c);
-      model->decoder->init(rng);
-      note(lead, "its decoder starts afresh (seed %llu; embedding %d, hidden %d, attention %d, dropout %g, %s order); its "
-           "encoder and vocabulary are kept\n", (unsigned long long)opt.seed, c.embed_dim, c.hidden_dim, c.attn_dim,
-           c.dropout, c.order.c_str());
-    }
-  } else if (opt.fresh_decoder && resume_path.empty()) {
-    throw Error("train: --fresh-decoder needs --init-from MODEL (whose encoder and vocabulary it keeps)");
-  }
-  if (model && resume_path.empty() && !opt.tune_from.empty() && model->encoder_config.pretrained() &&
-      model->encoder_config.tune_from != opt.tune_from && !model->encoder_weights_path.empty()) {
-    // A frozen model goes on training with its encoder's top units fine-tuned: the units after --tune-from start
-    // from the weights file the model names, the decoder from the model's trained weights. A model that already
-    // fine-tuned the units after a later layer tunes more of them: those keep their trained weights, the units
-    // in between start from the weights file.
-    auto tuned = pretrained_encoder_model(model->encoder_weights_path, model->encoder_config.cut,
-                                          model->encoder_config.input_size, false, false);
-    tuned->encoder_config.tune_from = opt.tune_from;
-    tuned->vocab = model->vocab;
-    tuned->decoder_config = model->decoder_config;
-    tuned->max_len = model->max_len, tuned->beam = model->beam;
-    tuned->length_norm = model->length_norm, tuned->no_repeat_ngram = model->no_repeat_ngram;
-    tuned->beam_diversity = model->beam_diversity;
-    try {
-      tuned->build();
-    } catch (const Error& e) {
-      throw Error("train: --tune-from " + opt.tune_from + " with " + opt.init_from + ": " + e.what());
-    }
-    std::vector<Param*> from = model->decoder->params(), to = tuned->decoder->params();
-    if (from.size() != to.size()) throw Error("train: " + opt.init_from + ": its decoder does not rebuild alike");
-    for (size_t k = 0; k < from.size(); ++k) to[k]->value = from[k]->value;
-    const std::string kept = model->encoder_config.tune_from;  // empty: a frozen model
-    if (model->tuned) {  // parameter names ("encoder.<layer>.weight") are the same whichever unit tuning starts at
-      std::map<std::string, Param*> trained;
-      for (auto& p : tuned->tuned->params()) trained[p.name] = &p;
-      for (auto& p : model->tuned->params()) {
-        auto it = trained.find(p.name);
-        if (it == trained.end() || it->second->shape != p.shape)
-          throw Error("train: --tune-from " + opt.tune_from + " with " + opt.init_from + ": that model fine-tuned " +
-                      "the layers after " + kept + ", and layer '" + p.name.substr(8, p.name.rfind('.') - 8) +
-                      "' would be frozen again (tune from a layer before " + kept + ")");
-        it->second->value = p.value;
-      }
-    }
-    tuned->info = json::object();
-    model = std::move(tuned);
-    note(lead, "fine-tuning the encoder after %s, from the weights in %s%s\n", opt.tune_from.c_str(),
-         model->encoder_weights_path.c_str(),
-         kept.empty() ? "" : (" (the layers after " + kept + " from their fine-tuned weights)").c_str());
-  }
-  if (model && !opt.tune_from.empty() && model->encoder_config.tune_from != opt.tune_from)
-    throw Error("train: --tune-from applies to a new model; " +
-                (resume_path.empty() ? opt.init_from : resume_path) + " " +
-                (model->encoder_config.tuned() ? "tunes its encoder after " + model->encoder_config.tune_from
-                                               : "has a frozen encoder"));
-  if (self_critical && model && model->decoder_config.hard())
-    throw Error("train: --objective cider needs a soft, local or no-attention model (hard attention samples its "
-                "glimpses inside the cross-entropy objective)");
-  if (!model) {
-    if (self_critical) throw Error("train: --objective cider fine-tunes a trained model: give it --init-from MODEL");
-    if (!opt.encoder.empty()) {
-      model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size, false, false);  // built below
-    } else {
-      model = std::make_unique<CaptionModel>();
-      model->encoder_config.input_size = opt.input_size;
-      model->encoder_config.blocks = EncoderConfig::parse_blocks(opt.blocks);
-      model->encoder_config.coord_channels = opt.coord_channels;
-      model->encoder_config = EncoderConfig::from_json(model->encoder_config.to_json());  // validates
-    }
-    std::vector<std::vector<std::string>> caps;
-    for (auto& c : train_set.captions) caps.push_back(c.tokens);
-    model->vocab = Vocab::build(caps, opt.min_count);
-    DecoderConfig& dc = model->decoder_config;
-    dc.embed_dim = opt.embed_dim, dc.hidden_dim = opt.hidden_dim, dc.attn_dim = opt.attn_dim;
-    dc.dropout = opt.dropout, dc.coverage = opt.coverage;
-    dc.attention = opt.attention, dc.score = opt.score, dc.order = opt.order;
-    dc.hard_window = opt.hard_window, dc.reinforce_weight = opt.reinforce_weight, dc.hard_soft_prob = opt.hard_soft_prob;
-    if (opt.hard_soft_warmup < 0 || opt.hard_samples < 1)
-      throw Error("train: --hard-soft-warmup must be 0 or more and --hard-samples 1 or more");
-    dc.entropy_weight = opt.entropy_weight, dc.local_sigma = opt.local_sigma;
-    model->max_len = opt.max_len;
-    if (!opt.tune_from.empty()) {
-      if (!model->encoder_config.pretrained())
-        throw Error("train: --tune-from fine-tunes a pretrained encoder's top layers: give --encoder and --cut too");
-      model->encoder_config.tune_from = opt.tune_from;
-    }
-    model->build();
-    model->init(rng);
-  }
-  auto params = model->params();
-  adam.attach(params);
-  if (!resume_path.empty()) {
-    for (size_t k = 0; k < params.size(); ++k) {
-      if (!params[k]->trainable) continue;
-      adam.m[k] = ckpt.get("adam.m/" + params[k]->name, resume_path).value;
-      adam.v[k] = ckpt.get("adam.v/" + params[k]->name, resume_path).value;
-    }
-    ckpt = TensorFile();
-    note(lead, "resuming %s at epoch %d, step %d\n", resume_path.c_str(), st.epoch + 1, st.step_in_epoch);
-  }
-  // Every rank built or loaded its model from the same options, seed and files: they must hold the same weights.
-  if (parallel && !ranks.same_everywhere(parameter_checksum(params), "the starting weights"))
-    throw Error("train: the ranks start from different weights (every rank needs the same options and files: is "
-                "--resume or --init-from on a disk they share?)");
-  if (parallel)
-    note(lead, "data-parallel: %d ranks share each batch of %d photos (gradients summed across ranks)\n", ranks.size(),
-         opt.batch_images);
-  note(lead, "train: %zu images, %zu captions; val: %zu images; vocabulary %d words; grid %dx%dx%d\n",
-               train_set.images.size(), train_set.captions.size(), val_set.images.size(), model->vocab.size(),
-               model->encoder_config.grid_h(), model->encoder_config.grid_w(), model->encoder_config.feature_dim());
+// --epochs 0: the untrained baseline, its initialized weights scored once and saved as the model.
+TrainSummary save_untrained(TrainRun& run, TrainSummary summary) {
+  const TrainOptions& opt = run.opt;
+  CaptionScores sc = run_validation(run);
+  run.model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", build_commit()}, {"epoch", 0},
+                     {"val_scores", sc.to_json()}, {"options", opt.to_json()}, {"started_from", opt.started_from}};
+  if (run.lead) run.model->save(run.best_path);
+  note(run.lead, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
+       run.best_path.c_str());
+  summary.best_score = metric_of(sc, opt.metric);
+  summary.metric = opt.metric;
+  return summary;
+}
 
-  const int S = model->encoder_config.input_size, L = model->encoder_config.locations(),
-            D = model->encoder_config.feature_dim();
-  const bool from_features = model->encoder_config.pretrained();
-  // Cached grids: the encoder's output, or for a tuned encoder its frozen part's (the blocks run on them).
-  const EncoderConfig cache_cfg = model->encoder_config.cache_config();
-  const int cache_L = cache_cfg.locations(), cache_D = cache_cfg.feature_dim();
-  TunableBlocks* tuned = model->tuned.get();
-  const bool tail_learns = tuned && opt.tune_lr > 0;  // --tune-lr 0: the tuned blocks run forward only
-  if (opt.tune_lr < 0) throw Error("train: --tune-lr must not be negative");
-  std::vector<float> lr_scale(params.size(), 1.f);  // tuned blocks step at tune_lr, the rest at lr
-  if (tuned) {
-    for (size_t k = 0; k < params.size(); ++k)
-      for (auto& p : tuned->params())
-        if (params[k] == &p) lr_scale[k] = opt.lr > 0 ? opt.tune_lr / opt.lr : 0.f;
-    if (tail_learns)
-      note(lead, "fine-tuning the encoder after %s up to %s (%.2f GMAC per image), learning rate %g\n",
-           model->encoder_config.tune_from.c_str(), model->encoder_config.cut.c_str(), tuned->macs_per_image() / 1e9,
-           opt.tune_lr);
-    else
-      note(lead, "the encoder's layers after %s up to %s run as they are (%.2f GMAC per image; --tune-lr 0)\n",
-           model->encoder_config.tune_from.c_str(), model->encoder_config.cut.c_str(), tuned->macs_per_image() / 1e9);
-  }
-  ImageBank train_bank, val_bank;
-  std::vector<float> val_planes;
-  std::unique_ptr<FeatureCache> train_feats, val_feats_own, mirror_feats;
-  if (!opt.mirror_features.empty()) {
-    if (!from_features)
-      throw Error("train: --mirror-features needs a pretrained --encoder (it is a feature cache of mirrored photos)");
-    if (self_critical) throw Error("train: --mirror-features is for cross-entropy training, not --objective cider");
-    if (!(opt.mirror_prob > 0 && opt.mirror_prob <= 1)) throw Error("train: --mirror-prob must be in (0, 1]");
-  }
-  const FeatureCache* val_feats = nullptr;
-  if (from_features) {
-    // The frozen encoder runs once per image (sat extract); training reads the memory-mapped grids.
-    if (opt.features.empty()) {
-      opt.features = join_path(opt.out, "features.feat");
-      if (!file_exists(opt.features)) {
-        if (parallel)
-          throw Error("train: " + opt.features + " is missing: under mpirun, make the feature cache first (sat extract, "
-                      "then --features), or run once in one process");
-        std::vector<std::string> paths, names;
-        std::set<std::string> seen;
-        for (const CaptionSet* set : {&train_set, &val_set})
-          for (auto& img : set->images)
-            if (seen.insert(img.file_name).second) paths.push_back(set->image_path(img)), names.push_back(img.file_name);
-        std::fprintf(stderr, "encoding %zu images once into %s\n", names.size(), opt.features.c_str());
-        if (tuned) {  // the frozen part only (the model's own weights, --init-from too): the tuned blocks run at every step
-          CaptionModel frozen;
-          frozen.encoder_config = model->encoder_config.cache_config();
-          frozen.encoder_weights = std::make_shared<const TensorFile>(
-              select_tensors(frozen.encoder_config.graph, *model->encoder_weights, "encoder weights"));
-          frozen.build_encoder();
-          extract_features(frozen, paths, names, opt.features, ExtractOptions());
-        } else
-          extract_features(*model, paths, names, opt.features, ExtractOptions());
-      }
-    }
-    train_feats = std::make_unique<FeatureCache>(opt.features);
-    if (opt.val_features.empty() || opt.val_features == opt.features) {
-      val_feats = train_feats.get();
-    } else {
-      val_feats_own = std::make_unique<FeatureCache>(opt.val_features);
-      val_feats = val_feats_own.get();
-    }
-    // Photos the cache left out as unreadable (sat extract --skip-bad) are left out here too, and said so.
-    auto without_skipped = [lead](CaptionSet& set, const FeatureCache& cache, const char* which) {
-      std::vector<std::string> keep;
-      for (auto& img : set.images)
-        if (!cache.was_skipped(img.file_name)) keep.push_back(img.file_name);
-      if (keep.size() == set.images.size()) return;
-      note(lead, "%s: the feature cache lacks %zu of the %zu %s photos (unreadable when it was extracted); "
-                 "going on without them\n",
-                   cache.path().c_str(), set.images.size() - keep.size(), set.images.size(), which);
-      if (keep.empty()) fail(cache.path(), std::string("the feature cache holds none of the ") + which + " photos");
-      set = set.subset(keep, cache.path());
-    };
-    without_skipped(train_set, *train_feats, "training");
-    without_skipped(val_set, *val_feats, "validation");
-    std::vector<std::string> train_names, val_names;
-    for (auto& img : train_set.images) train_names.push_back(img.file_name);
-    for (auto& img : val_set.images) val_names.push_back(img.file_name);
-    train_feats->require(model->encoder_id(), train_names);
-    val_feats->require(model->encoder_id(), val_names);
-    if (!opt.mirror_features.empty()) {
-      mirror_feats = std::make_unique<FeatureCache>(opt.mirror_features);
-      mirror_feats->require(model->encoder_id(), train_names, true);
-      note(lead, "mirror augmentation: each step reads a photo mirrored (from %s) with probability %g\n",
-           opt.mirror_features.c_str(), opt.mirror_prob);
-    }
-  } else {
-    train_bank.load(train_set, S, "loading train images", lead);
-    val_bank.load(val_set, S, "loading val images", lead);
-    if (parallel)
-      note(lead, "the small CNN's batch norm normalizes each rank's share of a batch by the share's own statistics "
-                 "(running statistics are averaged): the model differs from a single process's beyond rounding\n");
-    std::vector<int> all(val_set.images.size());
-    for (size_t i = 0; i < all.size(); ++i) all[i] = (int)i;
-    val_bank.planes(all, model->encoder_config, val_planes);
-  }
-  auto run_validation = [&]() { return validate_across(*model, val_set, val_feats, val_planes, ranks); };
-  std::vector<int> train_record(train_set.images.size());
-  for (size_t i = 0; from_features && i < train_record.size(); ++i)
-    train_record[i] = train_feats->index_of(train_set.images[i].file_name);
-  std::vector<std::vector<int>> caption_ids(train_set.captions.size());
-  for (size_t i = 0; i < caption_ids.size(); ++i) caption_ids[i] = model->vocab.encode(train_set.captions[i].tokens);
-  std::vector<int> mirror_record;  // --mirror-features: each training photo's record there, and its captions mirrored
-  std::vector<std::vector<int>> mirrored_caption_ids;
-  if (mirror_feats) {
-    for (auto& img : train_set.images) mirror_record.push_back(mirror_feats->index_of(img.file_name));
-    for (auto& c : train_set.captions) mirrored_caption_ids.push_back(model->vocab.encode(mirror_caption(c.tokens)));
-  }
-  std::unique_ptr<CiderDScorer> cider;  // self-critical reward: CIDEr-D with the training split's document frequencies
-  if (self_critical) {
-    std::vector<std::vector<Tokens>> refs(train_set.images.size());
-    for (size_t i = 0; i < refs.size(); ++i)
-      for (int c : train_set.images[i].caption_indices) refs[i].push_back(train_set.captions[c].tokens);
-    cider = std::make_unique<CiderDScorer>(refs);
-  }
+// What a step exchanges besides gradients and buffers: sums over the ranks' shares, for the log and the NaN check.
+enum Stat { kCrossEntropySum, kTokens, kPenaltySum, kRows, kAdvantageCount, kAdvantageSum, kAdvantageSquares,
+            kRewardSum, kCaptions, kStats };
 
-  const std::string ckpt_path = join_path(opt.out, "checkpoint.sat");
-  const std::string best_path = join_path(opt.out, "model.sat");
-  const int n_images = (int)train_set.images.size();
-  const int steps_per_epoch = (n_images + opt.batch_images - 1) / opt.batch_images;
-  TrainSummary summary;
-  summary.model_path = best_path;
-
-  if (opt.epochs == 0 && resume_path.empty()) {  // the untrained baseline: initialized weights, scored once
-    CaptionScores sc = run_validation();
-    model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", build_commit()}, {"epoch", 0},
-                   {"val_scores", sc.to_json()}, {"options", opt.to_json()}, {"started_from", opt.started_from}};
-    if (lead) model->save(best_path);
-    note(lead, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
-         best_path.c_str());
-    summary.best_score = metric_of(sc, opt.metric);
-    summary.metric = opt.metric;
-    return summary;
+// What the steps reuse from one to the next.
+struct StepBuffers {
+  explicit StepBuffers(const TrainRun& run) {
+    if (run.parallel) exchange = std::make_unique<StepExchange>(run.params, kStats);
+    for (Param* p : run.model->decoder->params()) decoder_params.insert(p);
   }
   std::vector<float> planes, grid, tuned_grid;
   Mat F, dF;
-  std::vector<char> step_mirrored;  // this step's photos (this rank's share) that read their mirrored grids
-  // Starts the disk reads of these photos' grids (the step's, and the next step's while this one computes)
-  auto prefetch_grids = [&](const std::vector<int>& idx) {
-    for (int i : idx) {
-      train_feats->prefetch(train_record[i]);
-      if (mirror_feats) mirror_feats->prefetch(mirror_record[i]);
-    }
-  };
-  auto read_grids = [&](const std::vector<int>& idx, std::vector<float>& out) {
-    out.resize(idx.size() * cache_L * cache_D);
-    for (size_t k = 0; k < idx.size(); ++k)
-      if (k < step_mirrored.size() && step_mirrored[k])
-        mirror_feats->read(mirror_record[idx[k]], out.data() + k * cache_L * cache_D);
-      else
-        train_feats->read(train_record[idx[k]], out.data() + k * cache_L * cache_D);
-  };
-  // What a saved model records about its run and the epoch it ends.
-  auto epoch_info = [&](int epoch, const json& val_scores) {
-    return json{{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
-                {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
-                {"val_split", opt.val_split}, {"git_commit", build_commit()}, {"epoch", epoch},
-                {"val_scores", val_scores},   {"options", opt.to_json()}, {"started_from", opt.started_from}};
-  };
-  // --keep-epochs: each epoch's model as model-epochN.sat, beside the best one (rank 0 writes it).
-  auto keep_epoch = [&](int epoch, const json& val_scores) {
-    if (!lead) return;
-    json best_info = model->info;  // the checkpoint goes on recording the best epoch's provenance
-    model->info = epoch_info(epoch, val_scores);
-    const std::string path = join_path(opt.out, "model-epoch" + std::to_string(epoch) + ".sat");
-    model->save(path);
-    model->info = best_info;
-    note(lead, "kept epoch %d: %s\n", epoch, path.c_str());
-  };
-  // A run resumed at an epoch's end with --keep-epochs newly asked: the checkpoint holds that epoch's model.
-  if (opt.keep_epochs && !resume_path.empty() && st.step_in_epoch == 0 && !st.history.empty() &&
-      st.history.back().value("epoch", 0) == st.epoch &&
-      !file_exists(join_path(opt.out, "model-epoch" + std::to_string(st.epoch) + ".sat")))
-    keep_epoch(st.epoch, st.history.back().at("val"));
-
   DecoderCache cache;
-  int64_t steps_this_run = 0;
-  // What a step exchanges besides gradients and buffers: sums over the ranks' shares, for the log and the NaN check.
-  enum Stat { kCrossEntropySum, kTokens, kPenaltySum, kRows, kAdvantageCount, kAdvantageSum, kAdvantageSquares,
-              kRewardSum, kCaptions, kStats };
   std::unique_ptr<StepExchange> exchange;  // parallel runs only (as large as the gradients)
-  if (parallel) exchange = std::make_unique<StepExchange>(params, kStats);
   std::set<const Param*> decoder_params;  // a buffer's weight is its rank's share of the rows (decoder) or photos
-  for (Param* p : model->decoder->params()) decoder_params.insert(p);
-  for (; st.epoch < opt.epochs; ++st.epoch, st.step_in_epoch = 0) {
-    if (st.step_in_epoch == 0) st.epoch_seed = rng.engine();
-    Rng order_rng(st.epoch_seed);
-    std::vector<int> order(n_images);
-    for (int i = 0; i < n_images; ++i) order[i] = i;
-    shuffle(order, order_rng);
-    const float lr = opt.lr * std::pow(opt.lr_decay, (float)st.epoch);
-    char label[64];
-    std::snprintf(label, sizeof label, "epoch %d/%d", st.epoch + 1, opt.epochs);
-    Progress bar(label, steps_per_epoch);
-    double loss_sum = 0, pen_sum = 0, adv_var_sum = 0;
-    int loss_count = 0;
-    int64_t captions_done = 0;
-    auto t0 = std::chrono::steady_clock::now();
-    const double sum_seconds_before = ranks.sum_seconds;
-    // hard attention also shows the spread of the REINFORCE weights: the estimator's variance
-    auto epoch_stats = [&](double captions_per_second) {
-      char stats[200];
-      const int n = std::max(loss_count, 1);
-      if (self_critical)
-        std::snprintf(stats, sizeof stats, "reward %.3f (samples' CIDEr-D)  %.0f cap/s", loss_sum / n, captions_per_second);
-      else if (model->decoder_config.hard())
-        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  reinforce var %.3g  %.0f cap/s", loss_sum / n,
-                      pen_sum / n, adv_var_sum / n, captions_per_second);
-      else
-        std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", loss_sum / n, pen_sum / n,
-                      captions_per_second);
-      std::string line = stats;
-      if (parallel) {
-        const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-        std::snprintf(stats, sizeof stats, "  allreduce %.0f%%", 100 * (ranks.sum_seconds - sum_seconds_before) / secs);
-        line += stats;
-      }
-      return line;
-    };
-    const int samples = model->decoder_config.hard() ? opt.hard_samples : 1;  // decoder rows per caption
-    for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
-      // The global batch, and this rank's contiguous share of its photos (every rank draws the same numbers from
-      // rng, so the batch, the captions chosen and the step's seed are the same everywhere).
-      auto step_batch = [&](int step) {
-        return std::vector<int>(order.begin() + std::min<size_t>((size_t)step * opt.batch_images, order.size()),
-                                order.begin() + std::min<size_t>((size_t)(step + 1) * opt.batch_images, order.size()));
-      };
-      auto share_in = [&](const std::vector<int>& photos) {
-        const Share sh = share_of((int)photos.size(), ranks.size(), ranks.rank());
-        return std::vector<int>(photos.begin() + sh.begin, photos.begin() + sh.end);
-      };
-      const std::vector<int> batch = step_batch(s);
-      const Share mine = share_of((int)batch.size(), ranks.size(), ranks.rank());
-      const std::vector<int> idx = share_in(batch);
-      const int n = (int)idx.size();
-      if (from_features) {
-        prefetch_grids(idx);
-        // the next step's share of photos, read while this step computes
-        if (s + 1 < steps_per_epoch) prefetch_grids(share_in(step_batch(s + 1)));
-      }
-      auto load_grids = [&](bool training) {  // this rank's photos through the encoder (or the cache)
-        if (from_features) {
-          read_grids(idx, grid);
-          if (tuned) {
-            tuned->forward(grid.data(), n, training && tail_learns, tuned_grid);
-            grid.swap(tuned_grid);
-          }
-        } else {
-          train_bank.planes(idx, model->encoder_config, planes);
-          model->encoder->forward(planes.data(), n, training, grid);
-        }
-      };
-      const uint64_t step_seed = rng.engine();  // dropout masks, glimpses and samples: one stream per caption
-      // --mirror-features: which photos of the global batch are read mirrored (from the step's seed, so every rank
-      // and a resumed run choose alike; the run's other random numbers are those of a run without it)
-      std::vector<char> batch_mirrored(mirror_feats ? batch.size() : 0);
-      for (size_t k = 0; k < batch_mirrored.size(); ++k)
-        batch_mirrored[k] = RowRng(row_seed(step_seed ^ 0x6d6972726f72ull, k)).uniform() < opt.mirror_prob;
-      step_mirrored.clear();
-      if (mirror_feats) step_mirrored.assign(batch_mirrored.begin() + mine.begin, batch_mirrored.begin() + mine.end);
-      std::vector<double> stats(kStats, 0.0);
-      double my_rows = 0, all_rows = 0;  // decoder rows: this rank's and the global batch's
-      if (self_critical) {
-        if (n > 0) load_grids(false);  // the encoder stays as it is
-        SelfCriticalStep r = self_critical_step(*model, grid.data(), idx, *cider, opt.scst_samples, step_seed,
-                                                mine.begin, ranks, cache);
-        stats[kRewardSum] = r.reward_sum;
-        stats[kCaptions] = r.captions;
-        my_rows = n, all_rows = (double)batch.size();
-      } else {
-        // The global batch's captions (hard attention: several glimpse samples of each), in photo order; this rank's
-        // rows are those of its photos. Each row's random stream is seeded by its place in the global batch.
-        std::vector<std::vector<int>> caps;
-        std::vector<int> cap_image;  // the row's photo, its place in the global batch
-        for (int k = 0; k < (int)batch.size(); ++k) {
-          std::vector<int> ci = train_set.images[batch[k]].caption_indices;
-          if (opt.captions_per_image > 0 && (int)ci.size() > opt.captions_per_image) {
-            shuffle(ci, rng);
-            ci.resize(opt.captions_per_image);
-          }
-          const bool mirrored = !batch_mirrored.empty() && batch_mirrored[k];
-          for (int c : ci)
-            for (int r = 0; r < samples; ++r)
-              caps.push_back(mirrored ? mirrored_caption_ids[c] : caption_ids[c]), cap_image.push_back(k);
-        }
-        if (caps.empty()) continue;  // alike on every rank
-        int64_t global_tokens = 0;   // as CaptionBatch::from_ids masks them: the words kept, and <end>
-        for (auto& c : caps) global_tokens += std::min((int)c.size(), opt.max_len) + 1;
-        const int first = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.begin) - cap_image.begin());
-        const int last = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.end) - cap_image.begin());
-        const int B = last - first;
-        if (B > 0) {
-          load_grids(true);
-          F = Eigen::Map<Mat>(grid.data(), (int64_t)n * L, D);
-          CaptionBatch cb = CaptionBatch::from_ids({caps.begin() + first, caps.begin() + last}, opt.max_len);
-          for (int r = first; r < last; ++r) {
-            cb.grid.push_back(cap_image[r] - mine.begin);  // the captions of an image read its grid once
-            cb.row_seed.push_back(row_seed(step_seed, r));
-          }
-          cb.label_smoothing = opt.label_smoothing;
-          cb.norm_tokens = global_tokens;
-          cb.norm_rows = (int)caps.size();
-          if (model->decoder_config.hard()) {
-            cb.samples = samples;
-            const double progress =
-                opt.hard_soft_warmup > 0 ? (st.epoch + (double)s / steps_per_epoch) / opt.hard_soft_warmup : 1.0;
-            model->decoder->set_hard_soft_prob(
-                (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
-          }
-          DecoderLoss loss = model->decoder->forward(F, cb, opt.penalty, true, nullptr, cache);
-          const bool encoder_learns = !from_features || tail_learns;
-          model->decoder->backward(cache, encoder_learns ? &dF : nullptr);
-          if (encoder_learns) {
-            // dF: one block per image, summed over its captions by the decoder
-            if (tuned) tuned->backward(dF.data());
-            else model->encoder->backward(dF.data());
-          }
-          stats[kCrossEntropySum] = loss.cross_entropy * loss.tokens;
-          stats[kTokens] = (double)loss.tokens;
-          stats[kPenaltySum] = loss.penalty * B;
-          stats[kAdvantageCount] = (double)loss.advantage_count;
-          stats[kAdvantageSum] = loss.advantage_mean * loss.advantage_count;
-          stats[kAdvantageSquares] =
-              (loss.advantage_var + loss.advantage_mean * loss.advantage_mean) * loss.advantage_count;
-        }
-        stats[kRows] = B;
-        stats[kCaptions] = B;
-        my_rows = B, all_rows = (double)caps.size();
-      }
-      if (parallel) {  // the global batch's gradient, buffers and statistics, alike on every rank
-        std::vector<float> buffer_weight(params.size());
-        for (size_t k = 0; k < params.size(); ++k)
-          buffer_weight[k] = (float)(decoder_params.count(params[k]) ? my_rows / all_rows : (double)n / batch.size());
-        exchange->pack(params, buffer_weight, stats);
-        ranks.sum(exchange->data(), exchange->size(), "the gradients of step " + std::to_string(st.global_step + 1));
-        exchange->unpack(params, stats);
-      }
-      Adam::clip_grad_norm(params, opt.clip);
-      adam.update(params, lr, &lr_scale);
-      for (auto* p : params) p->zero_grad();
-      if (self_critical) {
-        loss_sum += stats[kRewardSum] / std::max(stats[kCaptions], 1.0);
-      } else {
-        const double cross_entropy = stats[kTokens] > 0 ? stats[kCrossEntropySum] / stats[kTokens] : 0.0;
-        const double penalty = stats[kRows] > 0 ? stats[kPenaltySum] / stats[kRows] : 0.0;
-        if (!std::isfinite(cross_entropy + penalty))
-          throw Error("train: loss became " + std::to_string(cross_entropy + penalty) + " at step " +
-                      std::to_string(st.global_step) + " (try a lower --lr)");
-        loss_sum += cross_entropy;
-        pen_sum += penalty;
-        if (stats[kAdvantageCount] > 0) {
-          const double mean = stats[kAdvantageSum] / stats[kAdvantageCount];
-          adv_var_sum += std::max(0.0, stats[kAdvantageSquares] / stats[kAdvantageCount] - mean * mean);
-        }
-      }
-      ++loss_count;
-      captions_done += (int64_t)stats[kCaptions];
-      ++st.global_step;
-      st.step_in_epoch = s + 1;
-      double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-      if (lead) bar.update(s + 1, epoch_stats(captions_done / std::max(secs, 1e-9)));
-      if (lead && opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
-        save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
-      if (stop_after_steps > 0 && ++steps_this_run == stop_after_steps && s + 1 < steps_per_epoch) {
-        if (lead) save_checkpoint(ckpt_path, *model, adam, opt, st, rng);
-        note(lead, "\nstopped after %lld steps (epoch %d, step %d); continue with --resume %s\n",
-             (long long)stop_after_steps, st.epoch + 1, st.step_in_epoch, ckpt_path.c_str());
-        summary.best_score = st.best_score;
-        summary.best_epoch = st.best_epoch;
-        summary.metric = opt.metric;
-        return summary;
-      }
-    }
-    double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
-    if (lead) bar.finish(epoch_stats(captions_done / std::max(secs, 1e-9)));
-    // Every rank stepped alike from the same sums: a rank whose weights drifted would go on training another model.
-    if (parallel &&
-        !ranks.same_everywhere(parameter_checksum(params), "the weights after epoch " + std::to_string(st.epoch + 1)))
-      throw Error("train: the ranks' weights differ after epoch " + std::to_string(st.epoch + 1) +
-                  " (their sums of the gradients differed)");
+};
 
-    CaptionScores sc = run_validation();
-    const double score = metric_of(sc, opt.metric);
-    bool improved = score > st.best_score;
-    st.history.push_back({{"epoch", st.epoch + 1}, {self_critical ? "reward" : "loss", loss_count ? loss_sum / loss_count : 0.0},
-                          {"val", sc.to_json()}});
-    note(lead, "epoch %d: val BLEU-4 %.4f  CIDEr-D %.4f  ROUGE-L %.4f%s\n", st.epoch + 1, sc.bleu[3], sc.cider_d,
-         sc.rouge_l, improved ? "  (best so far, saved)" : "");
-    if (improved) {
-      st.best_score = score;
-      st.best_epoch = st.epoch + 1;
-      st.bad_epochs = 0;
-      model->info = epoch_info(st.epoch + 1, sc.to_json());
-      if (lead) model->save(best_path);
-    } else {
-      st.bad_epochs++;
+// One step's photos: the global batch, and this rank's contiguous share of its photos (every rank draws the same
+// numbers from rng, so the batch, the captions chosen and the step's seed are the same everywhere).
+struct StepBatch {
+  std::vector<int> batch;  // the global batch's photos
+  Share mine;              // this rank's share: its places in batch
+  std::vector<int> idx;    // this rank's photos
+  uint64_t seed = 0;       // dropout masks, glimpses and samples: one stream per caption
+  std::vector<char> batch_mirrored;  // --mirror-features: the global batch's photos read mirrored
+  std::vector<char> step_mirrored;   // this step's photos (this rank's share) that read their mirrored grids
+};
+
+std::vector<int> global_batch(const TrainRun& run, const std::vector<int>& order, int step) {
+  const int batch_images = run.opt.batch_images;
+  return std::vector<int>(order.begin() + std::min<size_t>((size_t)step * batch_images, order.size()),
+                          order.begin() + std::min<size_t>((size_t)(step + 1) * batch_images, order.size()));
+}
+
+std::vector<int> share_in(const Collective& ranks, const std::vector<int>& photos) {
+  const Share sh = share_of((int)photos.size(), ranks.size(), ranks.rank());
+  return std::vector<int>(photos.begin() + sh.begin, photos.begin() + sh.end);
+}
+
+// Starts the disk reads of these photos' grids (the step's, and the next step's while this one computes)
+void prefetch_grids(const TrainRun& run, const std::vector<int>& idx) {
+  for (int i : idx) {
+    run.train_feats->prefetch(run.train_record[i]);
+    if (run.mirror_feats) run.mirror_feats->prefetch(run.mirror_record[i]);
+  }
+}
+
+// Step s of the epoch whose photos come in `order`: its photos (read ahead from the feature caches), its seed, and
+// which photos read mirrored grids.
+StepBatch batch_of_step(TrainRun& run, const std::vector<int>& order, int s) {
+  StepBatch b;
+  b.batch = global_batch(run, order, s);
+  b.mine = share_of((int)b.batch.size(), run.ranks.size(), run.ranks.rank());
+  b.idx = share_in(run.ranks, b.batch);
+  if (run.from_features) {
+    prefetch_grids(run, b.idx);
+    // the next step's share of photos, read while this step computes
+    if (s + 1 < run.steps_per_epoch) prefetch_grids(run, share_in(run.ranks, global_batch(run, order, s + 1)));
+  }
+  b.seed = run.rng.engine();  // dropout masks, glimpses and samples: one stream per caption
+  // --mirror-features: which photos of the global batch are read mirrored (from the step's seed, so every rank
+  // and a resumed run choose alike; the run's other random numbers are those of a run without it)
+  b.batch_mirrored.assign(run.mirror_feats ? b.batch.size() : 0, 0);
+  for (size_t k = 0; k < b.batch_mirrored.size(); ++k)
+    b.batch_mirrored[k] = RowRng(row_seed(b.seed ^ 0x6d6972726f72ull, k)).uniform() < run.opt.mirror_prob;
+  if (run.mirror_feats)
+    b.step_mirrored.assign(b.batch_mirrored.begin() + b.mine.begin, b.batch_mirrored.begin() + b.mine.end);
+  return b;
+}
+
+void read_grids(const TrainRun& run, const StepBatch& b, std::vector<float>& out) {
+  const std::vector<int>& idx = b.idx;
+  const int cache_L = run.cache_L, cache_D = run.cache_D;
+  out.resize(idx.size() * cache_L * cache_D);
+  for (size_t k = 0; k < idx.size(); ++k)
+    if (k < b.step_mirrored.size() && b.step_mirrored[k])
+      run.mirror_feats->read(run.mirror_record[idx[k]], out.data() + k * cache_L * cache_D);
+    else
+      run.train_feats->read(run.train_record[idx[k]], out.data() + k * cache_L * cache_D);
+}
+
+// This rank's photos through the encoder (or the cache) into buf.grid.
+void load_grids(TrainRun& run, StepBuffers& buf, const StepBatch& b, bool training) {
+  const int n = (int)b.idx.size();
+  if (run.from_features) {
+    read_grids(run, b, buf.grid);
+    if (run.tuned) {
+      run.tuned->forward(buf.grid.data(), n, training && run.tail_learns, buf.tuned_grid);
+      buf.grid.swap(buf.tuned_grid);
     }
-    if (opt.keep_epochs) keep_epoch(st.epoch + 1, sc.to_json());
-    bool stop = st.bad_epochs >= opt.patience;
-    // The checkpoint describes the start of the next epoch.
-    TrainState next = st;
-    next.epoch = st.epoch + 1;
-    next.step_in_epoch = 0;
-    if (stop) next.epoch = opt.epochs;
-    if (lead) save_checkpoint(ckpt_path, *model, adam, opt, next, rng);
+  } else {
+    run.train_bank.planes(b.idx, run.model->encoder_config, buf.planes);
+    run.model->encoder->forward(buf.planes.data(), n, training, buf.grid);
+  }
+}
+
+// What this rank's share of a step computed (its gradients are in the parameters).
+struct StepResult {
+  std::vector<double> stats = std::vector<double>(kStats, 0.0);
+  double my_rows = 0, all_rows = 0;  // decoder rows: this rank's and the global batch's
+};
+
+// --objective cider: this rank's photos' sampled captions, rewarded by CIDEr-D (self_critical_step).
+StepResult self_critical_share(TrainRun& run, StepBuffers& buf, const StepBatch& b) {
+  StepResult r;
+  const int n = (int)b.idx.size();
+  if (n > 0) load_grids(run, buf, b, false);  // the encoder stays as it is
+  SelfCriticalStep sc = self_critical_step(*run.model, buf.grid.data(), b.idx, *run.cider, run.opt.scst_samples,
+                                           b.seed, b.mine.begin, run.ranks, buf.cache);
+  r.stats[kRewardSum] = sc.reward_sum;
+  r.stats[kCaptions] = sc.captions;
+  r.my_rows = n, r.all_rows = (double)b.batch.size();
+  return r;
+}
+
+// Cross-entropy (and the attention penalty; hard attention's REINFORCE terms) on this rank's photos' captions, the
+// encoder trained along when it learns. Step s of the epoch; nothing when the global batch has no captions (alike on
+// every rank).
+std::optional<StepResult> cross_entropy_share(TrainRun& run, StepBuffers& buf, const StepBatch& b, int s) {
+  const TrainOptions& opt = run.opt;
+  CaptionModel& model = *run.model;
+  const std::vector<int>& batch = b.batch;
+  const Share mine = b.mine;
+  const int n = (int)b.idx.size();
+  const int samples = model.decoder_config.hard() ? opt.hard_samples : 1;  // decoder rows per caption
+  StepResult result;
+  std::vector<double>& stats = result.stats;
+  // The global batch's captions (hard attention: several glimpse samples of each), in photo order; this rank's
+  // rows are those of its photos. Each row's random stream is seeded by its place in the global batch.
+  std::vector<std::vector<int>> caps;
+  std::vector<int> cap_image;  // the row's photo, its place in the global batch
+  for (int k = 0; k < (int)batch.size(); ++k) {
+    std::vector<int> ci = run.train_set.images[batch[k]].caption_indices;
+    if (opt.captions_per_image > 0 && (int)ci.size() > opt.captions_per_image) {
+      shuffle(ci, run.rng);
+      ci.resize(opt.captions_per_image);
+    }
+    const bool mirrored = !b.batch_mirrored.empty() && b.batch_mirrored[k];
+    for (int c : ci)
+      for (int r = 0; r < samples; ++r)
+        caps.push_back(mirrored ? run.mirrored_caption_ids[c] : run.caption_ids[c]), cap_image.push_back(k);
+  }
+  if (caps.empty()) return std::nullopt;  // alike on every rank
+  int64_t global_tokens = 0;   // as CaptionBatch::from_ids masks them: the words kept, and <end>
+  for (auto& c : caps) global_tokens += std::min((int)c.size(), opt.max_len) + 1;
+  const int first = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.begin) - cap_image.begin());
+  const int last = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.end) - cap_image.begin());
+  const int B = last - first;
+  if (B > 0) {
+    load_grids(run, buf, b, true);
+    buf.F = Eigen::Map<Mat>(buf.grid.data(), (int64_t)n * run.L, run.D);
+    CaptionBatch cb = CaptionBatch::from_ids({caps.begin() + first, caps.begin() + last}, opt.max_len);
+    for (int r = first; r < last; ++r) {
+      cb.grid.push_back(cap_image[r] - mine.begin);  // the captions of an image read its grid once
+      cb.row_seed.push_back(row_seed(b.seed, r));
+    }
+    cb.label_smoothing = opt.label_smoothing;
+    cb.norm_tokens = global_tokens;
+    cb.norm_rows = (int)caps.size();
+    if (model.decoder_config.hard()) {
+      cb.samples = samples;
+      const double progress =
+          opt.hard_soft_warmup > 0 ? (run.st.epoch + (double)s / run.steps_per_epoch) / opt.hard_soft_warmup : 1.0;
+      model.decoder->set_hard_soft_prob(
+          (float)(opt.hard_soft_prob + (1.0 - opt.hard_soft_prob) * std::max(0.0, 1.0 - progress)));
+    }
+    DecoderLoss loss = model.decoder->forward(buf.F, cb, opt.penalty, true, nullptr, buf.cache);
+    const bool encoder_learns = !run.from_features || run.tail_learns;
+    model.decoder->backward(buf.cache, encoder_learns ? &buf.dF : nullptr);
+    if (encoder_learns) {
+      // dF: one block per image, summed over its captions by the decoder
+      if (run.tuned) run.tuned->backward(buf.dF.data());
+      else model.encoder->backward(buf.dF.data());
+    }
+    stats[kCrossEntropySum] = loss.cross_entropy * loss.tokens;
+    stats[kTokens] = (double)loss.tokens;
+    stats[kPenaltySum] = loss.penalty * B;
+    stats[kAdvantageCount] = (double)loss.advantage_count;
+    stats[kAdvantageSum] = loss.advantage_mean * loss.advantage_count;
+    stats[kAdvantageSquares] =
+        (loss.advantage_var + loss.advantage_mean * loss.advantage_mean) * loss.advantage_count;
+  }
+  stats[kRows] = B;
+  stats[kCaptions] = B;
+  result.my_rows = B, result.all_rows = (double)caps.size();
+  return result;
+}
+
+// The step's update: the global batch's gradient (a parallel run sums the ranks' with the buffers and statistics),
+// clipped, one Adam step at lr.
+void apply_step(TrainRun& run, StepBuffers& buf, const StepBatch& b, StepResult& r, float lr) {
+  std::vector<Param*>& params = run.params;
+  if (run.parallel) {  // the global batch's gradient, buffers and statistics, alike on every rank
+    const int n = (int)b.idx.size();
+    std::vector<float> buffer_weight(params.size());
+    for (size_t k = 0; k < params.size(); ++k)
+      buffer_weight[k] =
+          (float)(buf.decoder_params.count(params[k]) ? r.my_rows / r.all_rows : (double)n / b.batch.size());
+    buf.exchange->pack(params, buffer_weight, r.stats);
+    run.ranks.sum(buf.exchange->data(), buf.exchange->size(),
+                  "the gradients of step " + std::to_string(run.st.global_step + 1));
+    buf.exchange->unpack(params, r.stats);
+  }
+  Adam::clip_grad_norm(params, run.opt.clip);
+  run.adam.update(params, lr, &run.lr_scale);
+  for (auto* p : params) p->zero_grad();
+}
+
+// An epoch's running sums, for its progress line and its history entry.
+struct EpochTally {
+  double loss_sum = 0, pen_sum = 0, adv_var_sum = 0;  // self-critical training: loss_sum sums the rewards
+  int loss_count = 0;
+  int64_t captions_done = 0;
+  std::chrono::steady_clock::time_point t0;
+  double sum_seconds_before = 0;  // the ranks' time in sums before the epoch
+  double seconds() const { return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count(); }
+};
+
+// The step's global statistics added to the epoch's (a non-finite loss ends the run).
+void tally_step(const TrainRun& run, const std::vector<double>& stats, EpochTally& tally) {
+  if (run.self_critical) {
+    tally.loss_sum += stats[kRewardSum] / std::max(stats[kCaptions], 1.0);
+  } else {
+    const double cross_entropy = stats[kTokens] > 0 ? stats[kCrossEntropySum] / stats[kTokens] : 0.0;
+    const double penalty = stats[kRows] > 0 ? stats[kPenaltySum] / stats[kRows] : 0.0;
+    if (!std::isfinite(cross_entropy + penalty))
+      throw Error("train: loss became " + std::to_string(cross_entropy + penalty) + " at step " +
+                  std::to_string(run.st.global_step) + " (try a lower --lr)");
+    tally.loss_sum += cross_entropy;
+    tally.pen_sum += penalty;
+    if (stats[kAdvantageCount] > 0) {
+      const double mean = stats[kAdvantageSum] / stats[kAdvantageCount];
+      tally.adv_var_sum += std::max(0.0, stats[kAdvantageSquares] / stats[kAdvantageCount] - mean * mean);
+    }
+  }
+  ++tally.loss_count;
+  tally.captions_done += (int64_t)stats[kCaptions];
+}
+
+// The progress line's statistics. Hard attention also shows the spread of the REINFORCE weights: the estimator's
+// variance.
+std::string epoch_stats(const TrainRun& run, const EpochTally& tally) {
+  const double captions_per_second = tally.captions_done / std::max(tally.seconds(), 1e-9);
+  char stats[200];
+  const int n = std::max(tally.loss_count, 1);
+  if (run.self_critical)
+    std::snprintf(stats, sizeof stats, "reward %.3f (samples' CIDEr-D)  %.0f cap/s", tally.loss_sum / n,
+                  captions_per_second);
+  else if (run.model->decoder_config.hard())
+    std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  reinforce var %.3g  %.0f cap/s", tally.loss_sum / n,
+                  tally.pen_sum / n, tally.adv_var_sum / n, captions_per_second);
+  else
+    std::snprintf(stats, sizeof stats, "loss %.3f  penalty %.3f  %.0f cap/s", tally.loss_sum / n, tally.pen_sum / n,
+                  captions_per_second);
+  std::string line = stats;
+  if (run.parallel) {
+    std::snprintf(stats, sizeof stats, "  allreduce %.0f%%",
+                  100 * (run.ranks.sum_seconds - tally.sum_seconds_before) / tally.seconds());
+    line += stats;
+  }
+  return line;
+}
+
+// The steps of epoch st.epoch from st.step_in_epoch on. False when the run stops after stop_after_steps steps (the
+// count in steps_this_run) before the epoch's end, with a checkpoint to resume from.
+bool run_epoch_steps(TrainRun& run, StepBuffers& buf, EpochTally& tally, int64_t stop_after_steps,
+                     int64_t& steps_this_run) {
+  const TrainOptions& opt = run.opt;
+  TrainState& st = run.st;
+  const int steps_per_epoch = run.steps_per_epoch;
+  if (st.step_in_epoch == 0) st.epoch_seed = run.rng.engine();
+  Rng order_rng(st.epoch_seed);
+  std::vector<int> order(run.n_images);
+  for (int i = 0; i < run.n_images; ++i) order[i] = i;
+  shuffle(order, order_rng);
+  const float lr = opt.lr * std::pow(opt.lr_decay, (float)st.epoch);
+  char label[64];
+  std::snprintf(label, sizeof label, "epoch %d/%d", st.epoch + 1, opt.epochs);
+  Progress bar(label, steps_per_epoch);
+  tally.t0 = std::chrono::steady_clock::now();
+  tally.sum_seconds_before = run.ranks.sum_seconds;
+  for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
+    const StepBatch b = batch_of_step(run, order, s);
+    std::optional<StepResult> r;
+    if (run.self_critical) r = self_critical_share(run, buf, b);
+    else r = cross_entropy_share(run, buf, b, s);
+    if (!r) continue;  // no captions in the global batch
+    apply_step(run, buf, b, *r, lr);
+    tally_step(run, r->stats, tally);
+    ++st.global_step;
+    st.step_in_epoch = s + 1;
+    if (run.lead) bar.update(s + 1, epoch_stats(run, tally));
+    if (run.lead && opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
+      save_checkpoint(run, st);
+    if (stop_after_steps > 0 && ++steps_this_run == stop_after_steps && s + 1 < steps_per_epoch) {
+      if (run.lead) save_checkpoint(run, st);
+      note(run.lead, "\nstopped after %lld steps (epoch %d, step %d); continue with --resume %s\n",
+           (long long)stop_after_steps, st.epoch + 1, st.step_in_epoch, run.ckpt_path.c_str());
+      return false;
+    }
+  }
+  if (run.lead) bar.finish(epoch_stats(run, tally));
+  // Every rank stepped alike from the same sums: a rank whose weights drifted would go on training another model.
+  if (run.parallel && !run.ranks.same_everywhere(parameter_checksum(run.params),
+                                                 "the weights after epoch " + std::to_string(st.epoch + 1)))
+    throw Error("train: the ranks' weights differ after epoch " + std::to_string(st.epoch + 1) +
+                " (their sums of the gradients differed)");
+  return true;
+}
+
+// The end of epoch st.epoch: validation, its scores in the history, the best model saved (--keep-epochs: every
+// epoch's), early stopping counted, and the checkpoint of the next epoch's start. True when the run stops early.
+bool end_epoch(TrainRun& run, const EpochTally& tally) {
+  const TrainOptions& opt = run.opt;
+  TrainState& st = run.st;
+  CaptionScores sc = run_validation(run);
+  const double score = metric_of(sc, opt.metric);
+  bool improved = score > st.best_score;
+  const double mean_loss = tally.loss_count ? tally.loss_sum / tally.loss_count : 0.0;  // self-critical: reward
+  st.history.push_back({{"epoch", st.epoch + 1}, {run.self_critical ? "reward" : "loss", mean_loss}, {"val", sc.to_json()}});
+  note(run.lead, "epoch %d: val BLEU-4 %.4f  CIDEr-D %.4f  ROUGE-L %.4f%s\n", st.epoch + 1, sc.bleu[3], sc.cider_d,
+       sc.rouge_l, improved ? "  (best so far, saved)" : "");
+  if (improved) {
+    st.best_score = score;
+    st.best_epoch = st.epoch + 1;
+    st.bad_epochs = 0;
+    run.model->info = epoch_info(opt, st.epoch + 1, sc.to_json());
+    if (run.lead) run.model->save(run.best_path);
+  } else {
+    st.bad_epochs++;
+  }
+  if (opt.keep_epochs) keep_epoch(run, st.epoch + 1, sc.to_json());
+  bool stop = st.bad_epochs >= opt.patience;
+  // The checkpoint describes the start of the next epoch.
+  TrainState next = st;
+  next.epoch = st.epoch + 1;
+  next.step_in_epoch = 0;
+  if (stop) next.epoch = opt.epochs;
+  if (run.lead) save_checkpoint(run, next);
+  return stop;
+}
+
+// The summary of a run that ends here: its best score and epoch.
+TrainSummary with_best_scores(const TrainRun& run, TrainSummary summary) {
+  summary.best_score = run.st.best_score;
+  summary.best_epoch = run.st.best_epoch;
+  summary.metric = run.opt.metric;
+  return summary;
+}
+
+}  // namespace
+}  // namespace trainer
+
+
+TrainSummary train(TrainOptions opt, const std::string& resume_path, const ResumeOverrides& more,
+                   int64_t stop_after_steps, Collective* ranks_given) {
+  using namespace trainer;
+  Collective alone;
+  Collective& ranks = ranks_given ? *ranks_given : alone;
+  TrainRun run = set_up_run(std::move(opt), resume_path, more, ranks);
+  TrainSummary summary;
+  summary.model_path = run.best_path;
+  if (run.opt.epochs == 0 && resume_path.empty()) return save_untrained(run, summary);
+  const TrainState& st = run.st;
+  // A run resumed at an epoch's end with --keep-epochs newly asked: the checkpoint holds that epoch's model.
+  if (run.opt.keep_epochs && !resume_path.empty() && st.step_in_epoch == 0 && !st.history.empty() &&
+      st.history.back().value("epoch", 0) == st.epoch &&
+      !file_exists(join_path(run.opt.out, "model-epoch" + std::to_string(st.epoch) + ".sat")))
+    keep_epoch(run, st.epoch, st.history.back().at("val"));
+
+  StepBuffers buf(run);
+  int64_t steps_this_run = 0;
+  for (; run.st.epoch < run.opt.epochs; ++run.st.epoch, run.st.step_in_epoch = 0) {
+    EpochTally tally;
+    if (!run_epoch_steps(run, buf, tally, stop_after_steps, steps_this_run)) return with_best_scores(run, summary);
+    const bool stop = end_epoch(run, tally);
     summary.epochs_run++;
     if (stop) {
-      note(lead, "early stop: no improvement for %d epochs\n", opt.patience);
+      note(run.lead, "early stop: no improvement for %d epochs\n", run.opt.patience);
       break;
     }
   }
-  summary.best_score = st.best_score;
-  summary.best_epoch = st.best_epoch;
-  summary.metric = opt.metric;
-  return summary;
+  return with_best_scores(run, summary);
 }
 
 }  // namespace sat
