@@ -86,7 +86,7 @@ TEST_CASE("Param: a trainable tensor's gradient is allocated, zeros, when first 
   CHECK(v.grad[5] == 1.f);
 }
 
-TEST_CASE("decoder: params() lists the tensors in the order and under the names model files store them") {
+TEST_CASE("decoder: params() lists its tensors and its attention score's in the order and names of model files") {
   // Model files, optimizer state and gradient checks all follow this order: a change would break old model files.
   const std::vector<std::string> core = {"embed.weight",    "init_h.weight",   "init_h.bias",    "init_c.weight",
                                          "init_c.bias",     "gate.weight",     "gate.bias",      "lstm.weight_emb",
@@ -123,6 +123,30 @@ TEST_CASE("decoder: params() lists the tensors in the order and under the names 
     std::vector<std::string> names;
     for (auto* p : dec.params()) names.push_back(p->name);
     CHECK(names == k.names);
+  }
+  // Each attention score's after the decoder's (the local window's after its inner score's).
+  struct Score {
+    std::string attention, score;
+    bool coverage;
+    std::vector<std::string> names;
+  };
+  for (const Score& s :
+       {Score{"soft", "additive", true, joined({additive, {"attention.coverage"}})},
+        Score{"soft", "dot", false, {"attention.key_proj.weight"}},  // the features (4) are narrower than h (7)
+        Score{"soft", "general", false, {"attention.query_proj.weight"}},
+        Score{"soft", "cosine", false,
+              {"attention.feat_proj.weight", "attention.feat_proj.bias", "attention.query_proj.weight",
+               "attention.strength.weight", "attention.strength.bias"}},
+        Score{"soft", "location", false, {"attention.location.weight", "attention.location.bias"}},
+        Score{"local", "dot", false,
+              {"attention.key_proj.weight", "attention.centre.hidden", "attention.centre.weight",
+               "attention.centre.bias"}}}) {
+    CAPTURE(s.attention);
+    CAPTURE(s.score);
+    Decoder dec(small_config(0.f, s.coverage, s.score, s.attention));
+    std::vector<std::string> names;
+    for (auto* p : dec.params()) names.push_back(p->name);
+    CHECK(names == joined({core, s.names}));
   }
 }
 
