@@ -45,27 +45,32 @@ void init_uniform(Param& p, Rng& rng, double fan_in) {
 class AdditiveScore final : public AttentionScore {
  public:
   AdditiveScore(int D, int n, int A, int L, bool coverage) : D_(D), n_(n), A_(A), L_(L), coverage_(coverage) {
-    params_.emplace_back("attention.feat_proj.weight", std::vector<int64_t>{D, A});
-    params_.emplace_back("attention.feat_proj.bias", std::vector<int64_t>{A});
-    params_.emplace_back("attention.query_proj.weight", std::vector<int64_t>{n, A});
-    params_.emplace_back("attention.v", std::vector<int64_t>{A});
-    if (coverage_) params_.emplace_back("attention.coverage", std::vector<int64_t>{A});
+    params_.U = Param("attention.feat_proj.weight", {D, A});
+    params_.b = Param("attention.feat_proj.bias", {A});
+    params_.W = Param("attention.query_proj.weight", {n, A});
+    params_.v = Param("attention.v", {A});
+    if (coverage_) params_.w_c = Param("attention.coverage", {A});
+  }
+  std::vector<Param*> params() override {
+    std::vector<Param*> out = {&params_.U, &params_.b, &params_.W, &params_.v};
+    if (coverage_) out.push_back(&params_.w_c);
+    return out;
   }
   bool uses_coverage() const override { return coverage_; }
   std::string name() const override { return "additive"; }
   void init(Rng& rng) override {
-    init_uniform(params_[0], rng, D_);
-    std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
-    init_uniform(params_[2], rng, n_);
-    init_uniform(params_[3], rng, A_);
-    if (coverage_) init_uniform(params_[4], rng, 1.0);
+    init_uniform(params_.U, rng, D_);
+    std::fill(params_.b.value.begin(), params_.b.value.end(), 0.f);
+    init_uniform(params_.W, rng, n_);
+    init_uniform(params_.v, rng, A_);
+    if (coverage_) init_uniform(params_.w_c, rng, 1.0);
   }
   // U a_i + b once per grid; each row reads its grid's block.
   void precompute(const Mat& F, const RowGrids& rows) override {
     rows_ = rows;
     F_ = &F;
-    UA_.noalias() = F * value_of(params_[0]);
-    UA_.rowwise() += value_of(params_[1]).row(0);
+    UA_.noalias() = F * value_of(params_.U);
+    UA_.rowwise() += value_of(params_.b).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
     if (coverage_) dUA_step_.resize((int64_t)rows_.row_count() * L_, A_);
     q_cache_.clear();
@@ -76,16 +81,16 @@ class AdditiveScore final : public AttentionScore {
   // instead would write B x L x A floats per step (25 MB at the benchmark's shape) and read them back twice.
   void activations(int b, const Mat& q, const Mat* coverage, Mat& Tb) const {
     Tb = UA_.middleRows((int64_t)rows_.grid[b] * L_, L_).rowwise() + q.row(b);
-    if (coverage_) Tb.noalias() += coverage->row(b).transpose() * Eigen::Map<const Vec>(params_[4].value.data(), A_);
+    if (coverage_) Tb.noalias() += coverage->row(b).transpose() * Eigen::Map<const Vec>(params_.w_c.value.data(), A_);
     Tb = Tb.array().tanh().matrix();
   }
   void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) override {
     if (coverage_ && !coverage) throw Error("attention: this score needs the coverage");
     const int B = rows_.row_count();
     Mat q;  // B x A
-    times(h, value_of(params_[2]), q, false);
+    times(h, value_of(params_.W), q, false);
     e.resize(B, L_);
-    Eigen::Map<const Eigen::VectorXf> v(params_[3].value.data(), A_);
+    Eigen::Map<const Eigen::VectorXf> v(params_.v.value.data(), A_);
 #pragma omp parallel
     {
       Mat Tb(L_, A_);
@@ -111,7 +116,7 @@ class AdditiveScore final : public AttentionScore {
     // de_i * v * (1 - T^2), which feeds U a_i (summed over steps and over the rows reading the grid) and W h (summed
     // over i). One pass over the rows, accumulating into dUA and dq as each row is made; by grid, so that no two
     // threads add into one grid's block, and dv by row, summed after in a fixed order.
-    const float* vv = params_[3].value.data();
+    const float* vv = params_.v.value.data();
 #pragma omp parallel
     {
       Mat Tb(L_, A_);
@@ -136,26 +141,34 @@ class AdditiveScore final : public AttentionScore {
           }
         }
     }
-    params_[3].ensure_grad();
-    Eigen::Map<Eigen::RowVectorXf>(params_[3].grad.data(), A_) += dv_rows.colwise().sum();
-    grad_of(params_[2]).noalias() += h_cache_[t].transpose() * dq;
-    dh.noalias() += dq * value_of(params_[2]).transpose();
+    params_.v.ensure_grad();
+    Eigen::Map<Eigen::RowVectorXf>(params_.v.grad.data(), A_) += dv_rows.colwise().sum();
+    grad_of(params_.W).noalias() += h_cache_[t].transpose() * dq;
+    dh.noalias() += dq * value_of(params_.W).transpose();
     if (coverage_) {
       // pre-tanh += c_bi * w_c: d w_c = sum_bi c_bi dpre_bi, d c_bi = dpre_bi . w_c
       Eigen::Map<const Eigen::RowVectorXf> cov_flat(cov->data(), (int64_t)B * L_);
-      grad_of(params_[4]).noalias() += cov_flat * dUA_step_;
-      Eigen::Map<const Eigen::VectorXf> wc(params_[4].value.data(), A_);
+      grad_of(params_.w_c).noalias() += cov_flat * dUA_step_;
+      Eigen::Map<const Eigen::VectorXf> wc(params_.w_c.value.data(), A_);
       Eigen::VectorXf dc = dUA_step_ * wc;
       if (dcoverage) *dcoverage = Eigen::Map<Mat>(dc.data(), B, L_);
     }
   }
   void finish_backward(Mat* dF) override {
-    grad_of(params_[0]).noalias() += F_->transpose() * dUA_;
-    grad_of(params_[1]).row(0) += dUA_.colwise().sum();
-    if (dF) dF->noalias() += dUA_ * value_of(params_[0]).transpose();
+    grad_of(params_.U).noalias() += F_->transpose() * dUA_;
+    grad_of(params_.b).row(0) += dUA_.colwise().sum();
+    if (dF) dF->noalias() += dUA_ * value_of(params_.U).transpose();
   }
 
  private:
+  // e_i = v . tanh(U a_i + b + W h + c_i w_c)
+  struct Params {
+    Param U;    // attention.feat_proj.weight (D x A)
+    Param b;    // attention.feat_proj.bias
+    Param W;    // attention.query_proj.weight (n x A)
+    Param v;    // attention.v
+    Param w_c;  // attention.coverage (with coverage only)
+  } params_;
   int D_, n_, A_, L_;
   bool coverage_ = false;
   const Mat* F_ = nullptr;

@@ -32,12 +32,9 @@ class AttentionScore {
   virtual ~AttentionScore() = default;
   virtual std::string name() const = 0;
   virtual void init(Rng& rng) = 0;
-  // Every parameter of the score (a wrapper such as the local window adds its inner score's).
-  virtual std::vector<Param*> params() {
-    std::vector<Param*> out;
-    for (auto& p : params_) out.push_back(&p);
-    return out;
-  }
+  // Every parameter of the score (a wrapper such as the local window adds its inner score's), in a fixed order: the
+  // decoder's params() ends with them, which optimizers and gradient checks walk.
+  virtual std::vector<Param*> params() = 0;
   // Once per batch: work that depends only on the features (once per grid).
   virtual void precompute(const Mat& F, const RowGrids& rows) = 0;
   // e = score(h, coverage); with keep, remembers step t for backward. coverage (B x L, the attention each
@@ -55,7 +52,6 @@ class AttentionScore {
   const RowGrids& row_grids() const { return rows_; }
 
  protected:
-  std::vector<Param> params_;
   RowGrids rows_;  // set by precompute
 };
 

@@ -5,15 +5,6 @@
 
 namespace sat {
 
-enum : int {
-  kEmbed,
-  kInitHW, kInitHB, kInitCW, kInitCB,
-  kGateW, kGateB,
-  kLstmWEmb, kLstmWCtx, kLstmWHh, kLstmB,
-  kOutHidden, kOutContext, kOutW, kOutB,
-  kNumParams
-};
-
 nlohmann::json DecoderConfig::to_json() const {
   return {{"vocab_size", vocab_size}, {"embed_dim", embed_dim}, {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim},
           {"feature_dim", feature_dim}, {"grid_h", grid_h},        {"grid_w", grid_w},         {"dropout", dropout},
@@ -93,46 +84,29 @@ static void init_uniform(Param& p, Rng& rng, double a) {
 
 Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
   const int V = cfg.vocab_size, m = cfg.embed_dim, n = cfg.hidden_dim, D = cfg.feature_dim;
-  params_.resize(kNumParams);
-  params_[kEmbed] = Param("embed.weight", {V, m});
-  params_[kInitHW] = Param("init_h.weight", {D, n});
-  params_[kInitHB] = Param("init_h.bias", {n});
-  params_[kInitCW] = Param("init_c.weight", {D, n});
-  params_[kInitCB] = Param("init_c.bias", {n});
-  params_[kGateW] = Param("gate.weight", {n, 1});
-  params_[kGateB] = Param("gate.bias", {1});
-  params_[kLstmWEmb] = Param("lstm.weight_emb", {m, 4 * n});
+  DecoderParams& p = params_;
+  p.embed = Param("embed.weight", {V, m});
+  p.init_h = {Param("init_h.weight", {D, n}), Param("init_h.bias", {n})};
+  p.init_c = {Param("init_c.weight", {D, n}), Param("init_c.bias", {n})};
+  p.gate = {Param("gate.weight", {n, 1}), Param("gate.bias", {1})};
   // The LSTM's second input: the context (bahdanau; none without attention), h~_{t-1} (luong, input feeding) or the
   // language LSTM's h2_{t-1} (updown).
   const int Dc = cfg.attends() ? D : 0;
-  params_[kLstmWCtx] = Param("lstm.weight_ctx", {cfg.luong() || cfg.updown() ? n : Dc, 4 * n});
-  params_[kLstmWHh] = Param("lstm.weight_hh", {n, 4 * n});
-  params_[kLstmB] = Param("lstm.bias", {4 * n});
-  params_[kOutHidden] = Param("out.hidden", {n, m});
-  params_[kOutContext] = Param("out.context", {cfg.luong() ? 0 : Dc, m});  // luong: the context is inside h~
-  params_[kOutW] = Param("out.weight", {m, V});
-  params_[kOutB] = Param("out.bias", {V});
-  if (cfg.hard()) {
-    baseline_ = (int)params_.size();
-    params_.emplace_back("attention.reinforce_baseline", std::vector<int64_t>{1}, false);
-  }
-  if (cfg.luong()) {
-    combine_ = (int)params_.size();
-    params_.emplace_back("combine.weight_ctx", std::vector<int64_t>{Dc, n});
-    params_.emplace_back("combine.weight_h", std::vector<int64_t>{n, n});
-    params_.emplace_back("combine.bias", std::vector<int64_t>{n});
-  }
+  p.lstm = {Param("lstm.weight_emb", {m, 4 * n}),
+            Param("lstm.weight_ctx", {cfg.luong() || cfg.updown() ? n : Dc, 4 * n}),
+            Param("lstm.weight_hh", {n, 4 * n}), Param("lstm.bias", {4 * n})};
+  p.out = {Param("out.hidden", {n, m}),
+           Param("out.context", {cfg.luong() ? 0 : Dc, m}),  // luong: the context is inside h~
+           Param("out.weight", {m, V}), Param("out.bias", {V})};
+  if (cfg.hard()) p.reinforce_baseline = Param("attention.reinforce_baseline", {1}, false);
+  if (cfg.luong())
+    p.combine = {Param("combine.weight_ctx", {Dc, n}), Param("combine.weight_h", {n, n}), Param("combine.bias", {n})};
   if (cfg.updown()) {
-    updown_ = (int)params_.size();
-    params_.emplace_back("lstm.weight_mean", std::vector<int64_t>{D, 4 * n});
-    params_.emplace_back("lstm2.weight_ctx", std::vector<int64_t>{Dc, 4 * n});
-    params_.emplace_back("lstm2.weight_in", std::vector<int64_t>{n, 4 * n});
-    params_.emplace_back("lstm2.weight_hh", std::vector<int64_t>{n, 4 * n});
-    params_.emplace_back("lstm2.bias", std::vector<int64_t>{4 * n});
-    params_.emplace_back("init_h2.weight", std::vector<int64_t>{D, n});
-    params_.emplace_back("init_h2.bias", std::vector<int64_t>{n});
-    params_.emplace_back("init_c2.weight", std::vector<int64_t>{D, n});
-    params_.emplace_back("init_c2.bias", std::vector<int64_t>{n});
+    p.updown.att_lstm_W_mean = Param("lstm.weight_mean", {D, 4 * n});
+    p.updown.lang_lstm = {Param("lstm2.weight_ctx", {Dc, 4 * n}), Param("lstm2.weight_in", {n, 4 * n}),
+                          Param("lstm2.weight_hh", {n, 4 * n}), Param("lstm2.bias", {4 * n})};
+    p.updown.init_h2 = {Param("init_h2.weight", {D, n}), Param("init_h2.bias", {n})};
+    p.updown.init_c2 = {Param("init_c2.weight", {D, n}), Param("init_c2.bias", {n})};
   }
   if (!cfg.attends()) return;
   ScoreSpec spec;
@@ -146,41 +120,55 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
 }
 
 std::vector<Param*> Decoder::params() {
-  std::vector<Param*> out;
-  for (auto& p : params_) out.push_back(&p);
+  DecoderParams& p = params_;
+  std::vector<Param*> out = {&p.embed,
+                             &p.init_h.W,     &p.init_h.b,      &p.init_c.W,     &p.init_c.b,
+                             &p.gate.W,       &p.gate.b,
+                             &p.lstm.W_in,    &p.lstm.W_x,      &p.lstm.W_hh,    &p.lstm.b,
+                             &p.out.W_hidden, &p.out.W_context, &p.out.W_vocab,  &p.out.b};
+  if (cfg_.hard()) out.push_back(&p.reinforce_baseline);
+  if (cfg_.luong()) out.insert(out.end(), {&p.combine.W_ctx, &p.combine.W_h, &p.combine.b});
+  if (cfg_.updown()) {
+    UpDownParams& u = p.updown;
+    out.insert(out.end(), {&u.att_lstm_W_mean, &u.lang_lstm.W_in, &u.lang_lstm.W_x, &u.lang_lstm.W_hh,
+                           &u.lang_lstm.b, &u.init_h2.W, &u.init_h2.b, &u.init_c2.W, &u.init_c2.b});
+  }
   if (score_)
-    for (auto* p : score_->params()) out.push_back(p);
+    for (Param* score_param : score_->params()) out.push_back(score_param);
   return out;
 }
 
 void Decoder::init(Rng& rng) {
   const int n = cfg_.hidden_dim, m = cfg_.embed_dim, D = cfg_.feature_dim;
+  DecoderParams& p = params_;
   // Word vectors start at unit variance (uniform in ±√3), as PyTorch's nn.Embedding's N(0, 1): with ±0.1 the
   // previous word barely reached the deep output at first, and one Flickr8k epoch ended at loss 4.72 instead of 4.58.
-  init_uniform(P(kEmbed), rng, std::sqrt(3.0));
-  init_uniform(P(kInitHW), rng, 1 / std::sqrt((double)D));
-  init_uniform(P(kInitCW), rng, 1 / std::sqrt((double)D));
-  init_uniform(P(kGateW), rng, 1 / std::sqrt((double)n));
-  init_uniform(P(kLstmWEmb), rng, 1 / std::sqrt((double)n));
-  init_uniform(P(kLstmWCtx), rng, 1 / std::sqrt((double)n));
-  if (combine_ >= 0) {
-    init_uniform(P(combine_), rng, 1 / std::sqrt((double)D));
-    init_uniform(P(combine_ + 1), rng, 1 / std::sqrt((double)n));
+  // The draws' order is part of what a seed gives: a change here changes every model trained from a seed.
+  init_uniform(p.embed, rng, std::sqrt(3.0));
+  init_uniform(p.init_h.W, rng, 1 / std::sqrt((double)D));
+  init_uniform(p.init_c.W, rng, 1 / std::sqrt((double)D));
+  init_uniform(p.gate.W, rng, 1 / std::sqrt((double)n));
+  init_uniform(p.lstm.W_in, rng, 1 / std::sqrt((double)n));
+  init_uniform(p.lstm.W_x, rng, 1 / std::sqrt((double)n));
+  if (cfg_.luong()) {
+    init_uniform(p.combine.W_ctx, rng, 1 / std::sqrt((double)D));
+    init_uniform(p.combine.W_h, rng, 1 / std::sqrt((double)n));
   }
-  init_uniform(P(kLstmWHh), rng, 1 / std::sqrt((double)n));
-  for (int k = 0; k < n; ++k) P(kLstmB).value[n + k] = 1.f;  // forget-gate bias 1: remember by default
-  init_uniform(P(kOutHidden), rng, 1 / std::sqrt((double)n));
-  init_uniform(P(kOutContext), rng, 1 / std::sqrt((double)D));
-  init_uniform(P(kOutW), rng, 1 / std::sqrt((double)m));
-  if (baseline_ >= 0) P(baseline_).value[0] = 0.f;
-  if (updown_ >= 0) {
-    init_uniform(P(updown_), rng, 1 / std::sqrt((double)n));
-    init_uniform(P(updown_ + 1), rng, 1 / std::sqrt((double)n));
-    init_uniform(P(updown_ + 2), rng, 1 / std::sqrt((double)n));
-    init_uniform(P(updown_ + 3), rng, 1 / std::sqrt((double)n));
-    for (int k = 0; k < n; ++k) P(updown_ + 4).value[n + k] = 1.f;  // forget-gate bias 1
-    init_uniform(P(updown_ + 5), rng, 1 / std::sqrt((double)D));
-    init_uniform(P(updown_ + 7), rng, 1 / std::sqrt((double)D));
+  init_uniform(p.lstm.W_hh, rng, 1 / std::sqrt((double)n));
+  for (int k = 0; k < n; ++k) p.lstm.b.value[n + k] = 1.f;  // forget-gate bias 1: remember by default
+  init_uniform(p.out.W_hidden, rng, 1 / std::sqrt((double)n));
+  init_uniform(p.out.W_context, rng, 1 / std::sqrt((double)D));
+  init_uniform(p.out.W_vocab, rng, 1 / std::sqrt((double)m));
+  if (cfg_.hard()) p.reinforce_baseline.value[0] = 0.f;
+  if (cfg_.updown()) {
+    UpDownParams& u = p.updown;
+    init_uniform(u.att_lstm_W_mean, rng, 1 / std::sqrt((double)n));
+    init_uniform(u.lang_lstm.W_in, rng, 1 / std::sqrt((double)n));
+    init_uniform(u.lang_lstm.W_x, rng, 1 / std::sqrt((double)n));
+    init_uniform(u.lang_lstm.W_hh, rng, 1 / std::sqrt((double)n));
+    for (int k = 0; k < n; ++k) u.lang_lstm.b.value[n + k] = 1.f;  // forget-gate bias 1
+    init_uniform(u.init_h2.W, rng, 1 / std::sqrt((double)D));
+    init_uniform(u.init_c2.W, rng, 1 / std::sqrt((double)D));
   }
   if (score_) score_->init(rng);
 }
@@ -255,8 +243,8 @@ static Mat mean_features(const Mat& F, const RowGrids& rows, int L) {
   return mean;
 }
 
-Mat Decoder::init_state(const Mat& mean, int weight) {
-  return ((mean * value_of(P(weight))).rowwise() + value_of(P(weight + 1)).row(0)).array().tanh().matrix();
+Mat Decoder::init_state(const Mat& mean, AffineParams& init) {
+  return ((mean * value_of(init.W)).rowwise() + value_of(init.b).row(0)).array().tanh().matrix();
 }
 
 static Mat sigmoid(const Mat& x) { return (1.f / (1.f + (-x.array()).exp())).matrix(); }
@@ -320,34 +308,34 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCa
     context(F, C.rows, C.alpha[t], C.z[t]);
   }
   if (cfg_.gate) {
-    C.beta[t] = sigmoid((q * value_of(P(kGateW))).array() + P(kGateB).value[0]);
+    C.beta[t] = sigmoid((q * value_of(params_.gate.W)).array() + params_.gate.b.value[0]);
     C.zhat[t] = C.z[t].array().colwise() * C.beta[t].col(0).array();
   } else {
     C.zhat[t] = C.z[t];
   }
 }
 
-// One LSTM step: gates from (emb, x, h), then c and h (emb: the word vectors, or the context for the Up-Down order's
-// language LSTM). gates keeps the activated gates for backward.
+// One LSTM step of weights W: gates from (in, x, h), then c and h (in: the word vectors, or the context for the
+// Up-Down order's language LSTM). gates keeps the activated gates for backward.
 static void lstm_activate(Mat& g, const Mat& c, Mat& c_next, Mat* tanh_c, Mat& h_next);
-static void lstm_step(const Mat& emb, const Mat& x, const Mat& h, const Mat& c, const MatMap& Wemb, const MatMap& Wx,
-                      const MatMap& Whh, const MatMap& bias, Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
+static void lstm_step(const Mat& in, const Mat& x, const Mat& h, const Mat& c, LstmParams& W, Mat& gates, Mat& c_next,
+                      Mat* tanh_c, Mat& h_next) {
   Mat& g = gates;  // a search's few rows: the few-rows product (seq/few_rows.hpp)
-  times(emb, Wemb, g, false);
-  times(x, Wx, g, true);
-  times(h, Whh, g, true);
-  g.rowwise() += bias.row(0);
+  times(in, value_of(W.W_in), g, false);
+  times(x, value_of(W.W_x), g, true);
+  times(h, value_of(W.W_hh), g, true);
+  g.rowwise() += value_of(W.b).row(0);
   lstm_activate(g, c, c_next, tanh_c, h_next);
 }
 
-// The same when the embedding's part of the gates (emb W_emb + bias) is already computed: emb_part.
+// The same when the embedding's part of the gates (emb W_in + b) is already computed: emb_part.
 template <class Rows>
-static void lstm_step_from(const Rows& emb_part, const Mat& x, const Mat& h, const Mat& c, const MatMap& Wx,
-                           const MatMap& Whh, Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
+static void lstm_step_from(const Rows& emb_part, const Mat& x, const Mat& h, const Mat& c, LstmParams& W, Mat& gates,
+                           Mat& c_next, Mat* tanh_c, Mat& h_next) {
   Mat& g = gates;
   g = emb_part;
-  g.noalias() += x * Wx;
-  g.noalias() += h * Whh;
+  g.noalias() += x * value_of(W.W_x);
+  g.noalias() += h * value_of(W.W_hh);
   lstm_activate(g, c, c_next, tanh_c, h_next);
 }
 
@@ -399,12 +387,12 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   for (auto* v : {&C.gates2, &C.tanh_c2}) v->assign(updown ? T : 0, Mat());
 
   C.mean_feat = mean_features(F, C.rows, L);
-  C.h[0] = init_state(C.mean_feat, kInitHW);
-  C.c[0] = init_state(C.mean_feat, kInitCW);
+  C.h[0] = init_state(C.mean_feat, params_.init_h);
+  C.c[0] = init_state(C.mean_feat, params_.init_c);
   if (updown) {
-    C.h2[0] = init_state(C.mean_feat, updown_ + 5);
-    C.c2[0] = init_state(C.mean_feat, updown_ + 7);
-    C.mean_gates.noalias() = C.mean_feat * value_of(P(updown_));
+    C.h2[0] = init_state(C.mean_feat, params_.updown.init_h2);
+    C.c2[0] = init_state(C.mean_feat, params_.updown.init_c2);
+    C.mean_gates.noalias() = C.mean_feat * value_of(params_.updown.att_lstm_W_mean);
   }
   if (score_) score_->precompute(F, C.rows);
   C.alpha_sum.setZero(B, L);
@@ -417,7 +405,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   }
   std::vector<double> logp_caption(B, 0.0), logp_step(hard ? (size_t)B * T : 0, 0.0);
 
-  auto E = value_of(P(kEmbed));
+  auto E = value_of(params_.embed);
   DecoderLoss loss;
   double ce = 0, wce = 0, entropy = 0;
   int64_t hard_steps = 0;
@@ -427,32 +415,32 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < B; ++b) C.emb.row((int64_t)t * B + b) = E.row(batch.input[(size_t)b * T + t]);
   Mat emb_gates;
-  emb_gates.noalias() = C.emb * value_of(P(kLstmWEmb));
-  emb_gates.rowwise() += value_of(P(kLstmB)).row(0);
+  emb_gates.noalias() = C.emb * value_of(params_.lstm.W_in);
+  emb_gates.rowwise() += value_of(params_.lstm.b).row(0);
   Mat mask;
   for (int t = 0; t < T; ++t) {
     const int64_t r = (int64_t)t * B;
     const Mat* out_hidden;  // what the output layer reads: h_t (bahdanau), h~_t (luong) or h2_t (updown)
     if (updown) {
-      lstm_step_from(emb_gates.middleRows(r, B) + C.mean_gates, C.h2[t], C.h[t], C.c[t], value_of(P(kLstmWCtx)),
-                     value_of(P(kLstmWHh)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      lstm_step_from(emb_gates.middleRows(r, B) + C.mean_gates, C.h2[t], C.h[t], C.c[t], params_.lstm, C.gates[t],
+                     C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
       attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
-      lstm_step(C.zhat[t], C.h[t + 1], C.h2[t], C.c2[t], value_of(P(updown_ + 1)), value_of(P(updown_ + 2)),
-                value_of(P(updown_ + 3)), value_of(P(updown_ + 4)), C.gates2[t], C.c2[t + 1], &C.tanh_c2[t], C.h2[t + 1]);
+      lstm_step(C.zhat[t], C.h[t + 1], C.h2[t], C.c2[t], params_.updown.lang_lstm, C.gates2[t], C.c2[t + 1],
+                &C.tanh_c2[t], C.h2[t + 1]);
       out_hidden = &C.h2[t + 1];
     } else if (!luong) {
       attend_step(t, C.h[t], cov, draws, C, entropy, hard_steps);
-      lstm_step_from(emb_gates.middleRows(r, B), C.zhat[t], C.h[t], C.c[t], value_of(P(kLstmWCtx)),
-                     value_of(P(kLstmWHh)), C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      lstm_step_from(emb_gates.middleRows(r, B), C.zhat[t], C.h[t], C.c[t], params_.lstm, C.gates[t], C.c[t + 1],
+                     &C.tanh_c[t], C.h[t + 1]);
       out_hidden = &C.h[t + 1];
     } else {
       const Mat& feed = t ? C.htilde[t - 1] : C.zero_feed;
-      lstm_step_from(emb_gates.middleRows(r, B), feed, C.h[t], C.c[t], value_of(P(kLstmWCtx)), value_of(P(kLstmWHh)),
-                     C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      lstm_step_from(emb_gates.middleRows(r, B), feed, C.h[t], C.c[t], params_.lstm, C.gates[t], C.c[t + 1],
+                     &C.tanh_c[t], C.h[t + 1]);
       attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
-      Mat u = C.zhat[t] * value_of(P(combine_));
-      u.noalias() += C.h[t + 1] * value_of(P(combine_ + 1));
-      u.rowwise() += value_of(P(combine_ + 2)).row(0);
+      Mat u = C.zhat[t] * value_of(params_.combine.W_ctx);
+      u.noalias() += C.h[t + 1] * value_of(params_.combine.W_h);
+      u.rowwise() += value_of(params_.combine.b).row(0);
       C.htilde[t] = u.array().tanh().matrix();
       out_hidden = &C.htilde[t];
     }
@@ -467,16 +455,16 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   // The deep output layer and the words' probabilities read nothing the recurrence needs: every step's at once, in
   // products of T*B rows (near the machine's peak, where T products of B rows are not).
   Mat pre = C.emb;
-  pre.noalias() += C.hd * value_of(P(kOutHidden));
+  pre.noalias() += C.hd * value_of(params_.out.W_hidden);
   if (!luong) {
     C.zhat_all.resize(TB, C.zhat[0].cols());
     for (int t = 0; t < T; ++t) C.zhat_all.middleRows((int64_t)t * B, B) = C.zhat[t];
-    pre.noalias() += C.zhat_all * value_of(P(kOutContext));
+    pre.noalias() += C.zhat_all * value_of(params_.out.W_context);
   }
   C.out_tanh = pre.array().tanh().matrix();
   C.od = C.out_tanh.cwiseProduct(C.odrop_mask);
-  C.probs.noalias() = C.od * value_of(P(kOutW));
-  C.probs.rowwise() += value_of(P(kOutB)).row(0);
+  C.probs.noalias() = C.od * value_of(params_.out.W_vocab);
+  C.probs.rowwise() += value_of(params_.out.b).row(0);
   softmax_rows(C.probs);
   const double eps = batch.label_smoothing;
   if (eps < 0 || eps >= 1) throw Error("decoder: label smoothing must be in [0, 1)");
@@ -501,7 +489,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     // Several samples per caption: step t gets its reward-to-go R_t = sum_{u >= t} log p(y_u | s) (the words before
     // t do not depend on s_t) minus the mean R_t of the caption's other samples. Both are unbiased; the second
     // removes the caption's own difficulty from the weights, which is most of their variance.
-    float& baseline = P(baseline_).value[0];
+    float& baseline = params_.reinforce_baseline.value[0];
     C.advantage.assign((size_t)B * T, 0.0);
     const int K = batch.samples;
     if (K >= 2 && B % K == 0) {
@@ -549,10 +537,10 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
     Eigen::ArrayXf dbeta = (dzhat.cwiseProduct(C.z[t])).rowwise().sum().array();
     dz = dzhat.array().colwise() * beta;
     Mat ds = (dbeta * beta * (1.f - beta)).matrix();  // B x 1
-    grad_of(P(kGateW)).noalias() += q.transpose() * ds;
-    P(kGateB).ensure_grad();
-    P(kGateB).grad[0] += ds.sum();
-    dq.noalias() += ds * value_of(P(kGateW)).transpose();
+    grad_of(params_.gate.W).noalias() += q.transpose() * ds;
+    params_.gate.b.ensure_grad();
+    params_.gate.b.grad[0] += ds.sum();
+    dq.noalias() += ds * value_of(params_.gate.W).transpose();
   } else {
     dz = dzhat;
   }
@@ -618,7 +606,7 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
   // d penalty / d alpha_sum = -2 lambda (1 - S) / (B L)
   Mat dS = (-2.f * C.penalty_weight / ((float)normalizing_rows(batch) * L)) * (1.f - C.alpha_sum.array()).matrix();
 
-  auto gE = grad_of(P(kEmbed));
+  auto gE = grad_of(params_.embed);
   Mat dh_next = Mat::Zero(B, n), dc_next = Mat::Zero(B, n);
   Mat dfeed_next = Mat::Zero(B, luong ? n : 0);  // luong: gradient reaching h~_t through the next step's input
   Mat dcov_later = Mat::Zero(B, L);
@@ -638,21 +626,21 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
         dlogits(r, batch.target[(size_t)b * T + t]) -= m;
       }
     }
-  grad_of(P(kOutW)).noalias() += C.od.transpose() * dlogits;
-  grad_of(P(kOutB)).row(0) += dlogits.colwise().sum();
+  grad_of(params_.out.W_vocab).noalias() += C.od.transpose() * dlogits;
+  grad_of(params_.out.b).row(0) += dlogits.colwise().sum();
   // Then the deep output layer pre = emb + hd W_oh (+ zhat W_oc), out = tanh(pre): its gradients do not depend on
   // the recurrence either, so they too are products over all T*B rows; the loop below runs the recurrence only.
   const int64_t TB = (int64_t)T * B;
   const int En = cfg_.embed_dim, Z = (int)C.zhat[0].cols();
   Mat dpre(TB, En);
-  dpre.noalias() = dlogits * value_of(P(kOutW)).transpose();
+  dpre.noalias() = dlogits * value_of(params_.out.W_vocab).transpose();
   dpre.array() *= C.odrop_mask.array() * (1.f - C.out_tanh.array().square());
-  grad_of(P(kOutHidden)).noalias() += C.hd.transpose() * dpre;
-  if (!luong) grad_of(P(kOutContext)).noalias() += C.zhat_all.transpose() * dpre;
+  grad_of(params_.out.W_hidden).noalias() += C.hd.transpose() * dpre;
+  if (!luong) grad_of(params_.out.W_context).noalias() += C.zhat_all.transpose() * dpre;
   Mat dout_hidden(TB, n), dzhat_out(luong ? 0 : TB, Z);
-  dout_hidden.noalias() = dpre * value_of(P(kOutHidden)).transpose();
+  dout_hidden.noalias() = dpre * value_of(params_.out.W_hidden).transpose();
   dout_hidden.array() *= C.hdrop_mask.array();
-  if (!luong) dzhat_out.noalias() = dpre * value_of(P(kOutContext)).transpose();
+  if (!luong) dzhat_out.noalias() = dpre * value_of(params_.out.W_context).transpose();
   Mat& demb = dpre;  // d emb = d pre + dgates W_emb^T (added after the loop)
 
   // The LSTM's weight gradients are sums over steps of (input_t)^T dgates_t: the loop keeps dgates_t, the sums are
@@ -669,19 +657,19 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       Mat dh2 = dh2_next + dout_hidden.middleRows(r, B), dc2_prev;
       auto dgates2 = dgates2_all.middleRows(r, B);
       lstm_cell_backward(C.gates2[t], C.tanh_c2[t], C.c2[t], dh2, dc2_next, dgates2, dc2_prev);
-      dh2_next.noalias() = dgates2 * value_of(P(updown_ + 3)).transpose();
+      dh2_next.noalias() = dgates2 * value_of(params_.updown.lang_lstm.W_hh).transpose();
       dc2_next = std::move(dc2_prev);
-      dzhat.noalias() += dgates2 * value_of(P(updown_ + 1)).transpose();
-      dh.noalias() += dgates2 * value_of(P(updown_ + 2)).transpose();
+      dzhat.noalias() += dgates2 * value_of(params_.updown.lang_lstm.W_in).transpose();
+      dh.noalias() += dgates2 * value_of(params_.updown.lang_lstm.W_x).transpose();
       attend_backward(t, C.h[t + 1], dzhat, dS, dcov_later, C, dh, dF);
     } else if (luong) {
       // h~ = tanh(W_c [zhat; h] + b_c), read by the output and fed to the next step
       Mat du = (dout_hidden.middleRows(r, B) + dfeed_next).array() * (1.f - C.htilde[t].array().square());
-      grad_of(P(combine_)).noalias() += C.zhat[t].transpose() * du;
-      grad_of(P(combine_ + 1)).noalias() += C.h[t + 1].transpose() * du;
-      grad_of(P(combine_ + 2)).row(0) += du.colwise().sum();
-      dzhat.noalias() += du * value_of(P(combine_)).transpose();
-      dh.noalias() += du * value_of(P(combine_ + 1)).transpose();
+      grad_of(params_.combine.W_ctx).noalias() += C.zhat[t].transpose() * du;
+      grad_of(params_.combine.W_h).noalias() += C.h[t + 1].transpose() * du;
+      grad_of(params_.combine.b).row(0) += du.colwise().sum();
+      dzhat.noalias() += du * value_of(params_.combine.W_ctx).transpose();
+      dh.noalias() += du * value_of(params_.combine.W_h).transpose();
       attend_backward(t, C.h[t + 1], dzhat, dS, dcov_later, C, dh, dF);
     } else {
       dh += dout_hidden.middleRows(r, B);
@@ -691,13 +679,13 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
     auto dgates = dgates_all.middleRows(r, B);
     Mat dc_prev;
     lstm_cell_backward(C.gates[t], C.tanh_c[t], C.c[t], dh, dc_next, dgates, dc_prev);
-    Mat dh_prev = dgates * value_of(P(kLstmWHh)).transpose();
+    Mat dh_prev = dgates * value_of(params_.lstm.W_hh).transpose();
     if (updown) {
-      dh2_next.noalias() += dgates * value_of(P(kLstmWCtx)).transpose();  // it read h2_{t-1}
+      dh2_next.noalias() += dgates * value_of(params_.lstm.W_x).transpose();  // it read h2_{t-1}
     } else if (luong) {
-      dfeed_next = dgates * value_of(P(kLstmWCtx)).transpose();
+      dfeed_next = dgates * value_of(params_.lstm.W_x).transpose();
     } else {
-      dzhat.noalias() += dgates * value_of(P(kLstmWCtx)).transpose();
+      dzhat.noalias() += dgates * value_of(params_.lstm.W_x).transpose();
       attend_backward(t, C.h[t], dzhat, dS, dcov_later, C, dh_prev, dF);
     }
     dh_next = std::move(dh_prev);
@@ -718,16 +706,16 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       // the language LSTM: inputs zhat_t and h1_t (the attention LSTM's new state), recurrent h2_{t-1}
       Mat h1_all(TB, n);
       for (int t = 0; t < T; ++t) h1_all.middleRows((int64_t)t * B, B) = C.h[t + 1];
-      grad_of(P(updown_ + 1)).noalias() += C.zhat_all.transpose() * dgates2_all;
-      grad_of(P(updown_ + 2)).noalias() += h1_all.transpose() * dgates2_all;
-      grad_of(P(updown_ + 3)).noalias() += feed_all.transpose() * dgates2_all;
-      grad_of(P(updown_ + 4)).row(0) += dgates2_all.colwise().sum();
+      grad_of(params_.updown.lang_lstm.W_in).noalias() += C.zhat_all.transpose() * dgates2_all;
+      grad_of(params_.updown.lang_lstm.W_x).noalias() += h1_all.transpose() * dgates2_all;
+      grad_of(params_.updown.lang_lstm.W_hh).noalias() += feed_all.transpose() * dgates2_all;
+      grad_of(params_.updown.lang_lstm.b).row(0) += dgates2_all.colwise().sum();
     }
-    grad_of(P(kLstmWEmb)).noalias() += C.emb.transpose() * dgates_all;
-    grad_of(P(kLstmWCtx)).noalias() += x_all.transpose() * dgates_all;
-    grad_of(P(kLstmWHh)).noalias() += h_all.transpose() * dgates_all;
-    grad_of(P(kLstmB)).row(0) += dgates_all.colwise().sum();
-    demb.noalias() += dgates_all * value_of(P(kLstmWEmb)).transpose();
+    grad_of(params_.lstm.W_in).noalias() += C.emb.transpose() * dgates_all;
+    grad_of(params_.lstm.W_x).noalias() += x_all.transpose() * dgates_all;
+    grad_of(params_.lstm.W_hh).noalias() += h_all.transpose() * dgates_all;
+    grad_of(params_.lstm.b).row(0) += dgates_all.colwise().sum();
+    demb.noalias() += dgates_all * value_of(params_.lstm.W_in).transpose();
     for (int t = 0; t < T; ++t)
       for (int b = 0; b < B; ++b) gE.row(batch.input[(size_t)b * T + t]) += demb.row((int64_t)t * B + b);
   }
@@ -735,30 +723,30 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
 
   Mat dh0 = dh_next.array() * (1.f - C.h[0].array().square());
   Mat dc0 = dc_next.array() * (1.f - C.c[0].array().square());
-  grad_of(P(kInitHW)).noalias() += C.mean_feat.transpose() * dh0;
-  grad_of(P(kInitHB)).row(0) += dh0.colwise().sum();
-  grad_of(P(kInitCW)).noalias() += C.mean_feat.transpose() * dc0;
-  grad_of(P(kInitCB)).row(0) += dc0.colwise().sum();
+  grad_of(params_.init_h.W).noalias() += C.mean_feat.transpose() * dh0;
+  grad_of(params_.init_h.b).row(0) += dh0.colwise().sum();
+  grad_of(params_.init_c.W).noalias() += C.mean_feat.transpose() * dc0;
+  grad_of(params_.init_c.b).row(0) += dc0.colwise().sum();
   Mat dmean_updown;  // updown: what reaches the mean feature through the first LSTM's input and the second's init
   if (updown) {
     Mat dgates_sum = Mat::Zero(B, 4 * n);  // the mean feature's part of the gates is the same at every step
     for (int t = 0; t < T; ++t) dgates_sum += dgates_all.middleRows((int64_t)t * B, B);
-    grad_of(P(updown_)).noalias() += C.mean_feat.transpose() * dgates_sum;
+    grad_of(params_.updown.att_lstm_W_mean).noalias() += C.mean_feat.transpose() * dgates_sum;
     Mat dh20 = dh2_next.array() * (1.f - C.h2[0].array().square());
     Mat dc20 = dc2_next.array() * (1.f - C.c2[0].array().square());
-    grad_of(P(updown_ + 5)).noalias() += C.mean_feat.transpose() * dh20;
-    grad_of(P(updown_ + 6)).row(0) += dh20.colwise().sum();
-    grad_of(P(updown_ + 7)).noalias() += C.mean_feat.transpose() * dc20;
-    grad_of(P(updown_ + 8)).row(0) += dc20.colwise().sum();
+    grad_of(params_.updown.init_h2.W).noalias() += C.mean_feat.transpose() * dh20;
+    grad_of(params_.updown.init_h2.b).row(0) += dh20.colwise().sum();
+    grad_of(params_.updown.init_c2.W).noalias() += C.mean_feat.transpose() * dc20;
+    grad_of(params_.updown.init_c2.b).row(0) += dc20.colwise().sum();
     if (dF) {
-      dmean_updown.noalias() = dgates_sum * value_of(P(updown_)).transpose();
-      dmean_updown.noalias() += dh20 * value_of(P(updown_ + 5)).transpose();
-      dmean_updown.noalias() += dc20 * value_of(P(updown_ + 7)).transpose();
+      dmean_updown.noalias() = dgates_sum * value_of(params_.updown.att_lstm_W_mean).transpose();
+      dmean_updown.noalias() += dh20 * value_of(params_.updown.init_h2.W).transpose();
+      dmean_updown.noalias() += dc20 * value_of(params_.updown.init_c2.W).transpose();
     }
   }
   if (!dF) return;
-  Mat dmean = dh0 * value_of(P(kInitHW)).transpose();
-  dmean.noalias() += dc0 * value_of(P(kInitCW)).transpose();
+  Mat dmean = dh0 * value_of(params_.init_h.W).transpose();
+  dmean.noalias() += dc0 * value_of(params_.init_c.W).transpose();
   if (updown) dmean += dmean_updown;
   dmean /= (float)L;
   for (int b = 0; b < B; ++b) dF->middleRows((int64_t)C.rows.grid[b] * L, L).rowwise() += dmean.row(b);
@@ -773,13 +761,13 @@ void Decoder::begin(const Mat& F, int N, State& st, int copies) {
   for (int b = 0; b < B; ++b) grid[b] = b / copies;
   st.rows = RowGrids(std::move(grid), N);
   Mat mean = mean_features(F, st.rows, L);
-  st.h = init_state(mean, kInitHW);
-  st.c = init_state(mean, kInitCW);
+  st.h = init_state(mean, params_.init_h);
+  st.c = init_state(mean, params_.init_c);
   st.feed = Mat::Zero(B, cfg_.luong() ? cfg_.hidden_dim : 0);
   if (cfg_.updown()) {
-    st.h2 = init_state(mean, updown_ + 5);
-    st.c2 = init_state(mean, updown_ + 7);
-    st.mean_gates.noalias() = mean * value_of(P(updown_));
+    st.h2 = init_state(mean, params_.updown.init_h2);
+    st.c2 = init_state(mean, params_.updown.init_c2);
+    st.mean_gates.noalias() = mean * value_of(params_.updown.att_lstm_W_mean);
   } else {
     st.h2.resize(B, 0), st.c2.resize(B, 0), st.mean_gates.resize(B, 0);
   }
@@ -793,8 +781,8 @@ void Decoder::begin(const Mat& F, int N, State& st, int copies) {
 }
 
 void Decoder::word_gates(const std::vector<int>& tokens, State& st, Mat& gates) {
-  auto E = value_of(P(kEmbed));
-  auto W = value_of(P(kLstmWEmb));
+  auto E = value_of(params_.embed);
+  auto W = value_of(params_.lstm.W_in);
   const int B = (int)tokens.size(), G = (int)W.cols();
   if ((int)st.word_gates_row.size() != E.rows()) st.word_gates_row.assign(E.rows(), -1), st.word_gates_filled = 0;
   std::vector<int> fresh;
@@ -846,7 +834,7 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
     context(*st.F, st.rows, alpha, z);
   }
   if (cfg_.gate) {
-    Mat beta = sigmoid((q * value_of(P(kGateW))).array() + P(kGateB).value[0]);
+    Mat beta = sigmoid((q * value_of(params_.gate.W)).array() + params_.gate.b.value[0]);
     z = z.array().colwise() * beta.col(0).array();
   }
 }
@@ -854,16 +842,16 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
 void Decoder::first_lstm_step(const std::vector<int>& tokens, const Mat& x, const Mat* extra, State& st, Mat& gates,
                               Mat& c, Mat& h) {
   word_gates(tokens, st, gates);  // then the same sums as lstm_step's, in its order
-  times(x, value_of(P(kLstmWCtx)), gates, true);
-  times(st.h, value_of(P(kLstmWHh)), gates, true);
-  gates.rowwise() += value_of(P(kLstmB)).row(0);
+  times(x, value_of(params_.lstm.W_x), gates, true);
+  times(st.h, value_of(params_.lstm.W_hh), gates, true);
+  gates.rowwise() += value_of(params_.lstm.b).row(0);
   if (extra) gates += *extra;
   lstm_activate(gates, st.c, c, nullptr, h);
 }
 
 void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat& alpha) {
   const int B = (int)st.h.rows();
-  auto E = value_of(P(kEmbed));
+  auto E = value_of(params_.embed);
   Mat emb(B, cfg_.embed_dim);
   for (int b = 0; b < B; ++b) emb.row(b) = E.row(tokens[b]);
   Mat z, gates, c, h;
@@ -872,30 +860,29 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
     first_lstm_step(tokens, st.h2, &st.mean_gates, st, gates, c, h);
     step_attend(h, st, alpha, z);
     Mat gates2, c2, h2;
-    lstm_step(z, h, st.h2, st.c2, value_of(P(updown_ + 1)), value_of(P(updown_ + 2)), value_of(P(updown_ + 3)),
-              value_of(P(updown_ + 4)), gates2, c2, nullptr, h2);
-    times(h2, value_of(P(kOutHidden)), pre, true);
-    times(z, value_of(P(kOutContext)), pre, true);
+    lstm_step(z, h, st.h2, st.c2, params_.updown.lang_lstm, gates2, c2, nullptr, h2);
+    times(h2, value_of(params_.out.W_hidden), pre, true);
+    times(z, value_of(params_.out.W_context), pre, true);
     st.h2 = std::move(h2), st.c2 = std::move(c2);
   } else if (!cfg_.luong()) {
     step_attend(st.h, st, alpha, z);
     first_lstm_step(tokens, z, nullptr, st, gates, c, h);
-    times(h, value_of(P(kOutHidden)), pre, true);
-    times(z, value_of(P(kOutContext)), pre, true);
+    times(h, value_of(params_.out.W_hidden), pre, true);
+    times(z, value_of(params_.out.W_context), pre, true);
   } else {
     first_lstm_step(tokens, st.feed, nullptr, st, gates, c, h);
     step_attend(h, st, alpha, z);
     Mat u;
-    times(z, value_of(P(combine_)), u, false);
-    times(h, value_of(P(combine_ + 1)), u, true);
-    u.rowwise() += value_of(P(combine_ + 2)).row(0);
+    times(z, value_of(params_.combine.W_ctx), u, false);
+    times(h, value_of(params_.combine.W_h), u, true);
+    u.rowwise() += value_of(params_.combine.b).row(0);
     st.feed = u.array().tanh().matrix();
-    times(st.feed, value_of(P(kOutHidden)), pre, true);
+    times(st.feed, value_of(params_.out.W_hidden), pre, true);
   }
   st.h = std::move(h), st.c = std::move(c);
   const Mat deep = pre.array().tanh().matrix();
-  times(deep, value_of(P(kOutW)), logprobs, false);
-  logprobs.rowwise() += value_of(P(kOutB)).row(0);
+  times(deep, value_of(params_.out.W_vocab), logprobs, false);
+  logprobs.rowwise() += value_of(params_.out.b).row(0);
   for (int b = 0; b < B; ++b) {  // log-softmax
     auto row = logprobs.row(b);
     float mx = row.maxCoeff();

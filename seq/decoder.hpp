@@ -141,9 +141,58 @@ std::vector<double> leave_one_out_advantages(const std::vector<double>& rewards,
 void add_reinforce_grad(const float* alpha, int L, int s, float advantage, float lambda_r, float lambda_e, float scale,
                         float* de);
 
+// The decoder's parameters by name, a plain struct per block (as llm.c names its parameter tensors); each member's
+// comment gives its tensor's name in model files. Decoder::params() lists them in a fixed order (members of a block
+// in their order here, then the blocks in the order of DecoderParams, then the attention score's): the order model
+// files store them in and optimizers and gradient checks walk, so it must not change. The optional blocks
+// (reinforce_baseline, combine, updown) are listed only when the config has them, and otherwise stay empty.
+struct AffineParams {  // x W + b
+  Param W, b;
+};
+// An LSTM's pre-activation gates (i f o g, 4n wide): in W_in + x W_x + h_{t-1} W_hh + b, for two inputs in and x.
+struct LstmParams {
+  Param W_in, W_x, W_hh, b;
+};
+// The deep output layer: logits = dropout(tanh(E y_{t-1} + hidden W_hidden + z W_context)) W_vocab + b.
+struct OutputParams {
+  Param W_hidden;   // out.hidden
+  Param W_context;  // out.context (luong: zero rows, its context is inside h~)
+  Param W_vocab;    // out.weight
+  Param b;          // out.bias
+};
+// luong: the attentional state h~ = tanh(z W_ctx + h W_h + b).
+struct CombineParams {
+  Param W_ctx;  // combine.weight_ctx
+  Param W_h;    // combine.weight_h
+  Param b;      // combine.bias
+};
+// updown: the attention LSTM's mean-feature input and the language LSTM with its own initial state.
+struct UpDownParams {
+  Param att_lstm_W_mean;  // lstm.weight_mean: the mean feature's part of the attention LSTM's gates
+  // lstm2.weight_ctx (in: the context z_t), lstm2.weight_in (x: the attention LSTM's h1_t), lstm2.weight_hh,
+  // lstm2.bias
+  LstmParams lang_lstm;
+  AffineParams init_h2, init_c2;  // init_h2.weight, init_h2.bias; init_c2.weight, init_c2.bias
+};
+struct DecoderParams {
+  Param embed;                  // embed.weight: the word vectors E
+  AffineParams init_h, init_c;  // init_h.weight, init_h.bias; init_c.weight, init_c.bias: tanh(mean feature W + b)
+  AffineParams gate;            // gate.weight, gate.bias: beta = sigmoid(q W + b)
+  // lstm.weight_emb (in: the word vector), lstm.weight_ctx (x: the context for bahdanau, h~_{t-1} for luong, h2_{t-1}
+  // for updown), lstm.weight_hh, lstm.bias. updown: the attention LSTM.
+  LstmParams lstm;
+  OutputParams out;
+  Param reinforce_baseline;  // hard attention: attention.reinforce_baseline (a buffer, not trained)
+  CombineParams combine;     // luong
+  UpDownParams updown;       // updown
+};
+
 class Decoder {
  public:
   explicit Decoder(const DecoderConfig& cfg);
+  // params() hands out pointers into the decoder itself, so it stays where it was made.
+  Decoder(const Decoder&) = delete;
+  Decoder& operator=(const Decoder&) = delete;
   const DecoderConfig& config() const { return cfg_; }
   // hard attention: the training schedule's probability of a soft step
   void set_hard_soft_prob(float p) { cfg_.hard_soft_prob = p; }
@@ -183,7 +232,6 @@ class Decoder {
   void select_rows(State& st, const std::vector<int>& rows);
 
  private:
-  Param& P(int i) { return params_[i]; }
   // gates (B x 4H) = E[tokens[b]] W_emb for each row b, from st's per-word rows (computing the words new to it).
   void word_gates(const std::vector<int>& tokens, State& st, Mat& gates);
   // The (first) LSTM's inference step from st.h and st.c: gates from the words (word_gates), x (the context,
@@ -191,8 +239,8 @@ class Decoder {
   // of the next step.
   void first_lstm_step(const std::vector<int>& tokens, const Mat& x, const Mat* extra, State& st, Mat& gates, Mat& c,
                        Mat& h);
-  // An initial LSTM state from the mean features: tanh(mean W + b), W = P(weight) and b = P(weight + 1).
-  Mat init_state(const Mat& mean, int weight);
+  // An initial LSTM state from the mean features: tanh(mean W + b).
+  Mat init_state(const Mat& mean, AffineParams& init);
   void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;
   // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
   void glimpse_weights(int s, float* w) const;
@@ -211,13 +259,8 @@ class Decoder {
   void attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& dS, Mat& dcov_later, DecoderCache& C, Mat& dq,
                        Mat* dF);
   void step_attend(const Mat& q, State& st, Mat& alpha, Mat& z);
-  int baseline_ = -1;  // hard: index of the REINFORCE baseline (a buffer, not trained)
-  int combine_ = -1;   // luong: index of W_c's context part; its hidden part and b_c follow
-  // updown: index of the attention LSTM's mean-feature weights; then the language LSTM's context, input (h1) and
-  // recurrent weights and bias, then its init MLP (h weight, h bias, c weight, c bias)
-  int updown_ = -1;
   DecoderConfig cfg_;
-  std::vector<Param> params_;
+  DecoderParams params_;
   std::unique_ptr<AttentionScore> score_;
 };
 

@@ -24,17 +24,21 @@ void keep_step(std::vector<T>& v, int t, const T& x) {
 class DotScore final : public AttentionScore {
  public:
   DotScore(int D, int n, int L) : D_(D), n_(n), L_(L), project_(D != n) {
-    if (project_) params_.emplace_back("attention.key_proj.weight", std::vector<int64_t>{D, n});
+    if (project_) params_.W_k = Param("attention.key_proj.weight", {D, n});
     scale_ = 1.f / std::sqrt((float)n);
   }
   std::string name() const override { return "dot"; }
+  std::vector<Param*> params() override {
+    if (project_) return {&params_.W_k};
+    return {};
+  }
   void init(Rng& rng) override {
-    if (project_) init_uniform(params_[0], rng, D_);
+    if (project_) init_uniform(params_.W_k, rng, D_);
   }
   void precompute(const Mat& F, const RowGrids& rows) override {
     rows_ = rows;
     F_ = &F;
-    if (project_) K_.noalias() = F * value_of(params_[0]);
+    if (project_) K_.noalias() = F * value_of(params_.W_k);
     else K_ = F;
     dK_.setZero(K_.rows(), K_.cols());
     h_.clear();
@@ -56,8 +60,8 @@ class DotScore final : public AttentionScore {
   }
   void finish_backward(Mat* dF) override {
     if (project_) {
-      grad_of(params_[0]).noalias() += F_->transpose() * dK_;
-      if (dF) dF->noalias() += dK_ * value_of(params_[0]).transpose();
+      grad_of(params_.W_k).noalias() += F_->transpose() * dK_;
+      if (dF) dF->noalias() += dK_ * value_of(params_.W_k).transpose();
     } else if (dF) {
       *dF += dK_;
     }
@@ -65,6 +69,9 @@ class DotScore final : public AttentionScore {
 
  private:
   ConstRows keys(int b) const { return K_.middleRows((int64_t)rows_.grid[b] * L_, L_); }  // row b's grid's keys
+  struct Params {
+    Param W_k;  // attention.key_proj.weight (D x n; D != n only)
+  } params_;
   int D_, n_, L_;
   bool project_;
   float scale_;
@@ -77,11 +84,12 @@ class DotScore final : public AttentionScore {
 class GeneralScore final : public AttentionScore {
  public:
   GeneralScore(int D, int n, int L) : D_(D), n_(n), L_(L) {
-    params_.emplace_back("attention.query_proj.weight", std::vector<int64_t>{n, D});
+    params_.W = Param("attention.query_proj.weight", {n, D});
     scale_ = 1.f / std::sqrt((float)D);
   }
   std::string name() const override { return "general"; }
-  void init(Rng& rng) override { init_uniform(params_[0], rng, n_); }
+  std::vector<Param*> params() override { return {&params_.W}; }
+  void init(Rng& rng) override { init_uniform(params_.W, rng, n_); }
   // The decoder's features are read in place (they outlive the batch and the search).
   void precompute(const Mat& F, const RowGrids& rows) override {
     rows_ = rows;
@@ -90,7 +98,7 @@ class GeneralScore final : public AttentionScore {
   }
   void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
     const int B = rows_.row_count();
-    Mat q = h * value_of(params_[0]);  // B x D
+    Mat q = h * value_of(params_.W);  // B x D
     e.resize(B, L_);
 #pragma omp parallel for schedule(static)
     for (int b = 0; b < B; ++b) e.row(b).noalias() = scale_ * (feats(rows_.grid[b]) * q.row(b).transpose()).transpose();
@@ -104,13 +112,16 @@ class GeneralScore final : public AttentionScore {
         dq.row(b).noalias() = scale_ * de.row(b) * feats(g);
         if (dF) dF->middleRows((int64_t)g * L_, L_).noalias() += scale_ * de.row(b).transpose() * q_[t].row(b);
       }
-    grad_of(params_[0]).noalias() += h_[t].transpose() * dq;
-    dh.noalias() += dq * value_of(params_[0]).transpose();
+    grad_of(params_.W).noalias() += h_[t].transpose() * dq;
+    dh.noalias() += dq * value_of(params_.W).transpose();
   }
   void finish_backward(Mat*) override {}
 
  private:
   ConstRows feats(int g) const { return F_->middleRows((int64_t)g * L_, L_); }
+  struct Params {
+    Param W;  // attention.query_proj.weight (n x D)
+  } params_;
   int D_, n_, L_;
   float scale_;
   const Mat* F_ = nullptr;
@@ -122,25 +133,26 @@ class GeneralScore final : public AttentionScore {
 class CosineScore final : public AttentionScore {
  public:
   CosineScore(int D, int n, int A, int L) : D_(D), n_(n), A_(A), L_(L) {
-    params_.emplace_back("attention.feat_proj.weight", std::vector<int64_t>{D, A});
-    params_.emplace_back("attention.feat_proj.bias", std::vector<int64_t>{A});
-    params_.emplace_back("attention.query_proj.weight", std::vector<int64_t>{n, A});
-    params_.emplace_back("attention.strength.weight", std::vector<int64_t>{n, 1});
-    params_.emplace_back("attention.strength.bias", std::vector<int64_t>{1});
+    params_.U = Param("attention.feat_proj.weight", {D, A});
+    params_.b = Param("attention.feat_proj.bias", {A});
+    params_.W_q = Param("attention.query_proj.weight", {n, A});
+    params_.w_b = Param("attention.strength.weight", {n, 1});
+    params_.b_b = Param("attention.strength.bias", {1});
   }
   std::string name() const override { return "cosine"; }
+  std::vector<Param*> params() override { return {&params_.U, &params_.b, &params_.W_q, &params_.w_b, &params_.b_b}; }
   void init(Rng& rng) override {
-    init_uniform(params_[0], rng, D_);
-    std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
-    init_uniform(params_[2], rng, n_);
-    init_uniform(params_[3], rng, n_);
-    params_[4].value[0] = 2.f;  // softplus(2) ~ 2.1: a moderately sharp start
+    init_uniform(params_.U, rng, D_);
+    std::fill(params_.b.value.begin(), params_.b.value.end(), 0.f);
+    init_uniform(params_.W_q, rng, n_);
+    init_uniform(params_.w_b, rng, n_);
+    params_.b_b.value[0] = 2.f;  // softplus(2) ~ 2.1: a moderately sharp start
   }
   void precompute(const Mat& F, const RowGrids& rows) override {
     rows_ = rows;
     F_ = &F;
-    K_.noalias() = F * value_of(params_[0]);
-    K_.rowwise() += value_of(params_[1]).row(0);
+    K_.noalias() = F * value_of(params_.U);
+    K_.rowwise() += value_of(params_.b).row(0);
     knorm_ = (K_.rowwise().squaredNorm().array() + kEps).sqrt().matrix();
     dK_.setZero(K_.rows(), K_.cols());
     steps_.clear();
@@ -148,9 +160,9 @@ class CosineScore final : public AttentionScore {
   void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
     Step s;
     s.h = h;
-    s.q = h * value_of(params_[2]);
+    s.q = h * value_of(params_.W_q);
     s.qnorm = (s.q.rowwise().squaredNorm().array() + kEps).sqrt().matrix();
-    Mat pre = (h * value_of(params_[3])).array() + params_[4].value[0];
+    Mat pre = (h * value_of(params_.w_b)).array() + params_.b_b.value[0];
     s.beta = pre.unaryExpr([](float x) { return x > 20 ? x : std::log1p(std::exp(x)); });
     s.dsoft = pre.unaryExpr([](float x) { return 1.f / (1.f + std::exp(-x)); });
     const int B = rows_.row_count();
@@ -186,20 +198,28 @@ class CosineScore final : public AttentionScore {
         Eigen::ArrayXf c = (dc.array() * s.cos.row(b).array()).transpose() / kn.square();
         dKg -= (Kb.array().colwise() * c).matrix();
       }
-    grad_of(params_[2]).noalias() += s.h.transpose() * dq;
-    dh.noalias() += dq * value_of(params_[2]).transpose();
-    grad_of(params_[3]).noalias() += s.h.transpose() * dpre;
-    params_[4].ensure_grad();
-    params_[4].grad[0] += dpre.sum();
-    dh.noalias() += dpre * value_of(params_[3]).transpose();
+    grad_of(params_.W_q).noalias() += s.h.transpose() * dq;
+    dh.noalias() += dq * value_of(params_.W_q).transpose();
+    grad_of(params_.w_b).noalias() += s.h.transpose() * dpre;
+    params_.b_b.ensure_grad();
+    params_.b_b.grad[0] += dpre.sum();
+    dh.noalias() += dpre * value_of(params_.w_b).transpose();
   }
   void finish_backward(Mat* dF) override {
-    grad_of(params_[0]).noalias() += F_->transpose() * dK_;
-    grad_of(params_[1]).row(0) += dK_.colwise().sum();
-    if (dF) dF->noalias() += dK_ * value_of(params_[0]).transpose();
+    grad_of(params_.U).noalias() += F_->transpose() * dK_;
+    grad_of(params_.b).row(0) += dK_.colwise().sum();
+    if (dF) dF->noalias() += dK_ * value_of(params_.U).transpose();
   }
 
  private:
+  // e_i = softplus(h w_b + b_b) * cos(h W_q, U a_i + b)
+  struct Params {
+    Param U;    // attention.feat_proj.weight (D x A)
+    Param b;    // attention.feat_proj.bias
+    Param W_q;  // attention.query_proj.weight (n x A)
+    Param w_b;  // attention.strength.weight (n x 1)
+    Param b_b;  // attention.strength.bias
+  } params_;
   static constexpr float kEps = 1e-6f;
   struct Step {
     Mat h, q, qnorm, beta, dsoft, cos;
@@ -214,28 +234,33 @@ class CosineScore final : public AttentionScore {
 class LocationScore final : public AttentionScore {
  public:
   LocationScore(int n, int L) : n_(n), L_(L) {
-    params_.emplace_back("attention.location.weight", std::vector<int64_t>{n, L});
-    params_.emplace_back("attention.location.bias", std::vector<int64_t>{L});
+    params_.W_l = Param("attention.location.weight", {n, L});
+    params_.b = Param("attention.location.bias", {L});
   }
   std::string name() const override { return "location"; }
+  std::vector<Param*> params() override { return {&params_.W_l, &params_.b}; }
   void init(Rng& rng) override {
-    init_uniform(params_[0], rng, n_);
-    std::fill(params_[1].value.begin(), params_[1].value.end(), 0.f);
+    init_uniform(params_.W_l, rng, n_);
+    std::fill(params_.b.value.begin(), params_.b.value.end(), 0.f);
   }
   void precompute(const Mat&, const RowGrids& rows) override { rows_ = rows, h_.clear(); }
   void forward(int t, const Mat& h, const Mat*, Mat& e, bool keep) override {
-    e.noalias() = h * value_of(params_[0]);
-    e.rowwise() += value_of(params_[1]).row(0);
+    e.noalias() = h * value_of(params_.W_l);
+    e.rowwise() += value_of(params_.b).row(0);
     if (keep) keep_step(h_, t, h);
   }
   void backward(int t, const Mat& de, Mat& dh, Mat*, Mat*) override {
-    grad_of(params_[0]).noalias() += h_[t].transpose() * de;
-    grad_of(params_[1]).row(0) += de.colwise().sum();
-    dh.noalias() += de * value_of(params_[0]).transpose();
+    grad_of(params_.W_l).noalias() += h_[t].transpose() * de;
+    grad_of(params_.b).row(0) += de.colwise().sum();
+    dh.noalias() += de * value_of(params_.W_l).transpose();
   }
   void finish_backward(Mat*) override {}
 
  private:
+  struct Params {
+    Param W_l;  // attention.location.weight (n x L)
+    Param b;    // attention.location.bias
+  } params_;
   int n_, L_;
   std::vector<Mat> h_;
 };
@@ -247,22 +272,22 @@ class LocalScore final : public AttentionScore {
  public:
   LocalScore(std::unique_ptr<AttentionScore> inner, int n, int A, int gh, int gw, float sigma)
       : inner_(std::move(inner)), n_(n), A_(A), gh_(gh), gw_(gw), sigma_(sigma) {
-    params_.emplace_back("attention.centre.hidden", std::vector<int64_t>{n, A});
-    params_.emplace_back("attention.centre.weight", std::vector<int64_t>{A, 2});
-    params_.emplace_back("attention.centre.bias", std::vector<int64_t>{2});
+    params_.W_1 = Param("attention.centre.hidden", {n, A});
+    params_.W_2 = Param("attention.centre.weight", {A, 2});
+    params_.b = Param("attention.centre.bias", {2});
   }
   std::string name() const override { return "local+" + inner_->name(); }
   bool uses_coverage() const override { return inner_->uses_coverage(); }
   std::vector<Param*> params() override {
     std::vector<Param*> out = inner_->params();
-    for (auto& p : params_) out.push_back(&p);
+    out.insert(out.end(), {&params_.W_1, &params_.W_2, &params_.b});
     return out;
   }
   void init(Rng& rng) override {
     inner_->init(rng);
-    init_uniform(params_[0], rng, n_);
-    init_uniform(params_[1], rng, A_);
-    std::fill(params_[2].value.begin(), params_[2].value.end(), 0.f);  // start at the centre of the grid
+    init_uniform(params_.W_1, rng, n_);
+    init_uniform(params_.W_2, rng, A_);
+    std::fill(params_.b.value.begin(), params_.b.value.end(), 0.f);  // start at the centre of the grid
   }
   void precompute(const Mat& F, const RowGrids& rows) override {
     rows_ = rows;
@@ -273,9 +298,9 @@ class LocalScore final : public AttentionScore {
     inner_->forward(t, h, cov, e, keep);
     Step s;
     s.h = h;
-    s.u = (h * value_of(params_[0])).array().tanh().matrix();
-    Mat pre = s.u * value_of(params_[1]);
-    pre.rowwise() += value_of(params_[2]).row(0);
+    s.u = (h * value_of(params_.W_1)).array().tanh().matrix();
+    Mat pre = s.u * value_of(params_.W_2);
+    pre.rowwise() += value_of(params_.b).row(0);
     s.sig = (1.f / (1.f + (-pre.array()).exp())).matrix();
     const int B = rows_.row_count();
     s.p.resize(B, 2);
@@ -304,11 +329,11 @@ class LocalScore final : public AttentionScore {
       dsig(b, 0) = (float)gr * (gh_ - 1) * s.sig(b, 0) * (1 - s.sig(b, 0));
       dsig(b, 1) = (float)gc * (gw_ - 1) * s.sig(b, 1) * (1 - s.sig(b, 1));
     }
-    grad_of(params_[1]).noalias() += s.u.transpose() * dsig;
-    grad_of(params_[2]).row(0) += dsig.colwise().sum();
-    Mat du = (dsig * value_of(params_[1]).transpose()).array() * (1.f - s.u.array().square());
-    grad_of(params_[0]).noalias() += s.h.transpose() * du;
-    dh.noalias() += du * value_of(params_[0]).transpose();
+    grad_of(params_.W_2).noalias() += s.u.transpose() * dsig;
+    grad_of(params_.b).row(0) += dsig.colwise().sum();
+    Mat du = (dsig * value_of(params_.W_2).transpose()).array() * (1.f - s.u.array().square());
+    grad_of(params_.W_1).noalias() += s.h.transpose() * du;
+    dh.noalias() += du * value_of(params_.W_1).transpose();
   }
   void finish_backward(Mat* dF) override {
     inner_->finish_backward(dF);
@@ -318,6 +343,12 @@ class LocalScore final : public AttentionScore {
     AttentionScore::select_rows(rows);
   }
  private:
+  // p = (G - 1) * sigmoid(tanh(h W_1) W_2 + b)
+  struct Params {
+    Param W_1;  // attention.centre.hidden (n x A)
+    Param W_2;  // attention.centre.weight (A x 2)
+    Param b;    // attention.centre.bias
+  } params_;
   struct Step {
     Mat h, u, sig, p;
   };

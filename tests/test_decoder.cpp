@@ -86,6 +86,70 @@ TEST_CASE("Param: a trainable tensor's gradient is allocated, zeros, when first 
   CHECK(v.grad[5] == 1.f);
 }
 
+TEST_CASE("decoder: params() lists its tensors and its attention score's in the order and names of model files") {
+  // Model files, optimizer state and gradient checks all follow this order: a change would break old model files.
+  const std::vector<std::string> core = {"embed.weight",    "init_h.weight",   "init_h.bias",    "init_c.weight",
+                                         "init_c.bias",     "gate.weight",     "gate.bias",      "lstm.weight_emb",
+                                         "lstm.weight_ctx", "lstm.weight_hh",  "lstm.bias",      "out.hidden",
+                                         "out.context",     "out.weight",      "out.bias"};
+  const std::vector<std::string> additive = {"attention.feat_proj.weight", "attention.feat_proj.bias",
+                                             "attention.query_proj.weight", "attention.v"};
+  const std::vector<std::string> baseline = {"attention.reinforce_baseline"};
+  const std::vector<std::string> combine = {"combine.weight_ctx", "combine.weight_h", "combine.bias"};
+  const std::vector<std::string> updown = {"lstm.weight_mean", "lstm2.weight_ctx", "lstm2.weight_in",
+                                           "lstm2.weight_hh",  "lstm2.bias",       "init_h2.weight",
+                                           "init_h2.bias",     "init_c2.weight",   "init_c2.bias"};
+  auto joined = [](std::initializer_list<std::vector<std::string>> parts) {
+    std::vector<std::string> out;
+    for (auto& part : parts) out.insert(out.end(), part.begin(), part.end());
+    return out;
+  };
+  struct Kind {
+    std::string attention, order;
+    std::vector<std::string> names;
+  };
+  for (const Kind& k : {Kind{"soft", "bahdanau", joined({core, additive})},
+                        Kind{"none", "bahdanau", core},
+                        Kind{"hard", "bahdanau", joined({core, baseline, additive})},
+                        Kind{"soft", "luong", joined({core, combine, additive})},
+                        Kind{"hard", "luong", joined({core, baseline, combine, additive})},
+                        Kind{"soft", "updown", joined({core, updown, additive})},
+                        Kind{"hard", "updown", joined({core, baseline, updown, additive})}}) {
+    CAPTURE(k.attention);
+    CAPTURE(k.order);
+    DecoderConfig cfg = small_config(0.f, false, "additive", k.attention);
+    cfg.order = k.order;
+    Decoder dec(cfg);
+    std::vector<std::string> names;
+    for (auto* p : dec.params()) names.push_back(p->name);
+    CHECK(names == k.names);
+  }
+  // Each attention score's after the decoder's (the local window's after its inner score's).
+  struct Score {
+    std::string attention, score;
+    bool coverage;
+    std::vector<std::string> names;
+  };
+  for (const Score& s :
+       {Score{"soft", "additive", true, joined({additive, {"attention.coverage"}})},
+        Score{"soft", "dot", false, {"attention.key_proj.weight"}},  // the features (4) are narrower than h (7)
+        Score{"soft", "general", false, {"attention.query_proj.weight"}},
+        Score{"soft", "cosine", false,
+              {"attention.feat_proj.weight", "attention.feat_proj.bias", "attention.query_proj.weight",
+               "attention.strength.weight", "attention.strength.bias"}},
+        Score{"soft", "location", false, {"attention.location.weight", "attention.location.bias"}},
+        Score{"local", "dot", false,
+              {"attention.key_proj.weight", "attention.centre.hidden", "attention.centre.weight",
+               "attention.centre.bias"}}}) {
+    CAPTURE(s.attention);
+    CAPTURE(s.score);
+    Decoder dec(small_config(0.f, s.coverage, s.score, s.attention));
+    std::vector<std::string> names;
+    for (auto* p : dec.params()) names.push_back(p->name);
+    CHECK(names == joined({core, s.names}));
+  }
+}
+
 TEST_CASE("decoder: every parameter and the features match finite differences") {
   struct Variant {
     std::string score, attention, order = "bahdanau";
