@@ -124,7 +124,7 @@ TEST_CASE("model files: save -> load -> caption gives the same words; damaged fi
   for (auto& v : planes) v = (float)rng.normal();
   {  // move the BN running statistics away from their defaults, so the round trip covers them
     std::vector<float> grid;
-    m.encoder->forward(planes.data(), 2, true, grid);
+    m.cnn->forward(planes.data(), 2, true, grid);
   }
   Mat F = m.encode(planes, 2);
   m.length_norm = 0.25;
@@ -282,7 +282,7 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
   Rng rng_a(5), rng_b(6);
   a.init(rng_a);
   b.decoder->init(rng_b);
-  auto &pa = a.encoder->params(), &pb = b.encoder->params();  // the same encoder: b's decoder was trained over a's
+  auto &pa = a.cnn->params(), &pb = b.cnn->params();  // the same encoder: b's decoder was trained over a's
   for (size_t k = 0; k < pa.size(); ++k) pb[k].value = pa[k].value;
   a.save(dir.file("a.sat"));
   b.save(dir.file("b.sat"));
@@ -334,7 +334,7 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
     d.build();
     Rng rng_d(8);
     d.decoder->init(rng_d);
-    auto& pd = d.encoder->params();
+    auto& pd = d.cnn->params();
     for (size_t k = 0; k < pa.size(); ++k) pd[k].value = pa[k].value;
     const std::string file = dir.file(std::string(kind) + ".sat");
     d.save(file);

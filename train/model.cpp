@@ -50,7 +50,7 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
 void CaptionModel::build_encoder(bool sync_encoder) {
   if (encoder_config.pretrained()) {
     if (!encoder_weights) throw Error("a pretrained encoder's weights are not set");
-    encoder.reset();
+    cnn.reset();
     tuned.reset();
     if (encoder_config.tuned())
       tuned = std::make_unique<TunableBlocks>(encoder_config.graph, *encoder_weights, encoder_config.tune_from,
@@ -59,7 +59,7 @@ void CaptionModel::build_encoder(bool sync_encoder) {
   } else {
     pretrained.reset();
     tuned.reset();
-    encoder = std::make_unique<CnnEncoder>(encoder_config);
+    cnn = std::make_unique<CnnEncoder>(encoder_config);
   }
 }
 
@@ -121,7 +121,7 @@ std::string CaptionModel::encoder_id() const {
       h = fnv1a64(t.data, (size_t)t.size() * 2, h);
     }
   } else {
-    for (auto& p : self->encoder->params()) h = fnv1a64(p.value.data(), p.value.size() * 4, h);
+    for (auto& p : self->cnn->params()) h = fnv1a64(p.value.data(), p.value.size() * 4, h);
   }
   char buf[32];
   std::snprintf(buf, sizeof buf, "%016llx", (unsigned long long)h);
@@ -129,14 +129,14 @@ std::string CaptionModel::encoder_id() const {
 }
 
 void CaptionModel::init(Rng& rng) {
-  if (encoder) encoder->init(rng);
+  if (cnn) cnn->init(rng);
   decoder->init(rng);
 }
 
 std::vector<Param*> CaptionModel::params() {
   std::vector<Param*> out;
-  if (encoder)
-    for (auto& p : encoder->params()) out.push_back(&p);
+  if (cnn)
+    for (auto& p : cnn->params()) out.push_back(&p);
   if (tuned)
     for (auto& p : tuned->params()) out.push_back(&p);
   for (auto* p : decoder->params()) out.push_back(p);
@@ -160,7 +160,7 @@ void CaptionModel::load_plane(const std::string& path, float* out) const {
 
 ImageEncoder* CaptionModel::image_encoder() const {
   if (pretrained) return pretrained.get();
-  return encoder.get();
+  return cnn.get();
 }
 
 Mat CaptionModel::encode(const float* planes, int n) {

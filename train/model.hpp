@@ -51,7 +51,7 @@ struct CaptionModel {
   void drop_int8_ranges();
   nlohmann::json info;       // provenance: training command, data, git commit, scores
   bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
-  std::unique_ptr<CnnEncoder> encoder;           // kind "cnn"
+  std::unique_ptr<CnnEncoder> cnn;               // kind "cnn": the small CNN trained with the decoder
   // kind "pretrained": the imported weights, as stored; shared with the encoder built from them (not copied: the
   // tuned units' trained weights reach it as an overlay, CaptionModel::sync_tuned).
   std::shared_ptr<const TensorFile> encoder_weights;

@@ -298,7 +298,7 @@ void load_grids(TrainRun& run, StepBuffers& buf, const StepBatch& b, bool traini
     }
   } else {
     run.train_bank.planes(b.idx, run.model->encoder_config, buf.planes);
-    run.model->encoder->forward(buf.planes.data(), n, training, buf.grid);
+    run.model->cnn->forward(buf.planes.data(), n, training, buf.grid);
   }
 }
 
@@ -378,7 +378,7 @@ std::optional<StepResult> cross_entropy_share(TrainRun& run, StepBuffers& buf, c
     if (encoder_learns) {
       // dF: one block per image, summed over its captions by the decoder
       if (run.tuned) run.tuned->backward(buf.dF.data());
-      else model.encoder->backward(buf.dF.data());
+      else model.cnn->backward(buf.dF.data());
     }
     stats[kCrossEntropySum] = loss.cross_entropy * loss.tokens;
     stats[kTokens] = (double)loss.tokens;
