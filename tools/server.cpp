@@ -10,8 +10,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/image_codecs.hpp"
-#include "seq/search.hpp"
-#include "train/model.hpp"
+#include "train/search_policy.hpp"  // the limits of the search options
 #include "vision/image.hpp"
 // Last: it includes <resolv.h>, whose `_res` macro breaks Eigen's headers (a parameter of that name)
 #include <httplib.h>
