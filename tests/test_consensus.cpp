@@ -589,3 +589,111 @@ TEST_CASE("consensus: the memory's scorer builds in the background; its errors c
   CHECK_NOTHROW(copy.ready());
   CHECK(want > 0);
 }
+
+TEST_CASE("search options: resolved against the model in one place, unset fields taking its settings") {
+  CaptionModel m;
+  m.encoder_config.input_size = 32;
+  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
+  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
+  m.decoder_config.embed_dim = 8;
+  m.decoder_config.hidden_dim = 12;
+  m.decoder_config.attn_dim = 6;
+  m.beam = 4;
+  m.length_norm = 0.7;
+  m.no_repeat_ngram = 3;
+  m.beam_diversity = {2, 1.5};
+  m.build();
+  auto error_of_options = [&](const SearchOptions& o, OptionSpelling spelling) -> std::string {
+    try {
+      resolve_search(m, o, "m.sat", spelling);
+    } catch (const Error& e) {
+      return e.what();
+    }
+    return "(no error)";
+  };
+
+  const SearchSettings stored = resolve_search(m, {}, "m.sat");
+  CHECK(stored.beam == 4);
+  CHECK(stored.length_norm == 0.7);
+  CHECK(stored.no_repeat_ngram == 3);
+  CHECK(stored.diversity.groups == 2);
+  CHECK(stored.diversity.penalty == 1.5);
+  CHECK(stored.consensus.weight == 0);
+  CHECK(stored.include == -1);
+  CHECK(stored.candidates == 0);
+  CHECK(stored_search(m, 1).beam == 1);
+  CHECK(stored_search(m, 1).length_norm == 0.7);
+
+  SearchOptions o;
+  o.beam = 6, o.length_norm = 0.0, o.no_repeat_ngram = 0, o.beam_groups = 3, o.diversity = 0.5, o.candidates = 2;
+  o.include = "Circle";  // tokenized as captions are
+  const SearchSettings given = resolve_search(m, o, "m.sat");
+  CHECK(given.beam == 6);
+  CHECK(given.length_norm == 0.0);
+  CHECK(given.no_repeat_ngram == 0);
+  CHECK(given.diversity.groups == 3);
+  CHECK(given.candidates == 2);
+  CHECK(given.include == m.vocab.id("circle"));
+
+  // Each problem, in both spellings: the library's (and the server's) and the command line's.
+  SearchOptions bad;
+  bad.beam = 0;
+  CHECK(error_of_options(bad, OptionSpelling::library) == "beam must be in [1, 100]");
+  CHECK(error_of_options(bad, OptionSpelling::command_line) == "--beam must be in [1, 100]");
+  bad = {};
+  bad.length_norm = 2.5;
+  CHECK(error_of_options(bad, OptionSpelling::library) == "length_norm must be in [0, 2]");
+  bad = {};
+  bad.no_repeat_ngram = 10;
+  CHECK(error_of_options(bad, OptionSpelling::command_line) == "--no-repeat must be in [0, 9]");
+  bad = {};
+  bad.consensus_weight = 2.0;
+  CHECK(error_of_options(bad, OptionSpelling::command_line) ==
+        "m.sat: has no caption memory for --consensus-weight (sat model memory builds one)");
+  CHECK(error_of_options(bad, OptionSpelling::library) ==
+        "m.sat: has no caption memory for consensus_weight (sat model memory builds one)");
+  bad = {};
+  bad.memory_candidates = 1;
+  CHECK(error_of_options(bad, OptionSpelling::library) ==
+        "m.sat: has no caption memory for memory_candidates (sat model memory builds one)");
+  bad = {};
+  bad.neighbours = 3;
+  CHECK(error_of_options(bad, OptionSpelling::command_line) ==
+        "m.sat: has no caption memory for --neighbours (sat model memory builds one)");
+  bad = {};
+  bad.beam = 3;  // the stored two groups do not divide three rows
+  CHECK(error_of_options(bad, OptionSpelling::library) == "beam groups must divide the beam size (3); got 2");
+  bad.beam = 1;  // greedy: no groups to check
+  CHECK(error_of_options(bad, OptionSpelling::library) == "(no error)");
+  bad = {};
+  bad.candidates = 101;
+  CHECK(error_of_options(bad, OptionSpelling::library) == "candidates must be in [0, 100]");
+  bad = {};
+  bad.include = "red circle";
+  CHECK(error_of_options(bad, OptionSpelling::command_line) == "--include takes one word, got 'red circle'");
+  bad.include = "zebra";
+  CHECK(error_of_options(bad, OptionSpelling::library) ==
+        "m.sat: does not know the word 'zebra' (include): its vocabulary has 5 words");
+  bad.include = "<end>";  // tokenized to "end", which the model does not know either; the special ids never pass
+  CHECK(error_of_options(bad, OptionSpelling::library).find("does not know the word") != std::string::npos);
+
+  // With a memory of three photos: reranking is allowed, and more neighbours or memory photos than it holds are not.
+  Rng rng(3);
+  auto memory = std::make_shared<CaptionMemory>(
+      random_memory(3, m.encoder_config.feature_dim(), rng, [](int) { return std::vector<std::string>{"a red circle"}; }));
+  memory->prepare(m.encoder_config.feature_dim(), "mem");
+  m.memory = memory;
+  SearchOptions with_memory;
+  with_memory.consensus_weight = 5.0;
+  with_memory.neighbours = 3;
+  with_memory.memory_candidates = 2;
+  const SearchSettings reranking = resolve_search(m, with_memory, "m.sat");
+  CHECK(reranking.consensus.weight == 5.0);
+  CHECK(reranking.consensus.neighbours == 3);
+  CHECK(reranking.consensus.memory_candidates == 2);
+  with_memory.neighbours = 4;
+  CHECK(error_of_options(with_memory, OptionSpelling::command_line) ==
+        "m.sat: its caption memory holds 3 photos: --neighbours 4 is more");
+  with_memory.neighbours = 0;
+  CHECK(error_of_options(with_memory, OptionSpelling::library) == "neighbours must be 1 or more");
+}
