@@ -1,14 +1,15 @@
-// sat model info / compact / set / rebase / average / ensemble / member / diff: what a model file holds, a smaller copy of it
-// for shipping, its search setting, the mean of several, several searched as one, one of those alone, and how far
-// two are apart.
+// sat model, and its subcommands on one model file: info / compact / rebase / set / memory / calibrate. What a model
+// file holds, a smaller copy of it for shipping, a copy whose recorded paths read from here, its search settings, a
+// caption memory for consensus reranking, and int8 ranges for its encoder. The subcommands over several files
+// (average, ensemble, member, diff) are in tools/cmd_model_several.cpp.
 #include <algorithm>
-#include <cmath>
 #include <cstdio>
 #include <filesystem>
 #include <map>
 #include <sys/stat.h>
 
 #include "datasets/io.hpp"
+#include "tools/cmd_model.hpp"
 #include "tools/commands.hpp"
 #include "train/captioning.hpp"
 #include "train/model.hpp"
@@ -18,13 +19,15 @@
 
 namespace sat {
 
-static long long file_bytes(const std::string& path) {
+namespace {
+
+long long file_bytes(const std::string& path) {
   struct stat st;
   return stat(path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
 }
 
 // "; consensus reranking ..." when the model has a caption memory, else nothing
-static std::string consensus_text(const CaptionModel& m) {
+std::string consensus_text(const CaptionModel& m) {
   if (!m.memory) return "";
   char text[240];
   std::snprintf(text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s)",
@@ -37,19 +40,19 @@ static std::string consensus_text(const CaptionModel& m) {
 }
 
 // "; no N-word phrase repeated" when the search blocks repeats, else nothing
-static std::string no_repeat_text(int n) {
+std::string no_repeat_text(int n) {
   return n > 0 ? "; no " + std::to_string(n) + "-word phrase repeated" : "";
 }
 
 // "; in G diverse groups (penalty P)" for a diverse beam search, else nothing
-static std::string diversity_text(int groups, double penalty) {
+std::string diversity_text(int groups, double penalty) {
   if (groups <= 1) return "";
   char text[96];
   std::snprintf(text, sizeof text, "; in %d diverse groups (penalty %g)", groups, penalty);
   return text;
 }
 
-static nlohmann::json model_summary(const std::string& path) {
+nlohmann::json model_summary(const std::string& path) {
   auto m = CaptionModel::load(path);
   const EncoderConfig& e = m->encoder_config;
   const DecoderConfig& d = m->decoder_config;
@@ -95,44 +98,94 @@ static nlohmann::json model_summary(const std::string& path) {
           {"info", m->info}};
 }
 
-// Every tensor of a model or checkpoint file as floats, by name (quantized ones dequantized), without the optimizer's
-// state (adam.*): what two training runs are compared by.
-static std::map<std::string, Param> weights_of(const std::string& path) {
-  TensorFile tf = load_safetensors(path);
-  std::map<std::string, Param> weights;
-  for (auto& [name, p] : tf.tensors)
-    if (name.rfind("adam.", 0) != 0) weights.emplace(name, std::move(p));
-  for (auto& [name, q] : tf.quantized) {
-    Param p(name, q.shape, false);
-    p.value = q.dequantize();
-    weights.emplace(name, std::move(p));
+// What `sat model info` prints from model_summary's object: the encoder, decoder, vocabulary, search and caption
+// memory.
+void print_model_summary(const std::string& path, const nlohmann::json& s) {
+  const auto& e = s["encoder"];
+  const auto& d = s["decoder"];
+  std::printf("%s: %.1f MB\n", path.c_str(), s["bytes"].get<long long>() / 1e6);
+  std::printf("encoder: %s%s, %dx%d input -> %dx%d grid of %d features\n", e["kind"].get<std::string>().c_str(),
+              e.contains("cut") ? (" cut at " + e["cut"].get<std::string>()).c_str() : "", e["input_size"].get<int>(),
+              e["input_size"].get<int>(), e["grid"][0].get<int>(), e["grid"][1].get<int>(),
+              e["feature_dim"].get<int>());
+  if (e.contains("weights"))
+    std::printf("encoder weights: %s (sha256 %s), not stored in the model: found at %s\n",
+                e["weights"]["file"].get<std::string>().c_str(), e["weights"]["sha256"].get<std::string>().c_str(),
+                e["weights"]["found"].get<std::string>().c_str());
+  if (e.contains("precision"))
+    std::printf("encoder arithmetic: %s (the model's choice: %s; --encoder-precision overrides it)\n",
+                e["precision_in_use"].get<std::string>().c_str(), e["precision"].get<std::string>().c_str());
+  if (e.contains("int8_ranges"))
+    std::printf("int8 ready: the ranges of %d activations calibrated on photos (sat model calibrate)\n",
+                e["int8_ranges"].get<int>());
+  if (e.contains("tune_from"))
+    std::printf("encoder fine-tuned after %s: %lld parameters trained with the decoder (feature caches hold %s)\n",
+                e["tune_from"].get<std::string>().c_str(), e["tuned_parameters"].get<long long>(),
+                e["tune_from"].get<std::string>().c_str());
+  std::printf("decoder: %s attention (%s score, %s order), embedding %d, hidden %d, attention %d; %lld parameters "
+              "stored as %s\n",
+              d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(),
+              d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
+              d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
+              s["decoder_storage"].get<std::string>().c_str());
+  if (s["decoders"].get<int>() > 1)
+    std::printf("ensemble of %d decoders over that encoder (word distributions averaged; the parameters above "
+                "count all of them)\n", s["decoders"].get<int>());
+  std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s%s\n",
+              s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
+              s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str(),
+              diversity_text(s["beam_groups"].get<int>(), s["diversity"].get<double>()).c_str());
+  if (!s["caption_memory"].is_null()) {
+    const auto& c = s["caption_memory"];
+    const int from_memory = c["memory_candidates"].get<int>();
+    std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos (grids "
+                "%s-pooled)%s\n",
+                c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
+                c["neighbours"].get<int>(), c["photos"].get<int>(), c["key_pooling"].get<std::string>().c_str(),
+                from_memory > 0 ? ("; the " + std::to_string(from_memory) +
+                                   " nearest photos' captions join the beam's candidates").c_str()
+                                : "");
   }
-  if (weights.empty()) fail(path, "holds no weights");
-  return weights;
 }
 
-void add_model_commands(CLI::App& app) {
-  auto* model = app.add_subcommand("model", "Model file tools: what a model holds, a compact copy for shipping, search settings, "
-                                             "averages, ensembles and their members, differences");
-  model->require_subcommand(1);
-  struct Args {
-    std::string in, out, recipe;
-    std::vector<std::string> inputs;
-    double length_norm = -1;  // < 0: unchanged
-    int beam = 0;             // 0: unchanged
-    int no_repeat = -1;       // < 0: unchanged
-    std::string precision;    // "": unchanged
-    double consensus_weight = -1;  // < 0: unchanged
-    int memory_candidates = -1;    // < 0: unchanged
-    int neighbours = 0;            // 0: unchanged
-    int beam_groups = 0;           // 0: unchanged
-    double diversity = -1;         // < 0: unchanged
+// What `sat model info` prints from a model's info object: how it was made and the scores on record.
+void print_provenance(const nlohmann::json& i) {
+  for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
+                          "ensembled", "members", "member_of", "compacted", "search_set", "caption_memory", "rebased",
+                          "started_from"}) {
+    if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
+    std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
+  }
+  if (i.contains("scores") && i["scores"].is_object()) {
+    std::printf("scores:");
+    for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_2", "BLEU-2"}, {"Bleu_3", "BLEU-3"},
+                              {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"}, {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
+      if (i["scores"].contains(key) && i["scores"][key].is_number())
+        std::printf(" %s %.4f", label, i["scores"][key].get<double>());
+    if (i["scores"].contains("images")) std::printf(" (%s images)", i["scores"]["images"].dump().c_str());
+    std::printf("\n");
+    if (i.contains("scores_command"))
+      std::printf("scores_command: %s\n", i["scores_command"].get<std::string>().c_str());
+  }
+  if (i.contains("val_scores") && i["val_scores"].is_object()) {
+    std::printf("validation scores (greedy):");
+    for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"},
+                              {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
+      if (i["val_scores"].contains(key) && i["val_scores"][key].is_number())
+        std::printf(" %s %.3f", label, i["val_scores"][key].get<double>());
+    if (i["val_scores"].contains("images")) std::printf(" (%s images)", i["val_scores"]["images"].dump().c_str());
+    std::printf("\n");
+  }
+}
+
+void add_model_info(CLI::App& model) {
+  struct InfoArgs {
+    std::string in;
     bool json = false;
   };
-  auto a = std::make_shared<Args>();
-
-  auto* info = model->add_subcommand("info", "Print a model's encoder, decoder, vocabulary and provenance "
-                                             "(training command, data, git commit, validation scores)");
+  auto a = std::make_shared<InfoArgs>();
+  auto* info = model.add_subcommand("info", "Print a model's encoder, decoder, vocabulary and provenance "
+                                            "(training command, data, git commit, validation scores)");
   info->add_option("model", a->in, "Model file (default: the bundled model)");
   info->add_flag("--json", a->json, "One JSON object instead of text");
   info->callback([a] {
@@ -142,79 +195,17 @@ void add_model_commands(CLI::App& app) {
       std::printf("%s\n", s.dump(1).c_str());
       return;
     }
-    const auto& e = s["encoder"];
-    const auto& d = s["decoder"];
-    std::printf("%s: %.1f MB\n", path.c_str(), s["bytes"].get<long long>() / 1e6);
-    std::printf("encoder: %s%s, %dx%d input -> %dx%d grid of %d features\n", e["kind"].get<std::string>().c_str(),
-                e.contains("cut") ? (" cut at " + e["cut"].get<std::string>()).c_str() : "", e["input_size"].get<int>(),
-                e["input_size"].get<int>(), e["grid"][0].get<int>(), e["grid"][1].get<int>(), e["feature_dim"].get<int>());
-    if (e.contains("weights"))
-      std::printf("encoder weights: %s (sha256 %s), not stored in the model: found at %s\n",
-                  e["weights"]["file"].get<std::string>().c_str(), e["weights"]["sha256"].get<std::string>().c_str(),
-                  e["weights"]["found"].get<std::string>().c_str());
-    if (e.contains("precision"))
-      std::printf("encoder arithmetic: %s (the model's choice: %s; --encoder-precision overrides it)\n",
-                  e["precision_in_use"].get<std::string>().c_str(), e["precision"].get<std::string>().c_str());
-    if (e.contains("int8_ranges"))
-      std::printf("int8 ready: the ranges of %d activations calibrated on photos (sat model calibrate)\n",
-                  e["int8_ranges"].get<int>());
-    if (e.contains("tune_from"))
-      std::printf("encoder fine-tuned after %s: %lld parameters trained with the decoder (feature caches hold %s)\n",
-                  e["tune_from"].get<std::string>().c_str(), e["tuned_parameters"].get<long long>(),
-                  e["tune_from"].get<std::string>().c_str());
-    std::printf("decoder: %s attention (%s score, %s order), embedding %d, hidden %d, attention %d; %lld parameters "
-                "stored as %s\n",
-                d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(),
-                d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
-                d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
-                s["decoder_storage"].get<std::string>().c_str());
-    if (s["decoders"].get<int>() > 1)
-      std::printf("ensemble of %d decoders over that encoder (word distributions averaged; the parameters above "
-                  "count all of them)\n", s["decoders"].get<int>());
-    std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s%s\n",
-                s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
-                s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str(),
-                diversity_text(s["beam_groups"].get<int>(), s["diversity"].get<double>()).c_str());
-    if (!s["caption_memory"].is_null()) {
-      const auto& c = s["caption_memory"];
-      const int from_memory = c["memory_candidates"].get<int>();
-      std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos (grids "
-                  "%s-pooled)%s\n",
-                  c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
-                  c["neighbours"].get<int>(), c["photos"].get<int>(), c["key_pooling"].get<std::string>().c_str(),
-                  from_memory > 0 ? ("; the " + std::to_string(from_memory) +
-                                     " nearest photos' captions join the beam's candidates").c_str()
-                                  : "");
-    }
-    const auto& i = s["info"];
-    for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
-                            "ensembled", "members", "member_of", "compacted", "search_set", "caption_memory", "rebased",
-                            "started_from"}) {
-      if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
-      std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
-    }
-    if (i.contains("scores") && i["scores"].is_object()) {
-      std::printf("scores:");
-      for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_2", "BLEU-2"}, {"Bleu_3", "BLEU-3"},
-                                {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"}, {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
-        if (i["scores"].contains(key) && i["scores"][key].is_number())
-          std::printf(" %s %.4f", label, i["scores"][key].get<double>());
-      if (i["scores"].contains("images")) std::printf(" (%s images)", i["scores"]["images"].dump().c_str());
-      std::printf("\n");
-      if (i.contains("scores_command")) std::printf("scores_command: %s\n", i["scores_command"].get<std::string>().c_str());
-    }
-    if (i.contains("val_scores") && i["val_scores"].is_object()) {
-      std::printf("validation scores (greedy):");
-      for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"},
-                                {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
-        if (i["val_scores"].contains(key) && i["val_scores"][key].is_number())
-          std::printf(" %s %.3f", label, i["val_scores"][key].get<double>());
-      if (i["val_scores"].contains("images")) std::printf(" (%s images)", i["val_scores"]["images"].dump().c_str());
-      std::printf("\n");
-    }
+    print_model_summary(path, s);
+    print_provenance(s["info"]);
   });
+}
 
-  auto* compact = model->add_subcommand(
+void add_model_compact(CLI::App& model) {
+  struct CompactArgs {
+    std::string in, out, recipe;
+  };
+  auto a = std::make_shared<CompactArgs>();
+  auto* compact = model.add_subcommand(
       "compact", "Write a copy whose decoder weights are stored as float16 (about half the decoder's bytes; "
                  "computation stays float32). The copy records the command that made it");
   compact->add_option("model", a->in, "Model file")->required();
@@ -229,144 +220,102 @@ void add_model_commands(CLI::App& app) {
     std::printf("%s (%.1f MB) -> %s (%.1f MB): decoder weights as float16\n", a->in.c_str(), file_bytes(a->in) / 1e6,
                 a->out.c_str(), file_bytes(a->out) / 1e6);
   });
+}
 
-  auto* average = model->add_subcommand(
-      "average", "Write a model whose weights are the mean of several models' weights (checkpoint averaging: "
-                 "e.g. the last epochs of one run, kept with sat train --keep-epochs); the result records the command");
-  average->add_option("models", a->inputs, "Model files that differ only in their weights")->required()->expected(2, -1);
-  average->add_option("--out", a->out, "Model file to write")->required();
-  average->callback([a] {
-    auto m = average_models(a->inputs);
-    m->info["averaged"] = command_line();
-    // the first model's epoch and greedy validation scores do not describe the average
-    m->info.erase("epoch");
-    m->info.erase("val_scores");
-    m->save(a->out);
-    std::printf("%zu models -> %s: weights averaged\n", a->inputs.size(), a->out.c_str());
-  });
-
-  auto* ensemble = model->add_subcommand(
-      "ensemble", "Write one model whose decoders are those of several models over the same encoder and vocabulary "
-                  "(members trained with sat train --init-from M --fresh-decoder --tune-lr 0); captioning averages "
-                  "their word distributions. The result records the command and each member's provenance");
-  ensemble->add_option("models", a->inputs, "Model files (the first one's encoder and settings are kept)")
-      ->required()
-      ->expected(2, -1);
-  ensemble->add_option("--out", a->out, "Model file to write")->required();
-  ensemble->callback([a] {
-    auto m = ensemble_models(a->inputs);  // with each member's provenance in info.members
-    m->info["ensembled"] = command_line();
-    m->save(a->out);
-    std::printf("%zu models -> %s: an ensemble of %d decoders\n", a->inputs.size(), a->out.c_str(), m->members());
-  });
-
-  auto member_index = std::make_shared<int>(1);
-  auto* member = model->add_subcommand(
-      "member", "Write one decoder of an ensemble as a model of its own (the shared encoder, vocabulary and search "
-                "settings): to score a member alone, or to ship one faster decoder. The result records where it came "
-                "from, with the member's own provenance");
-  member->add_option("model", a->in, "Ensemble model file")->required();
-  member->add_option("k", *member_index, "Which member, from 1 (the first model joined)")->required();
-  member->add_option("--out", a->out, "Model file to write")->required();
-  member->callback([a, member_index] {
-    const int k = *member_index;
-    auto m = ensemble_member(a->in, k);
-    nlohmann::json& i = m->info;
-    const nlohmann::json members = i.contains("members") ? i["members"] : nlohmann::json();
-    for (const char* key : {"members", "ensembled", "scores", "scores_command", "val_scores"}) i.erase(key);
-    if (k > 1) {  // the file's own provenance is its first member's: this member's comes from its entry
-      for (const char* key : {"command", "epoch", "averaged", "git_commit", "started_from"}) i.erase(key);
-      if (members.is_array() && (int)members.size() >= k)
-        for (const char* key : {"command", "epoch", "averaged", "git_commit"})
-          if (members[k - 1].contains(key)) i[key] = members[k - 1][key];
-    }
-    i["member_of"] = a->in + " (member " + std::to_string(k) + "): " + command_line();
-    m->save(a->out);
-    std::printf("%s member %d -> %s: one decoder\n", a->in.c_str(), k, a->out.c_str());
-  });
-
-  auto tolerance = std::make_shared<double>(1e-3);
-  auto* diff = model->add_subcommand(
-      "diff", "Compare the weights of two model or checkpoint files, e.g. a data-parallel run against one process: each "
-              "tensor's largest difference relative to its largest weight. Exit status 1 beyond --tolerance. The "
-              "optimizer's state in checkpoints is left out");
-  diff->add_option("models", a->inputs, "The two files")->required()->expected(2);
-  diff->add_option("--tolerance", *tolerance, "Largest relative difference still taken as the same weights")
-      ->capture_default_str()
-      ->check(CLI::NonNegativeNumber);
-  diff->add_flag("--json", a->json, "One JSON object: the worst tensor and every tensor's difference");
-  diff->callback([a, tolerance] {
-    const std::string& path_a = a->inputs[0];
-    const std::string& path_b = a->inputs[1];
-    std::map<std::string, Param> wa = weights_of(path_a), wb = weights_of(path_b);
-    for (auto& [name, p] : wa)
-      if (!wb.count(name)) fail(path_b, "has no tensor " + name + " (" + path_a + " has): not the same model");
-    for (auto& [name, p] : wb)
-      if (!wa.count(name)) fail(path_a, "has no tensor " + name + " (" + path_b + " has): not the same model");
-    nlohmann::json tensors = nlohmann::json::object();
-    std::string worst;
-    double worst_relative = -1, worst_absolute = 0;
-    int64_t weights = 0;
-    for (auto& [name, pa] : wa) {
-      const Param& pb = wb.at(name);
-      if (pa.shape != pb.shape)
-        fail(path_b, "tensor " + name + " is " + shape_str(pb.shape) + ", " + shape_str(pa.shape) + " in " + path_a);
-      double largest = 0, difference = 0;
-      for (int64_t i = 0; i < pa.size(); ++i) {
-        largest = std::max({largest, (double)std::fabs(pa.value[i]), (double)std::fabs(pb.value[i])});
-        // a NaN on either side is as far as it gets
-        const double d = std::fabs((double)pa.value[i] - pb.value[i]);
-        difference = std::isnan(d) ? INFINITY : std::max(difference, d);
-      }
-      const double relative = difference == 0 ? 0 : difference / std::max(largest, 1e-30);
-      tensors[name] = {{"relative", relative}, {"absolute", difference}, {"largest", largest}};
-      weights += pa.size();
-      if (relative > worst_relative) worst_relative = relative, worst_absolute = difference, worst = name;
-    }
-    const bool same = worst_relative <= *tolerance;
-    if (a->json) {
-      std::printf("%s\n", nlohmann::json{{"a", path_a}, {"b", path_b}, {"tensors", tensors.size()}, {"weights", weights},
-                                         {"worst_tensor", worst}, {"relative", worst_relative},
-                                         {"absolute", worst_absolute}, {"tolerance", *tolerance},
-                                         {"within_tolerance", same}, {"by_tensor", tensors}}
-                               .dump(1)
-                               .c_str());
-    } else {
-      std::printf("%s vs %s: %zu tensors, %lld weights; largest difference %.3g of the tensor's largest weight, in %s "
-                  "(absolute %.3g): %s the tolerance %g\n",
-                  path_a.c_str(), path_b.c_str(), tensors.size(), (long long)weights, worst_relative, worst.c_str(),
-                  worst_absolute, same ? "within" : "BEYOND", *tolerance);
-    }
-    if (!same) throw CLI::RuntimeError(1);
-  });
-
-  auto ran_in = std::make_shared<std::string>();
-  auto* rebase = model->add_subcommand(
+void add_model_rebase(CLI::App& model) {
+  struct RebaseArgs {
+    std::string in, ran_in, out;
+  };
+  auto a = std::make_shared<RebaseArgs>();
+  auto* rebase = model.add_subcommand(
       "rebase", "Write a copy whose recorded paths read from this folder: for a model trained (or averaged, compacted, "
                 "joined) in another folder, such as a run started inside runs/x, whose commands name paths from there. "
                 "Every relative path on record that names a file or folder under --ran-in is rewritten, and every "
                 "absolute path inside this folder becomes relative to it; the copy records the command");
   rebase->add_option("model", a->in, "Model file")->required();
-  rebase->add_option("--ran-in", *ran_in, "The folder the model's recorded commands ran in, from here")->required();
+  rebase->add_option("--ran-in", a->ran_in, "The folder the model's recorded commands ran in, from here")->required();
   rebase->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
-  rebase->callback([a, ran_in] {
-    if (!is_directory(*ran_in)) fail(*ran_in, "is not a folder (--ran-in)");
+  rebase->callback([a] {
+    if (!is_directory(a->ran_in)) fail(a->ran_in, "is not a folder (--ran-in)");
     auto m = CaptionModel::load(a->in);
     std::vector<std::pair<std::string, std::string>> rewrites;
-    m->info = rebase_recorded_paths(m->info, *ran_in, file_exists, &rewrites, std::filesystem::current_path().string());
+    m->info =
+        rebase_recorded_paths(m->info, a->ran_in, file_exists, &rewrites, std::filesystem::current_path().string());
     m->info["rebased"] = command_line();
     m->save(a->out);
     std::printf("%s -> %s: %zu recorded path%s rebased from %s\n", a->in.c_str(), a->out.c_str(), rewrites.size(),
-                rewrites.size() == 1 ? "" : "s", ran_in->c_str());
+                rewrites.size() == 1 ? "" : "s", a->ran_in.c_str());
     for (const auto& [from, to] : rewrites) std::printf("  %s -> %s\n", from.c_str(), to.c_str());
   });
+}
 
-  auto* set = model->add_subcommand("set", "Write a copy with different search settings (the weights are unchanged); "
-                                           "the copy records the command that set them");
+struct SetArgs {
+  std::string in, out;
+  double length_norm = -1;  // < 0: unchanged
+  int beam = 0;             // 0: unchanged
+  int no_repeat = -1;       // < 0: unchanged
+  std::string precision;    // "": unchanged
+  double consensus_weight = -1;  // < 0: unchanged
+  int memory_candidates = -1;    // < 0: unchanged
+  int neighbours = 0;            // 0: unchanged
+  int beam_groups = 0;           // 0: unchanged
+  double diversity = -1;         // < 0: unchanged
+};
+
+// Writes a copy of the model with the settings given changed, after checking that the model can use them.
+void set_search_settings(const SetArgs& a) {
+  if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.consensus_weight < 0 &&
+      a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 && a.diversity < 0)
+    throw CLI::RequiredError("--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
+                             "--neighbours, --memory-candidates, --beam-groups or --diversity");
+  std::optional<PrecisionChoice> precision;
+  if (!a.precision.empty()) precision = parse_precision(a.precision);
+  auto m = CaptionModel::load(a.in);
+  if ((a.consensus_weight >= 0 || a.neighbours > 0 || a.memory_candidates >= 0) && !m->memory)
+    fail(a.in, "has no caption memory (sat model memory builds one; --consensus-weight, --neighbours and "
+               "--memory-candidates set its use)");
+  if (a.neighbours > m->memory_photos())
+    fail(a.in, "its caption memory holds " + std::to_string(m->memory_photos()) + " photos: --neighbours " +
+                   std::to_string(a.neighbours) + " is more");
+  if (a.consensus_weight >= 0) m->consensus.weight = a.consensus_weight;
+  if (a.neighbours > 0) m->consensus.neighbours = a.neighbours;
+  if (a.memory_candidates >= 0) m->consensus.memory_candidates = a.memory_candidates;
+  if (precision) {
+    if (!m->encoder_config.pretrained()) fail(a.in, "has no pretrained encoder (--encoder-precision is for those)");
+    if (*precision == PrecisionChoice::int8 && m->encoder_int8_ranges.empty())
+      fail(a.in, "has no int8 activation ranges (sat model calibrate writes a copy with them)");
+    m->encoder_precision = *precision;
+  }
+  if (a.length_norm >= 0) m->length_norm = a.length_norm;
+  if (a.beam > 0) m->beam = a.beam;
+  if (a.no_repeat >= 0) m->no_repeat_ngram = a.no_repeat;
+  if (a.beam_groups > 0) m->beam_diversity.groups = a.beam_groups;
+  if (a.diversity >= 0) m->beam_diversity.penalty = a.diversity;
+  try {
+    check_diversity(m->beam_diversity, m->beam);
+  } catch (const Error& e) {
+    fail(a.in, e.what());
+  }
+  // each setting's command stays on record
+  std::string before = m->info.value("search_set", "");
+  m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
+  m->save(a.out);
+  std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s%s%s\n", a.in.c_str(), a.out.c_str(),
+              m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(),
+              diversity_text(m->beam_diversity.groups, m->beam_diversity.penalty).c_str(), consensus_text(*m).c_str(),
+              m->encoder_config.pretrained()
+                  ? ("; encoder arithmetic " + std::string(precision_name(m->encoder_precision))).c_str()
+                  : "");
+}
+
+void add_model_set(CLI::App& model) {
+  auto a = std::make_shared<SetArgs>();
+  auto* set = model.add_subcommand("set", "Write a copy with different search settings (the weights are unchanged); "
+                                          "the copy records the command that set them");
   set->add_option("model", a->in, "Model file")->required();
   set->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
-  set->add_option("--length-norm", a->length_norm, "Beam search ranks finished captions by log p / words^A "
-                                                   "(1: per-word mean, 0: plain log-probability); choose it on dev data")
+  set->add_option("--length-norm", a->length_norm, "Beam search ranks finished captions by log p / words^A (1: "
+                                                   "per-word mean, 0: plain log-probability); choose it on dev data")
       ->check(CLI::Range(0.0, 2.0));
   set->add_option("--beam", a->beam, "The beam width captioning uses when none is asked for (1: greedy); choose it "
                                      "on dev data")
@@ -392,68 +341,58 @@ void add_model_commands(CLI::App& app) {
   set->add_option("--diversity", a->diversity, "Diverse beam search: what a word an earlier group took at the same "
                                                "step costs a later group (log p units)")
       ->check(CLI::Range(0.0, kMaxDiversityPenalty));
-  set->callback([a] {
-    if (a->length_norm < 0 && a->beam == 0 && a->no_repeat < 0 && a->precision.empty() && a->consensus_weight < 0 &&
-        a->neighbours == 0 && a->memory_candidates < 0 && a->beam_groups == 0 && a->diversity < 0)
-      throw CLI::RequiredError("--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
-                               "--neighbours, --memory-candidates, --beam-groups or --diversity");
-    std::optional<PrecisionChoice> precision;
-    if (!a->precision.empty()) precision = parse_precision(a->precision);
-    auto m = CaptionModel::load(a->in);
-    if ((a->consensus_weight >= 0 || a->neighbours > 0 || a->memory_candidates >= 0) && !m->memory)
-      fail(a->in, "has no caption memory (sat model memory builds one; --consensus-weight, --neighbours and "
-                  "--memory-candidates set its use)");
-    if (a->neighbours > m->memory_photos())
-      fail(a->in, "its caption memory holds " + std::to_string(m->memory_photos()) + " photos: --neighbours " +
-                      std::to_string(a->neighbours) + " is more");
-    if (a->consensus_weight >= 0) m->consensus.weight = a->consensus_weight;
-    if (a->neighbours > 0) m->consensus.neighbours = a->neighbours;
-    if (a->memory_candidates >= 0) m->consensus.memory_candidates = a->memory_candidates;
-    if (precision) {
-      if (!m->encoder_config.pretrained()) fail(a->in, "has no pretrained encoder (--encoder-precision is for those)");
-      if (*precision == PrecisionChoice::int8 && m->encoder_int8_ranges.empty())
-        fail(a->in, "has no int8 activation ranges (sat model calibrate writes a copy with them)");
-      m->encoder_precision = *precision;
-    }
-    if (a->length_norm >= 0) m->length_norm = a->length_norm;
-    if (a->beam > 0) m->beam = a->beam;
-    if (a->no_repeat >= 0) m->no_repeat_ngram = a->no_repeat;
-    if (a->beam_groups > 0) m->beam_diversity.groups = a->beam_groups;
-    if (a->diversity >= 0) m->beam_diversity.penalty = a->diversity;
-    try {
-      check_diversity(m->beam_diversity, m->beam);
-    } catch (const Error& e) {
-      fail(a->in, e.what());
-    }
-    // each setting's command stays on record
-    std::string before = m->info.value("search_set", "");
-    m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
-    m->save(a->out);
-    std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s%s%s\n", a->in.c_str(), a->out.c_str(),
-                m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(),
-                diversity_text(m->beam_diversity.groups, m->beam_diversity.penalty).c_str(), consensus_text(*m).c_str(),
-                m->encoder_config.pretrained()
-                    ? ("; encoder arithmetic " + std::string(precision_name(m->encoder_precision))).c_str()
-                    : "");
-  });
+  set->callback([a] { set_search_settings(*a); });
+}
 
-  struct MemoryArgs {
-    std::string in, out, data, images, split, features;
-    int neighbours = 60;  // the defaults: chosen on Flickr8k's dev photos for the shipped model (README)
-    double weight = 12;
-    std::string pooling = "mean";
-  };
+struct MemoryArgs {
+  std::string in, out, data, images, split, features;
+  int neighbours = 60;  // the defaults: chosen on Flickr8k's dev photos for the shipped model (README)
+  double weight = 12;
+  std::string pooling = "mean";
+};
+
+// Writes a copy of the model holding a caption memory of the split's photos, consensus reranking set to use it.
+void write_caption_memory(const MemoryArgs& mem) {
+  const KeyPooling pooling = parse_key_pooling(mem.pooling);
+  auto m = CaptionModel::load(mem.in);
+  CaptionSet set = load_caption_set(mem.data, mem.images, mem.split);
+  std::unique_ptr<FeatureCache> cache;
+  if (!mem.features.empty()) {
+    cache = std::make_unique<FeatureCache>(mem.features);
+    std::vector<std::string> names;
+    for (auto& img : set.images) names.push_back(img.file_name);
+    cache->require(m->encoder_id(), names);
+  }
+  auto built = build_caption_memory(*m, set, cache.get(), pooling);
+  if (mem.neighbours > built->photos())
+    throw Error("--neighbours " + std::to_string(mem.neighbours) + " is more than the " +
+                std::to_string(built->photos()) + " photos of " + mem.split);
+  built->prepare(m->encoder_config.feature_dim(), mem.split);
+  built->ready();  // what building the scorer throws, before the file is written
+  m->memory = built;
+  m->consensus = {mem.neighbours, mem.weight};
+  m->info["caption_memory"] = command_line();
+  m->save(mem.out);
+  size_t captions = 0;
+  for (auto& c : built->captions) captions += c.size();
+  std::printf("%s -> %s: caption memory of %d photos, %zu captions%s\n", mem.in.c_str(), mem.out.c_str(),
+              built->photos(), captions, consensus_text(*m).c_str());
+}
+
+void add_model_memory(CLI::App& model) {
   auto mem = std::make_shared<MemoryArgs>();
-  auto* memory = model->add_subcommand(
-      "memory", "Write a copy holding a caption memory for consensus reranking: each training photo's pooled grid vector "
-                "and its captions. Beam search then keeps the candidate with the best score + W x CIDEr-D against "
-                "the captions of the photo's K nearest memory photos (Devlin et al. 2015). Build it from the training "
-                "split only, and choose W and K on dev data");
+  auto* memory = model.add_subcommand(
+      "memory", "Write a copy holding a caption memory for consensus reranking: each training photo's pooled grid "
+                "vector and its captions. Beam search then keeps the candidate with the best score + W x CIDEr-D "
+                "against the captions of the photo's K nearest memory photos (Devlin et al. 2015). Build it from the "
+                "training split only, and choose W and K on dev data");
   memory->add_option("model", mem->in, "Model file")->required();
-  memory->add_option("--data", mem->data, "The photos and their captions: a data dir, COCO captions JSON or captions.csv")
+  memory->add_option("--data", mem->data, "The photos and their captions: a data dir, COCO captions JSON or "
+                                          "captions.csv")
       ->required();
   memory->add_option("--images", mem->images, "Image folder when --data is a JSON/CSV file");
-  memory->add_option("--split", mem->split, "Only these image file names (one per line): the training split")->required();
+  memory->add_option("--split", mem->split, "Only these image file names (one per line): the training split")
+      ->required();
   memory->add_option("--features", mem->features, "Read the photos' grids from this cache (sat extract; the one the "
                                                    "model trained on) instead of encoding them");
   memory->add_option("--neighbours", mem->neighbours, "K")->capture_default_str()->check(CLI::PositiveNumber);
@@ -464,44 +403,53 @@ void add_model_commands(CLI::App& app) {
                                                 "cells), max, or gem (the generalized mean of order 3); the search "
                                                 "pools each photo the same way")
       ->capture_default_str();
-  memory->add_option("--out", mem->out, "Model file to write (may be the input: it is replaced atomically)")->required();
-  memory->callback([mem] {
-    const KeyPooling pooling = parse_key_pooling(mem->pooling);
-    auto m = CaptionModel::load(mem->in);
-    CaptionSet set = load_caption_set(mem->data, mem->images, mem->split);
-    std::unique_ptr<FeatureCache> cache;
-    if (!mem->features.empty()) {
-      cache = std::make_unique<FeatureCache>(mem->features);
-      std::vector<std::string> names;
-      for (auto& img : set.images) names.push_back(img.file_name);
-      cache->require(m->encoder_id(), names);
-    }
-    auto built = build_caption_memory(*m, set, cache.get(), pooling);
-    if (mem->neighbours > built->photos())
-      throw Error("--neighbours " + std::to_string(mem->neighbours) + " is more than the " +
-                  std::to_string(built->photos()) + " photos of " + mem->split);
-    built->prepare(m->encoder_config.feature_dim(), mem->split);
-    built->ready();  // what building the scorer throws, before the file is written
-    m->memory = built;
-    m->consensus = {mem->neighbours, mem->weight};
-    m->info["caption_memory"] = command_line();
-    m->save(mem->out);
-    size_t captions = 0;
-    for (auto& c : built->captions) captions += c.size();
-    std::printf("%s -> %s: caption memory of %d photos, %zu captions%s\n", mem->in.c_str(), mem->out.c_str(),
-                built->photos(), captions, consensus_text(*m).c_str());
-  });
+  memory->add_option("--out", mem->out, "Model file to write (may be the input: it is replaced atomically)")
+      ->required();
+  memory->callback([mem] { write_caption_memory(*mem); });
+}
 
-  struct CalibrateArgs {
-    std::string in, out, data, images, split;
-    int photos = 64;
-    size_t per_node = 262144;
-  };
+struct CalibrateArgs {
+  std::string in, out, data, images, split;
+  int photos = 64;
+  size_t per_node = 262144;
+};
+
+// Writes a copy of the model with the int8 ranges of its encoder's activations, chosen from photos spread evenly over
+// the split.
+void calibrate_int8(const CalibrateArgs& cal) {
+  auto m = CaptionModel::load(cal.in, "", PrecisionChoice::f32);
+  if (!m->encoder_config.pretrained()) fail(cal.in, "has no pretrained encoder (int8 is for those)");
+  for (auto& node : m->encoder_config.graph.nodes)
+    if (node.op == "concat") fail(cal.in, "its encoder concatenates (int8 runs ResNet v2 trunks only)");
+  CaptionSet set = load_caption_set(cal.data, cal.images, cal.split);
+  if (set.images.empty()) fail(cal.split.empty() ? cal.data : cal.split, "holds no photos");
+  const int photos = std::min<int>(cal.photos, (int)set.images.size());
+  std::vector<std::string> paths;
+  for (int k = 0; k < photos; ++k) paths.push_back(set.image_path(set.images[(size_t)k * set.images.size() / photos]));
+  std::map<std::string, std::vector<float>> samples;
+  const size_t per_photo = std::max<size_t>(1, cal.per_node / photos);
+  const int batch = 8;
+  for (int start = 0; start < photos; start += batch) {
+    const std::vector<std::string> chunk(paths.begin() + start, paths.begin() + std::min(photos, start + batch));
+    const std::vector<float> planes = m->load_planes(chunk);
+    m->pretrained->sample_activations(planes.data(), (int)chunk.size(), samples, per_photo * chunk.size());
+  }
+  m->encoder_int8_ranges = choose_int8_ranges(samples);
+  m->info["int8_calibration"] = command_line();
+  m->save(cal.out);
+  std::printf("%s -> %s: int8 ranges of %zu activations from %d photos of %s (use: --encoder-precision int8, or "
+              "sat model set --encoder-precision int8)\n",
+              cal.in.c_str(), cal.out.c_str(), m->encoder_int8_ranges.size(), photos,
+              (cal.split.empty() ? cal.data : cal.split).c_str());
+}
+
+void add_model_calibrate(CLI::App& model) {
   auto cal = std::make_shared<CalibrateArgs>();
-  auto* calibrate = model->add_subcommand(
+  auto* calibrate = model.add_subcommand(
       "calibrate", "Write a copy that can run its pretrained encoder in int8 (--encoder-precision int8): the range of "
                    "each 8-bit activation, chosen from the float32 encoder's activations on photos (for each, the "
-                   "clip that quantizes its sampled values with the least squared error). Calibrate on training photos");
+                   "clip that quantizes its sampled values with the least squared error). Calibrate on training "
+                   "photos");
   calibrate->add_option("model", cal->in, "Model file (a pretrained encoder: ResNet v2)")->required();
   calibrate->add_option("--data", cal->data, "The photos: a data dir, COCO captions JSON or captions.csv")->required();
   calibrate->add_option("--images", cal->images, "Image folder when --data is a JSON/CSV file");
@@ -510,33 +458,28 @@ void add_model_commands(CLI::App& app) {
   calibrate->add_option("--photos", cal->photos, "How many photos, spread evenly over the split")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
-  calibrate->add_option("--out", cal->out, "Model file to write (may be the input: it is replaced atomically)")->required();
-  calibrate->callback([cal] {
-    auto m = CaptionModel::load(cal->in, "", PrecisionChoice::f32);
-    if (!m->encoder_config.pretrained()) fail(cal->in, "has no pretrained encoder (int8 is for those)");
-    for (auto& node : m->encoder_config.graph.nodes)
-      if (node.op == "concat") fail(cal->in, "its encoder concatenates (int8 runs ResNet v2 trunks only)");
-    CaptionSet set = load_caption_set(cal->data, cal->images, cal->split);
-    if (set.images.empty()) fail(cal->split.empty() ? cal->data : cal->split, "holds no photos");
-    const int photos = std::min<int>(cal->photos, (int)set.images.size());
-    std::vector<std::string> paths;
-    for (int k = 0; k < photos; ++k) paths.push_back(set.image_path(set.images[(size_t)k * set.images.size() / photos]));
-    std::map<std::string, std::vector<float>> samples;
-    const size_t per_photo = std::max<size_t>(1, cal->per_node / photos);
-    const int batch = 8;
-    for (int start = 0; start < photos; start += batch) {
-      const std::vector<std::string> chunk(paths.begin() + start, paths.begin() + std::min(photos, start + batch));
-      const std::vector<float> planes = m->load_planes(chunk);
-      m->pretrained->sample_activations(planes.data(), (int)chunk.size(), samples, per_photo * chunk.size());
-    }
-    m->encoder_int8_ranges = choose_int8_ranges(samples);
-    m->info["int8_calibration"] = command_line();
-    m->save(cal->out);
-    std::printf("%s -> %s: int8 ranges of %zu activations from %d photos of %s (use: --encoder-precision int8, or "
-                "sat model set --encoder-precision int8)\n",
-                cal->in.c_str(), cal->out.c_str(), m->encoder_int8_ranges.size(), photos,
-                (cal->split.empty() ? cal->data : cal->split).c_str());
-  });
+  calibrate->add_option("--out", cal->out, "Model file to write (may be the input: it is replaced atomically)")
+      ->required();
+  calibrate->callback([cal] { calibrate_int8(*cal); });
+}
+
+}  // namespace
+
+void add_model_commands(CLI::App& app) {
+  auto* model = app.add_subcommand("model", "Model file tools: what a model holds, a compact copy for shipping, search "
+                                            "settings, averages, ensembles and their members, differences");
+  model->require_subcommand(1);
+  // in this order in the help
+  add_model_info(*model);
+  add_model_compact(*model);
+  add_model_average(*model);
+  add_model_ensemble(*model);
+  add_model_member(*model);
+  add_model_diff(*model);
+  add_model_rebase(*model);
+  add_model_set(*model);
+  add_model_memory(*model);
+  add_model_calibrate(*model);
 }
 
 }  // namespace sat
