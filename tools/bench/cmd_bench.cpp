@@ -1,6 +1,6 @@
 // sat bench, and its benches of decoder training: decoder / cache. A decoder training step (alone or under mpirun) and
-// training from a feature cache larger than RAM. The others are in tools/cmd_bench_eval.cpp (search, metrics) and
-// tools/cmd_bench_encoder.cpp (cnn, encoder, tune).
+// training from a feature cache larger than RAM. The others are in tools/bench/cmd_bench_eval.cpp (search, metrics) and
+// tools/bench/cmd_bench_encoder.cpp (cnn, encoder, tune).
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -11,9 +11,9 @@
 
 #include "datasets/features.hpp"
 #include "seq/decoder.hpp"
-#include "tools/bench_products.hpp"
-#include "tools/cmd_bench.hpp"
-#include "tools/commands.hpp"
+#include "tools/bench/bench_products.hpp"
+#include "tools/bench/cmd_bench.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/data_parallel.hpp"
 #include "train/optimizer.hpp"
 #include "vision/onednn.hpp"

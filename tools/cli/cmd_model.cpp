@@ -1,7 +1,7 @@
 // sat model, and its subcommands on one model file: info / compact / rebase / set / memory / calibrate. What a model
 // file holds, a smaller copy of it for shipping, a copy whose recorded paths read from here, its search settings, a
 // caption memory for consensus reranking, and int8 ranges for its encoder. The subcommands over several files
-// (average, ensemble, member, diff) are in tools/cmd_model_several.cpp.
+// (average, ensemble, member, diff) are in tools/cli/cmd_model_several.cpp.
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
@@ -9,11 +9,10 @@
 #include <sys/stat.h>
 
 #include "datasets/io.hpp"
-#include "tools/cmd_model.hpp"
-#include "tools/commands.hpp"
+#include "tools/cli/cmd_model.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/captioning.hpp"
 #include "train/model.hpp"
-#include "train/model_surgery.hpp"
 #include "train/recorded_paths.hpp"
 #include "train/trainer.hpp"
 

@@ -6,7 +6,7 @@ The peers run torchvision's inception_v3 up to Mixed_6c (the same architecture a
 it rejects exports whose biases are all zero (the exporter merges identical tensors), so batch-norm statistics are
 randomized first. Needs Debian's python3-torch, python3-torchvision, python3-opencv, libopenblas0-pthread.
 
-usage: /usr/bin/python3 tools/bench-encoder-peers.py [--sat build/sat] [--seconds 20] [--rounds 1]
+usage: /usr/bin/python3 tools/peers/bench-encoder-peers.py [--sat build/sat] [--seconds 20] [--rounds 1]
 """
 import argparse
 import json

@@ -2,13 +2,13 @@
 """Trains the soft-attention decoder in PyTorch 1.13 on a sat feature cache, so sat's Flickr8k scores and training
 speed can be checked against the same model written the way the PyTorch tutorials write it.
 
-The model is the one tools/bench-decoder-peer.py times (init MLP from the mean feature, additive attention, scalar
+The model is the one tools/peers/bench-decoder-peer.py times (init MLP from the mean feature, additive attention, scalar
 gate beta, deep output, dropout 0.5, doubly stochastic penalty); the recipe is the one tools/compare-attention.py
 gives sat's "soft" row on Flickr8k: the same feature cache, vocabulary rule (words seen 5+ times, sat's tokenizer
 rule), captions cut at 20 words, 16 photos x 5 captions per step, Adam 5e-4 x 0.9 per epoch, clipping at 5, 3 epochs.
 It then captions the dev photos greedily and writes a COCO results file; score it with sat's metrics:
 
-  /usr/bin/python3 tools/train-decoder-peer.py --flickr8k ../shared/data/flickr8k --features f8k_mixed5_299.feat \
+  /usr/bin/python3 tools/peers/train-decoder-peer.py --flickr8k ../shared/data/flickr8k --features f8k_mixed5_299.feat \
       --out runs/peer --embed 256 --hidden 256 --attn 256 --epochs 3 --threads 1
   build/sat eval --results runs/peer/dev_results.json --refs ../shared/data/flickr8k/captions.csv
 

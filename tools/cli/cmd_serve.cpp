@@ -1,8 +1,8 @@
-// sat serve: the HTTP server (tools/server.hpp) over one loaded model.
+// sat serve: the HTTP server (tools/cli/server.hpp) over one loaded model.
 #include <memory>
 
-#include "tools/commands.hpp"
-#include "tools/server.hpp"
+#include "tools/cli/commands.hpp"
+#include "tools/cli/server.hpp"
 #include "vision/pretrained.hpp"
 
 namespace sat {

@@ -1,5 +1,5 @@
-// The model subcommands over several model files (tools/cmd_model_several.cpp), which add_model_commands
-// (tools/cmd_model.cpp) registers among those on one file.
+// The model subcommands over several model files (tools/cli/cmd_model_several.cpp), which add_model_commands
+// (tools/cli/cmd_model.cpp) registers among those on one file.
 #pragma once
 #include <CLI/CLI.hpp>
 

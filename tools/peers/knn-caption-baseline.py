@@ -4,7 +4,7 @@
 Each image of the evaluation split gets a training caption: among the captions of its 10 nearest training images
 (cosine of the mean-pooled grid), the one that agrees most with the others (word-set Jaccard). Score the result
 with sat eval. Usage (numpy; Debian's /usr/bin/python3):
-  tools/knn-caption-baseline.py CACHE DATA_DIR TRAIN_LIST EVAL_LIST OUT.json
+  tools/peers/knn-caption-baseline.py CACHE DATA_DIR TRAIN_LIST EVAL_LIST OUT.json
   build/sat eval --results OUT.json --refs DATA_DIR/captions.csv
 """
 import csv

@@ -1,6 +1,6 @@
 #include <cstdio>
 
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/data_parallel.hpp"
 #include "train/trainer.hpp"
 

@@ -6,9 +6,10 @@
 #include <map>
 
 #include "datasets/safetensors.hpp"
-#include "tools/cmd_model.hpp"
-#include "tools/commands.hpp"
+#include "tools/cli/cmd_model.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/model.hpp"
+#include "train/model_surgery.hpp"
 
 namespace sat {
 

@@ -1,4 +1,4 @@
-#include "tools/server.hpp"
+#include "tools/cli/server.hpp"
 
 #include <algorithm>
 #include <atomic>

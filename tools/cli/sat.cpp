@@ -7,7 +7,7 @@
 
 #include "datasets/io.hpp"
 #include "datasets/shipped.hpp"
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 #include "vision/pretrained.hpp"
 
 namespace sat {

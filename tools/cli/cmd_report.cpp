@@ -3,7 +3,7 @@
 #include <memory>
 
 #include "datasets/io.hpp"
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/progress.hpp"
 #include "train/report.hpp"
 #include "train/trainer.hpp"

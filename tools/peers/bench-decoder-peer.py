@@ -7,7 +7,7 @@ tanh(E y + L_h h + L_z z) -> vocabulary, dropout 0.5 on h and on the deep output
 cross-entropy, gradient clipping, Adam. Written the way the popular PyTorch tutorials write it (LSTMCell loop,
 teacher forcing). Features are frozen (from a cache): no gradient flows into them, in either implementation.
 
-usage: /usr/bin/python3 tools/bench-decoder-peer.py [--sat build/sat] [--iters 5] [--threads 2]
+usage: /usr/bin/python3 tools/peers/bench-decoder-peer.py [--sat build/sat] [--iters 5] [--threads 2]
 Needs Debian's python3-torch and libopenblas0-pthread.
 """
 import argparse

@@ -8,9 +8,9 @@
 
 #include "seq/decoder.hpp"
 #include "seq/search.hpp"
-#include "tools/bench_products.hpp"
-#include "tools/cmd_bench.hpp"
-#include "tools/commands.hpp"
+#include "tools/bench/bench_products.hpp"
+#include "tools/bench/cmd_bench.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/evaluate.hpp"
 #include "train/model.hpp"
 #include "train/meteor.hpp"

@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """Times fine-tuning InceptionV3's mixed6-mixed7 on cached mixed5 grids in PyTorch 1.13 (forward and backward, the
-blocks built from the same encoder file with batch norm folded, as tools/train-decoder-peer.py --tune runs them) and
+blocks built from the same encoder file with batch norm folded, as tools/peers/train-decoder-peer.py --tune runs them) and
 `sat bench tune` back to back, and prints the ratio.
 
-  /usr/bin/python3 tools/bench-tune-peer.py [--sat build/sat] [--batch 16] [--threads 1] [--iters 5]
+  /usr/bin/python3 tools/peers/bench-tune-peer.py [--sat build/sat] [--batch 16] [--threads 1] [--iters 5]
 
 Needs Debian's python3-torch and libopenblas0-pthread.
 """
@@ -22,8 +22,8 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--sat", default=os.path.join(HERE, "..", "build", "sat"))
-    ap.add_argument("--encoder", default=os.path.join(HERE, "..", "models", "inception_v3.sat"))
+    ap.add_argument("--sat", default=os.path.join(HERE, "..", "..", "build", "sat"))
+    ap.add_argument("--encoder", default=os.path.join(HERE, "..", "..", "models", "inception_v3.sat"))
     ap.add_argument("--batch", type=int, default=16)
     ap.add_argument("--threads", type=int, default=1)
     ap.add_argument("--iters", type=int, default=5)

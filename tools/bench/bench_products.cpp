@@ -1,7 +1,7 @@
 // sat bench decoder --products: the matrix products of one decoder training step alone, with the shapes, layouts,
 // Eigen calls and threading the decoder uses, and nothing else (no activations, softmax, dropout or Adam). Its time is
 // a floor for the whole step: what the step would take if all elementwise work were free.
-#include "tools/bench_products.hpp"
+#include "tools/bench/bench_products.hpp"
 
 #include <algorithm>
 #include <chrono>

@@ -7,8 +7,8 @@
 #include <map>
 #include <oneapi/dnnl/dnnl.h>
 
-#include "tools/cmd_bench.hpp"
-#include "tools/commands.hpp"
+#include "tools/bench/cmd_bench.hpp"
+#include "tools/cli/commands.hpp"
 #include "vision/cnn.hpp"
 #include "vision/onednn.hpp"
 #include "vision/pretrained.hpp"

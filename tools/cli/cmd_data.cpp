@@ -3,7 +3,7 @@
 
 #include "datasets/coco.hpp"
 #include "datasets/io.hpp"
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 
 namespace sat {
 

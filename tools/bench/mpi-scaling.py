@@ -9,9 +9,9 @@ the backward pass, so its step is compute + allreduce; an implementation that ov
 pass would hide it once a node's share of the batch takes longer to compute than the sum takes to move, which gives
 the per-node batch printed last.
 
-  tools/mpi-scaling.py                      # the benchmark shape (bench decoder's defaults: B 64, 14x14x512, 512, V 3000)
-  tools/mpi-scaling.py --quick              # a small shape, seconds: checks that the script works
-  tools/mpi-scaling.py -- --batch 80 --grid 14 --features 1024 --per-image 5   # any bench decoder flags after --
+  tools/bench/mpi-scaling.py                      # the benchmark shape (bench decoder's defaults: B 64, 14x14x512, 512, V 3000)
+  tools/bench/mpi-scaling.py --quick              # a small shape, seconds: checks that the script works
+  tools/bench/mpi-scaling.py -- --batch 80 --grid 14 --features 1024 --per-image 5   # any bench decoder flags after --
 """
 import argparse
 import json
@@ -46,7 +46,7 @@ def duration(seconds):
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--sat", default=os.path.join(os.path.dirname(__file__), "..", "build", "sat"))
+    parser.add_argument("--sat", default=os.path.join(os.path.dirname(__file__), "..", "..", "build", "sat"))
     parser.add_argument("--iters", type=int, default=5, help="timed steps per measurement (after one warm-up)")
     parser.add_argument("--quick", action="store_true", help="a small shape: seconds, to check the script")
     parser.add_argument("--node-batch", type=int, default=0,

@@ -8,7 +8,7 @@ layer tanh(E y + L_h h + L_z z) -> log-softmax over the vocabulary, under torch.
 sat's model (sat bench search --json gives them; the default model: L = 196 locations of D = 1024 channels,
 E = H = A = 512, V = 2538 words). Both sides time 16 steps from a fresh state and report the mean step.
 
-usage: /usr/bin/python3 tools/bench-search-peer.py [--sat build/sat] [--model M] [--beam 10] [--seconds 3] [--threads 2]
+usage: /usr/bin/python3 tools/peers/bench-search-peer.py [--sat build/sat] [--model M] [--beam 10] [--seconds 3] [--threads 2]
 Needs Debian's python3-torch and libopenblas0-pthread.
 """
 import argparse
@@ -23,7 +23,7 @@ import torch
 
 
 def training_peer():
-    """tools/bench-decoder-peer.py as a module: its Decoder holds the same layers."""
+    """tools/peers/bench-decoder-peer.py as a module: its Decoder holds the same layers."""
     path = os.path.join(os.path.dirname(os.path.abspath(__file__)), "bench-decoder-peer.py")
     spec = importlib.util.spec_from_file_location("bench_decoder_peer", path)
     module = importlib.util.module_from_spec(spec)

@@ -4,9 +4,9 @@ timeout; prints throughput and p50/p99 latency. By default it starts the server 
 (--max-batch 8) and one image at a time (--max-batch 1), then captions photos one `sat caption` call at a time, and
 prints the three side by side.
 
-  tools/serve-load.py --sat build/sat --model models/flickr8k-inception.sat --photos ../shared/data/flickr8k/images \
+  tools/bench/serve-load.py --sat build/sat --model models/flickr8k-inception.sat --photos ../shared/data/flickr8k/images \
       --requests 200 --clients 8
-  tools/serve-load.py --url http://127.0.0.1:8080 --photos examples/dog_and_man.jpg   # an already running server
+  tools/bench/serve-load.py --url http://127.0.0.1:8080 --photos examples/dog_and_man.jpg   # an already running server
 """
 import argparse
 import concurrent.futures

@@ -1,7 +1,7 @@
 // sat import-tfjs: a tfjs Layers model -> the project's encoder file.
 #include <cstdio>
 
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/extract.hpp"
 #include "train/trainer.hpp"
 #include "vision/pretrained.hpp"

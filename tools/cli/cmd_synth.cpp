@@ -1,5 +1,5 @@
 #include "datasets/synth.hpp"
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 
 #include <cstdio>
 

@@ -1,7 +1,7 @@
 #include <cstdio>
 #include <nlohmann/json.hpp>
 
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/grounding.hpp"
 #include "train/evaluate.hpp"
 #include "train/trainer.hpp"

@@ -1,7 +1,7 @@
 // The ranks of a data-parallel run, for the commands that can run under mpirun (train, bench decoder).
 #include <omp.h>
 
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/data_parallel.hpp"
 #if SAT_MPI
 #include "train/mpi_collective.hpp"

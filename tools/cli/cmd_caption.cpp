@@ -6,7 +6,7 @@
 
 #include "datasets/image_codecs.hpp"
 #include "datasets/io.hpp"
-#include "tools/commands.hpp"
+#include "tools/cli/commands.hpp"
 #include "train/captioning.hpp"
 #include "train/model.hpp"
 #include "train/progress.hpp"

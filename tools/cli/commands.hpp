@@ -29,10 +29,10 @@ void add_encoder_commands(CLI::App& app);  // import-tfjs, extract
 void add_data_commands(CLI::App& app);     // data convert
 void add_model_commands(CLI::App& app);    // model info, model compact
 void add_report_command(CLI::App& app);    // report (HTML page of captions, scores, attention maps)
-void add_serve_command(CLI::App& app);     // serve (HTTP server, tools/server.hpp)
+void add_serve_command(CLI::App& app);     // serve (HTTP server, tools/cli/server.hpp)
 std::string default_model_path();
 std::string default_encoder_path();  // the imported InceptionV3 (tools/import-inception.sh writes it)
-// The ranks of a data-parallel run (tools/ranks.cpp): those mpirun started, when it started this process (each rank's
+// The ranks of a data-parallel run (tools/cli/ranks.cpp): those mpirun started, when it started this process (each rank's
 // OpenMP threads then share the node's cores), else this process alone. Under mpirun, a sat built without MPI is an
 // error. watchdog_seconds: how long a rank waits in one exchange before it gives up (0: forever).
 std::unique_ptr<Collective> join_ranks(double watchdog_seconds);
