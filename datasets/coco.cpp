@@ -12,7 +12,9 @@ namespace sat {
 
 using nlohmann::json;
 
-std::string CaptionSet::image_path(const ImageEntry& e) const { return join_path(image_dir, e.file_name); }
+std::string CaptionSet::image_path(const ImageEntry& e) const {
+  return join_path(image_dir, e.file_name);
+}
 
 std::vector<std::string> CaptionSet::references(int i) const {
   std::vector<std::string> refs;
@@ -44,7 +46,9 @@ CaptionSet CaptionSet::subset(const std::vector<std::string>& names, const std::
   return out;
 }
 
-static std::string where(const std::string& what, size_t i) { return what + "[" + std::to_string(i) + "]"; }
+static std::string where(const std::string& what, size_t i) {
+  return what + "[" + std::to_string(i) + "]";
+}
 
 CaptionSet load_coco_captions(const std::string& json_path, const std::string& image_dir) {
   json j;
@@ -144,9 +148,12 @@ std::vector<std::string> parse_csv_line(const std::string& line, const std::stri
   for (size_t i = 0; i < line.size(); ++i) {
     char c = line[i];
     if (quoted) {
-      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"') fields.back() += '"', ++i;
-      else if (c == '"') quoted = false;
-      else fields.back() += c;
+      if (c == '"' && i + 1 < line.size() && line[i + 1] == '"')
+        fields.back() += '"', ++i;
+      else if (c == '"')
+        quoted = false;
+      else
+        fields.back() += c;
     } else if (c == '"' && fields.back().empty()) {
       quoted = true;
     } else if (c == ',') {
@@ -204,8 +211,7 @@ CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& 
   for_each_line(path, [&](const std::string& line, size_t lineno) {
     auto f = parse_csv_line(line, path, lineno);
     if (lineno == 1 && f.size() == 2 && f[0] == "image" && f[1] == "caption") return;  // header
-    if (f.size() < 2 || f[0].empty())
-      fail(path, "line " + std::to_string(lineno) + ": expected \"image,caption\"");
+    if (f.size() < 2 || f[0].empty()) fail(path, "line " + std::to_string(lineno) + ": expected \"image,caption\"");
     std::string caption = f[1];
     for (size_t k = 2; k < f.size(); ++k) caption += "," + f[k];  // unquoted commas belong to the caption
     add_caption(set, image_named(set, by_name, f[0]), caption, {});
@@ -243,7 +249,8 @@ CaptionSet load_karpathy_split(const std::string& path, const std::string& image
       if (im.contains("cocoid") && im["cocoid"].is_number_integer()) {
         set.image_index.erase(img.id);
         img.id = im["cocoid"].get<int64_t>();
-        if (set.image_index.count(img.id)) fail(path, where("images", i) + ": cocoid " + std::to_string(img.id) + " appears twice");
+        if (set.image_index.count(img.id))
+          fail(path, where("images", i) + ": cocoid " + std::to_string(img.id) + " appears twice");
         set.image_index[img.id] = (int)set.images.size() - 1;
       }
       const json& sents = im.at("sentences");
@@ -302,7 +309,8 @@ std::string detect_caption_format(const std::string& path) {
     if (j.contains("annotations")) return "coco";
     if (j.contains("images") && j["images"].is_array() && !j["images"].empty() && j["images"][0].contains("sentences"))
       return "karpathy";
-    fail(path, "JSON is neither COCO captions (\"annotations\") nor a Karpathy split file (\"images\" with \"sentences\")");
+    fail(path,
+         "JSON is neither COCO captions (\"annotations\") nor a Karpathy split file (\"images\" with \"sentences\")");
   }
   std::string line1 = bytes.substr(first, bytes.find('\n', first) - first);
   if (line1.find('\t') != std::string::npos && line1.find('#') < line1.find('\t')) return "flickr-token";
@@ -327,7 +335,8 @@ std::string coco_captions_json(const CaptionSet& set) {
     json e = {{"id", img.id}, {"file_name", img.file_name}};
     if (img.width > 0) e["width"] = img.width, e["height"] = img.height;
     images.push_back(e);
-    for (int ci : img.caption_indices) anns.push_back({{"id", ann_id++}, {"image_id", img.id}, {"caption", set.captions[ci].raw}});
+    for (int ci : img.caption_indices)
+      anns.push_back({{"id", ann_id++}, {"image_id", img.id}, {"caption", set.captions[ci].raw}});
   }
   return json{{"images", images}, {"annotations", anns}}.dump(1) + "\n";
 }

@@ -54,7 +54,8 @@ static float half_to_float_scalar(uint16_t h) {
       bits = sign;
     } else {
       int e = -1;
-      do ++e, man <<= 1; while (!(man & 0x400));
+      do ++e, man <<= 1;
+      while (!(man & 0x400));
       bits = sign | ((uint32_t)(112 - e) << 23) | ((man & 0x3FF) << 13);
     }
   } else if (exp == 31) {
@@ -85,8 +86,8 @@ void half_to_floats(const uint16_t* in, float* out, size_t n) {
 }
 
 json FeatureHeader::to_json() const {
-  json j = {{"encoder", encoder}, {"encoder_id", encoder_id}, {"grid_h", grid_h}, {"grid_w", grid_w},
-            {"channels", channels}, {"dtype", dtype}, {"images", images}};
+  json j = {{"encoder", encoder},   {"encoder_id", encoder_id}, {"grid_h", grid_h}, {"grid_w", grid_w},
+            {"channels", channels}, {"dtype", dtype},           {"images", images}};
   if (!skipped.empty()) {  // absent otherwise: caches without skipped photos keep their header
     json list = json::array();
     for (auto& [name, why] : skipped) list.push_back({{"image", name}, {"error", why}});
@@ -108,7 +109,8 @@ static std::string header_block(const FeatureHeader& h) {
 
 // Parses the header from the first bytes of a file; returns the payload offset.
 static size_t parse_header(const unsigned char* p, size_t size, const std::string& path, FeatureHeader& h) {
-  if (size < 16 || std::memcmp(p, kMagic, 8) != 0) fail(path, "not a sat feature cache (bad magic; make one with sat extract)");
+  if (size < 16 || std::memcmp(p, kMagic, 8) != 0)
+    fail(path, "not a sat feature cache (bad magic; make one with sat extract)");
   uint64_t n = 0;
   for (int i = 0; i < 8; ++i) n |= (uint64_t)p[8 + i] << (8 * i);
   if (n > size - 16) fail(path, "feature cache header runs past the end of the file (truncated?)");
@@ -127,7 +129,8 @@ static size_t parse_header(const unsigned char* p, size_t size, const std::strin
     h.dtype = j.at("dtype").get<std::string>();
     h.images = j.at("images").get<std::vector<std::string>>();
     if (j.contains("skipped"))
-      for (auto& e : j.at("skipped")) h.skipped.emplace_back(e.at("image").get<std::string>(), e.at("error").get<std::string>());
+      for (auto& e : j.at("skipped"))
+        h.skipped.emplace_back(e.at("image").get<std::string>(), e.at("error").get<std::string>());
     h.mirrored = j.value("mirrored", false);
   } catch (const std::exception& e) {
     fail(path, std::string("feature cache header is malformed (") + e.what() + ")");
@@ -155,10 +158,11 @@ FeatureCache::FeatureCache(const std::string& path) : path_(path) {
     payload_ = parse_header(map_, map_size_, path, header_);
     size_t need = payload_ + header_.record_bytes() * header_.images.size();
     if (map_size_ != need)
-      fail(path, "feature cache is " + std::to_string(map_size_) + " bytes, its header describes " + std::to_string(need) +
-                     " (truncated or still being written?)");
+      fail(path, "feature cache is " + std::to_string(map_size_) + " bytes, its header describes " +
+                     std::to_string(need) + " (truncated or still being written?)");
     for (size_t i = 0; i < header_.images.size(); ++i)
-      if (!index_.emplace(header_.images[i], (int)i).second) fail(path, "image '" + header_.images[i] + "' appears twice");
+      if (!index_.emplace(header_.images[i], (int)i).second)
+        fail(path, "image '" + header_.images[i] + "' appears twice");
   } catch (...) {
     munmap((void*)map_, map_size_);
     map_ = nullptr;
@@ -178,8 +182,10 @@ int FeatureCache::index_of(const std::string& image) const {
 void FeatureCache::read(int i, float* out) const {
   const size_t rb = header_.record_bytes(), count = (size_t)header_.locations() * header_.channels;
   const unsigned char* rec = record_at(i);
-  if (header_.dtype == "f16") half_to_floats((const uint16_t*)rec, out, count);
-  else std::memcpy(out, rec, rb);
+  if (header_.dtype == "f16")
+    half_to_floats((const uint16_t*)rec, out, count);
+  else
+    std::memcpy(out, rec, rb);
   // Streaming: the record's pages go back to the page cache's care, so resident memory stays bounded.
   uintptr_t page = 4096, begin = ((uintptr_t)rec + page - 1) / page * page, end = ((uintptr_t)rec + rb) / page * page;
   if (end > begin) madvise((void*)begin, end - begin, MADV_DONTNEED);
@@ -193,7 +199,8 @@ void FeatureCache::prefetch(int i) const {
   if (i < 0 || i >= size()) return;
   const size_t rb = header_.record_bytes();
   const unsigned char* rec = record_at(i);
-  const uintptr_t page = 4096, begin = (uintptr_t)rec / page * page, end = ((uintptr_t)rec + rb + page - 1) / page * page;
+  const uintptr_t page = 4096, begin = (uintptr_t)rec / page * page,
+                  end = ((uintptr_t)rec + rb + page - 1) / page * page;
   madvise((void*)begin, end - begin, MADV_WILLNEED);
 }
 
@@ -208,8 +215,9 @@ void FeatureCache::require(const std::string& encoder_id, const std::vector<std:
     fail(path_, "feature cache was made by a different encoder (id " + header_.encoder_id + ", this model's is " +
                     encoder_id + "); extract it again with this encoder");
   if (header_.mirrored && !mirrored)
-    fail(path_, "feature cache holds the photos mirrored (sat extract --mirror): it is for sat train --mirror-features, "
-                "not the photos' own features");
+    fail(path_,
+         "feature cache holds the photos mirrored (sat extract --mirror): it is for sat train --mirror-features, "
+         "not the photos' own features");
   if (!header_.mirrored && mirrored)
     fail(path_, "feature cache holds the photos as they are, not mirrored: make one with sat extract --mirror");
   for (auto& n : names)
@@ -230,7 +238,8 @@ FeatureWriter::FeatureWriter(const std::string& path, const FeatureHeader& heade
     FeatureHeader old;
     size_t payload = parse_header((const unsigned char*)head.data(), head.size(), partial_, old);
     if (old.to_json() != header_.to_json())
-      fail(partial_, "an unfinished cache for a different encoder or image list is in the way (remove it to start over)");
+      fail(partial_,
+           "an unfinished cache for a different encoder or image list is in the way (remove it to start over)");
     done_ = (int)std::min<size_t>((size - std::min(size, payload)) / rb, header_.images.size());
     const off_t keep = (off_t)(payload + (size_t)done_ * rb);
     if (ftruncate(fd_, keep) != 0 || lseek(fd_, keep, SEEK_SET) < 0)
@@ -269,7 +278,8 @@ void FeatureWriter::finish() {
   if (fsync(fd_) != 0) fail(partial_, "fsync failed");
   ::close(fd_);
   fd_ = -1;
-  if (std::rename(partial_.c_str(), path_.c_str()) != 0) fail(path_, std::string("cannot rename into place (") + std::strerror(errno) + ")");
+  if (std::rename(partial_.c_str(), path_.c_str()) != 0)
+    fail(path_, std::string("cannot rename into place (") + std::strerror(errno) + ")");
 }
 
 }  // namespace sat

@@ -71,7 +71,7 @@ class FeatureWriter {
  public:
   FeatureWriter(const std::string& path, const FeatureHeader& header);
   ~FeatureWriter();
-  int done() const { return done_; }  // records already present (resumed) or written
+  int done() const { return done_; }          // records already present (resumed) or written
   void append(const float* grid, int count);  // count records of L x D floats
   void finish();
 

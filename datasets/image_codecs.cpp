@@ -19,7 +19,9 @@ const char* const kImencodeSymbol =
     "_ZN2cv8imencodeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKNS_11_InputArrayERSt6vectorIhSaIhEERKSB_"
     "IiSaIiEE";
 
-const char* image_codecs_library() { return SAT_IMGCODECS_LIBRARY; }
+const char* image_codecs_library() {
+  return SAT_IMGCODECS_LIBRARY;
+}
 
 namespace {
 
@@ -61,9 +63,13 @@ const Codecs& loaded_codecs() {
 
 }  // namespace
 
-void load_image_codecs() { loaded_codecs(); }
+void load_image_codecs() {
+  loaded_codecs();
+}
 
-cv::Mat decode_image(const cv::Mat& bytes, int flags) { return loaded_codecs().imdecode(bytes, flags); }
+cv::Mat decode_image(const cv::Mat& bytes, int flags) {
+  return loaded_codecs().imdecode(bytes, flags);
+}
 
 bool encode_image(const std::string& ext, const cv::Mat& image, std::vector<unsigned char>& out,
                   const std::vector<int>& params) {

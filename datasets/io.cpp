@@ -13,7 +13,9 @@
 
 namespace sat {
 
-void fail(const std::string& file, const std::string& problem) { throw Error(file + ": " + problem); }
+void fail(const std::string& file, const std::string& problem) {
+  throw Error(file + ": " + problem);
+}
 
 std::string read_file(const std::string& path) {
   struct stat st {};
@@ -137,8 +139,10 @@ Param::Param(std::string n, std::vector<int64_t> s, bool train)
 
 void Param::zero_grad() {
   if (!trainable) return;
-  if (grad.size() != value.size()) grad.assign(value.size(), 0.f);
-  else std::fill(grad.begin(), grad.end(), 0.f);
+  if (grad.size() != value.size())
+    grad.assign(value.size(), 0.f);
+  else
+    std::fill(grad.begin(), grad.end(), 0.f);
 }
 
 void Param::ensure_grad() {
@@ -157,14 +161,19 @@ std::string shape_str(const std::vector<int64_t>& shape) {
   return s + "]";
 }
 
-double Rng::uniform() { return (double)(engine() >> 11) * (1.0 / 9007199254740992.0); }
-double Rng::uniform(double lo, double hi) { return lo + (hi - lo) * uniform(); }
+double Rng::uniform() {
+  return (double)(engine() >> 11) * (1.0 / 9007199254740992.0);
+}
+double Rng::uniform(double lo, double hi) {
+  return lo + (hi - lo) * uniform();
+}
 int64_t Rng::integer(int64_t lo, int64_t hi) {
   uint64_t range = (uint64_t)(hi - lo) + 1;
   if (range == 0) return (int64_t)engine();
   uint64_t limit = UINT64_MAX - UINT64_MAX % range;  // rejection keeps it unbiased
   uint64_t x;
-  do x = engine(); while (x >= limit);
+  do x = engine();
+  while (x >= limit);
   return lo + (int64_t)(x % range);
 }
 double Rng::normal() {

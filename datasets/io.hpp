@@ -13,8 +13,8 @@
 
 namespace sat {
 
-// Every library error is one line (sat::Error, datasets/sat/error.hpp: part of the public API, installed as <sat/error.hpp>); the CLI prints
-// "sat: <message>" and exits non-zero.
+// Every library error is one line (sat::Error, datasets/sat/error.hpp: part of the public API, installed as
+// <sat/error.hpp>); the CLI prints "sat: <message>" and exits non-zero.
 [[noreturn]] void fail(const std::string& file, const std::string& problem);
 
 std::string read_file(const std::string& path);
@@ -67,9 +67,13 @@ struct AlignedAllocator {
   T* allocate(size_t n) { return static_cast<T*>(allocate_aligned(n * sizeof(T))); }
   void deallocate(T* p, size_t) { std::free(p); }
   template <typename U>
-  bool operator==(const AlignedAllocator<U>&) const { return true; }
+  bool operator==(const AlignedAllocator<U>&) const {
+    return true;
+  }
   template <typename U>
-  bool operator!=(const AlignedAllocator<U>&) const { return false; }
+  bool operator!=(const AlignedAllocator<U>&) const {
+    return false;
+  }
 };
 using FloatBuffer = std::vector<float, AlignedAllocator<float>>;
 
@@ -81,7 +85,7 @@ struct Param {
   std::string name;
   std::vector<int64_t> shape;
   FloatBuffer value;
-  FloatBuffer grad;  // empty until needed (see above); then value.size() floats
+  FloatBuffer grad;       // empty until needed (see above); then value.size() floats
   bool trainable = true;  // false for buffers such as batch-norm running statistics
 
   Param() = default;
@@ -98,8 +102,8 @@ std::string shape_str(const std::vector<int64_t>& shape);
 struct Rng {
   std::mt19937_64 engine;
   explicit Rng(uint64_t seed = 1) : engine(seed) {}
-  double uniform();                       // [0, 1)
-  double uniform(double lo, double hi);   // [lo, hi)
+  double uniform();                         // [0, 1)
+  double uniform(double lo, double hi);     // [lo, hi)
   int64_t integer(int64_t lo, int64_t hi);  // inclusive
   double normal();
   std::string state() const;

@@ -40,7 +40,10 @@ int32_t json_hex4(const char* p) {
   int32_t v = 0;
   for (int i = 0; i < 4; ++i) {
     const char h = p[i];
-    const int d = h >= '0' && h <= '9' ? h - '0' : h >= 'a' && h <= 'f' ? h - 'a' + 10 : h >= 'A' && h <= 'F' ? h - 'A' + 10 : -1;
+    const int d = h >= '0' && h <= '9'   ? h - '0'
+                  : h >= 'a' && h <= 'f' ? h - 'a' + 10
+                  : h >= 'A' && h <= 'F' ? h - 'A' + 10
+                                         : -1;
     if (d < 0) return -1;
     v = v * 16 + d;
   }

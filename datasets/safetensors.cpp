@@ -38,7 +38,9 @@ void TensorFile::convert_mapped_half() {
   mapped_half.clear();
 }
 
-int64_t MappedHalfTensor::size() const { return shape_size(shape); }
+int64_t MappedHalfTensor::size() const {
+  return shape_size(shape);
+}
 
 // count float16 values at `from`, at any byte offset: copied out a cache-sized piece at a time, then converted. One
 // thread: this runs while a model loads, beside the threads that hash the weights and prepare the caption memory,
@@ -53,7 +55,9 @@ static void unaligned_halves_to_floats(const char* from, uint64_t count, float* 
   }
 }
 
-void MappedHalfTensor::to_floats(float* out) const { unaligned_halves_to_floats(data, (uint64_t)size(), out); }
+void MappedHalfTensor::to_floats(float* out) const {
+  unaligned_halves_to_floats(data, (uint64_t)size(), out);
+}
 
 FloatBuffer MappedHalfTensor::to_floats() const {
   FloatBuffer out((size_t)size());
@@ -80,8 +84,8 @@ uint16_t float_to_half(float f) {
   const uint32_t abs = x & 0x7fffffff;
   if (abs >= 0x7f800000) return sign | 0x7c00 | (abs > 0x7f800000 ? 0x200 : 0);  // inf, NaN (quiet)
   if (abs >= 0x477ff000) return sign | 0x7c00;  // rounds past 65504: overflow to infinity
-  if (abs < 0x38800000) {  // below the smallest normal half (2^-14): subnormal or zero
-    if (abs < 0x33000000) return sign;  // under half the smallest subnormal (2^-25): zero
+  if (abs < 0x38800000) {                       // below the smallest normal half (2^-14): subnormal or zero
+    if (abs < 0x33000000) return sign;          // under half the smallest subnormal (2^-25): zero
     const uint32_t mant = (abs & 0x7fffff) | 0x800000;
     const int shift = 126 - (int)(abs >> 23);  // value / 2^-24 = mantissa * 2^(exponent - 126)
     const uint32_t q = mant >> shift, rest = mant & ((1u << shift) - 1), half = 1u << (shift - 1);
@@ -97,9 +101,12 @@ float half_to_float(uint16_t h) {
   const uint32_t sign = (uint32_t)(h & 0x8000) << 16;
   const uint32_t exp = (h >> 10) & 0x1f, mant = h & 0x3ff;
   uint32_t x;
-  if (exp == 0x1f) x = sign | 0x7f800000 | (mant << 13);
-  else if (exp != 0) x = sign | ((exp + 112) << 23) | (mant << 13);
-  else if (mant == 0) x = sign;
+  if (exp == 0x1f)
+    x = sign | 0x7f800000 | (mant << 13);
+  else if (exp != 0)
+    x = sign | ((exp + 112) << 23) | (mant << 13);
+  else if (mant == 0)
+    x = sign;
   else {  // subnormal: value = mant * 2^-24
     float v = (float)mant * 5.9604644775390625e-8f;
     std::memcpy(&x, &v, 4);
@@ -167,7 +174,9 @@ std::string encode_safetensors(const TensorFile& tf) {
   return out;
 }
 
-void save_safetensors(const std::string& path, const TensorFile& tf) { write_file_atomic(path, encode_safetensors(tf)); }
+void save_safetensors(const std::string& path, const TensorFile& tf) {
+  write_file_atomic(path, encode_safetensors(tf));
+}
 
 TensorFile load_safetensors(const std::string& path) {
   // Mapped, not read: the page cache's pages are the bytes (no copy into freshly faulted memory; model files are
@@ -241,7 +250,8 @@ static TensorFile decode(const char* data, size_t size, const std::string& path,
         fail(path, "tensor '" + name + "' lies outside the file (truncated?)");
       uint64_t count = (uint64_t)shape_size(shape);
       if (dtype == "U8") {
-        if (offs[1] - offs[0] != count) fail(path, "tensor '" + name + "' size does not match its shape " + shape_str(shape));
+        if (offs[1] - offs[0] != count)
+          fail(path, "tensor '" + name + "' size does not match its shape " + shape_str(shape));
         if (!quantization.contains(name) || !quantization[name].is_array() || quantization[name].size() != 2)
           fail(path, "uint8 tensor '" + name + "' has no quantization entry (min, scale)");
         QuantizedTensor t;

@@ -49,8 +49,12 @@ const std::string& installed() {
 
 }  // namespace
 
-std::string shipped_models_dir() { return installed().empty() ? SAT_SOURCE_MODELS_DIR : installed(); }
+std::string shipped_models_dir() {
+  return installed().empty() ? SAT_SOURCE_MODELS_DIR : installed();
+}
 
-std::string shipped_weights_dir() { return installed().empty() ? SAT_SOURCE_WEIGHTS_DIR : installed(); }
+std::string shipped_weights_dir() {
+  return installed().empty() ? SAT_SOURCE_WEIGHTS_DIR : installed();
+}
 
 }  // namespace sat

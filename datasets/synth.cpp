@@ -17,7 +17,8 @@ const std::vector<std::string> kSynthSizes = {"small", "large"};
 
 namespace {
 
-const int kColourRGB[6][3] = {{215, 40, 40}, {40, 170, 60}, {40, 80, 215}, {235, 215, 40}, {140, 60, 190}, {245, 140, 30}};
+const int kColourRGB[6][3] = {{215, 40, 40},  {40, 170, 60},  {40, 80, 215},
+                              {235, 215, 40}, {140, 60, 190}, {245, 140, 30}};
 
 struct Placed {
   int shape, colour, size;
@@ -28,7 +29,9 @@ void draw_background(cv::Mat& img, Rng& rng) {
   const int n = img.rows;
   double base = rng.uniform(95, 155);
   double tint[3] = {rng.uniform(-8, 8), rng.uniform(-8, 8), rng.uniform(-8, 8)};
-  struct Wave { double fx, fy, phase, amp; };
+  struct Wave {
+    double fx, fy, phase, amp;
+  };
   Wave waves[3];
   for (auto& w : waves) {
     double theta = rng.uniform(0, 3.14159265), freq = rng.uniform(0.03, 0.25);
@@ -53,13 +56,17 @@ void draw_shape(cv::Mat& img, const Placed& p, Rng& rng) {
   double r = p.extent / 2, cx = p.cx, cy = p.cy;
   std::vector<cv::Point> poly;
   switch (p.shape) {
-    case 0: cv::circle(img, pt(cx, cy), (int)std::lround(r * S), bgr, cv::FILLED, cv::LINE_AA, 4); return;
+    case 0:
+      cv::circle(img, pt(cx, cy), (int)std::lround(r * S), bgr, cv::FILLED, cv::LINE_AA, 4);
+      return;
     case 1: {
       double h = r * 0.88;
       poly = {pt(cx - h, cy - h), pt(cx + h, cy - h), pt(cx + h, cy + h), pt(cx - h, cy + h)};
       break;
     }
-    case 2: poly = {pt(cx, cy - r), pt(cx + r, cy + r * 0.8), pt(cx - r, cy + r * 0.8)}; break;
+    case 2:
+      poly = {pt(cx, cy - r), pt(cx + r, cy + r * 0.8), pt(cx - r, cy + r * 0.8)};
+      break;
     case 3:
       for (int k = 0; k < 10; ++k) {
         double a = -1.5707963 + k * 3.14159265 / 5, rr = (k % 2) ? r * 0.42 : r;
@@ -68,9 +75,9 @@ void draw_shape(cv::Mat& img, const Placed& p, Rng& rng) {
       break;
     default: {
       double t = r * 0.34;
-      poly = {pt(cx - t, cy - r), pt(cx + t, cy - r), pt(cx + t, cy - t), pt(cx + r, cy - t), pt(cx + r, cy + t),
-              pt(cx + t, cy + t), pt(cx + t, cy + r), pt(cx - t, cy + r), pt(cx - t, cy + t), pt(cx - r, cy + t),
-              pt(cx - r, cy - t), pt(cx - t, cy - t)};
+      poly = {pt(cx - t, cy - r), pt(cx + t, cy - r), pt(cx + t, cy - t), pt(cx + r, cy - t),
+              pt(cx + r, cy + t), pt(cx + t, cy + t), pt(cx + t, cy + r), pt(cx - t, cy + r),
+              pt(cx - t, cy + t), pt(cx - r, cy + t), pt(cx - r, cy - t), pt(cx - t, cy - t)};
     }
   }
   cv::fillPoly(img, std::vector<std::vector<cv::Point>>{poly}, bgr, cv::LINE_AA, 4);
@@ -80,7 +87,8 @@ void draw_shape(cv::Mat& img, const Placed& p, Rng& rng) {
 std::vector<std::string> relation(const Placed& a, const Placed& b) {
   double dx = b.cx - a.cx, dy = b.cy - a.cy;
   if (std::fabs(dy) > std::fabs(dx)) return {dy > 0 ? "above" : "below"};
-  return dx > 0 ? std::vector<std::string>{"to", "the", "left", "of"} : std::vector<std::string>{"to", "the", "right", "of"};
+  return dx > 0 ? std::vector<std::string>{"to", "the", "left", "of"}
+                : std::vector<std::string>{"to", "the", "right", "of"};
 }
 
 bool unambiguous(const Placed& a, const Placed& b) {
@@ -101,8 +109,14 @@ std::string region(const Placed& p, int n) {
 // A caption assembled from pieces; words of a piece with object >= 0 name that object.
 struct Builder {
   std::vector<std::pair<std::string, int>> pieces;
-  Builder& w(const std::string& s) { pieces.push_back({s, -1}); return *this; }
-  Builder& ws(const std::vector<std::string>& v) { for (auto& s : v) w(s); return *this; }
+  Builder& w(const std::string& s) {
+    pieces.push_back({s, -1});
+    return *this;
+  }
+  Builder& ws(const std::vector<std::string>& v) {
+    for (auto& s : v) w(s);
+    return *this;
+  }
   Builder& obj(const Placed& p, int k) {
     pieces.push_back({kSynthSizes[p.size], k});
     pieces.push_back({kSynthColours[p.colour], k});
@@ -140,7 +154,12 @@ std::vector<Caption> make_captions(const std::vector<Placed>& o, int n) {
   } else {
     b[0].w("a").obj(o[0], 0).ws(relation(o[0], o[1])).w("a").obj(o[1], 1).ws({"and", "a"}).obj(o[2], 2);
     b[1].w("a").obj(o[0], 0).ws({"and", "a"}).obj(o[1], 1).ws({"and", "a"}).obj(o[2], 2);
-    b[2].ws({"there", "are", "three", "shapes", ":", "a"}).obj(o[0], 0).ws({",", "a"}).obj(o[1], 1).ws({"and", "a"}).obj(o[2], 2);
+    b[2].ws({"there", "are", "three", "shapes", ":", "a"})
+        .obj(o[0], 0)
+        .ws({",", "a"})
+        .obj(o[1], 1)
+        .ws({"and", "a"})
+        .obj(o[2], 2);
     b[3].w("a").obj(o[1], 1).ws(relation(o[1], o[2])).w("a").obj(o[2], 2).ws({"and", "a"}).obj(o[0], 0);
     b[4].w("a").obj(o[0], 0).ws({",", "a"}).obj(o[1], 1).ws({"and", "a"}).obj(o[2], 2);
   }
@@ -228,8 +247,8 @@ void write_synth_dataset(const std::string& dir, const SynthOptions& opt) {
   if (!first_error.empty()) throw Error(first_error);
 
   nlohmann::json j;
-  j["info"] = {{"description", "sat synthetic grounded scenes"}, {"seed", opt.seed}, {"images", opt.images},
-               {"size", opt.size}};
+  j["info"] = {
+      {"description", "sat synthetic grounded scenes"}, {"seed", opt.seed}, {"images", opt.images}, {"size", opt.size}};
   j["images"] = nlohmann::json::array();
   j["annotations"] = nlohmann::json::array();
   int64_t ann_id = 1;
@@ -238,9 +257,12 @@ void write_synth_dataset(const std::string& dir, const SynthOptions& opt) {
     std::snprintf(name, sizeof name, "%06d.png", i + 1);
     nlohmann::json objs = nlohmann::json::array();
     for (auto& b : scenes[i].objects)
-      objs.push_back({{"shape", b.shape}, {"colour", b.colour}, {"size", b.size},
+      objs.push_back({{"shape", b.shape},
+                      {"colour", b.colour},
+                      {"size", b.size},
                       {"bbox", {(int)b.x, (int)b.y, (int)b.w, (int)b.h}}});
-    j["images"].push_back({{"id", i + 1}, {"file_name", name}, {"width", opt.size}, {"height", opt.size}, {"objects", objs}});
+    j["images"].push_back(
+        {{"id", i + 1}, {"file_name", name}, {"width", opt.size}, {"height", opt.size}, {"objects", objs}});
     for (auto& c : scenes[i].captions) {
       nlohmann::json g = nlohmann::json::array();
       for (auto& [t, k] : c.grounding) g.push_back({{"token", t}, {"object", k}});

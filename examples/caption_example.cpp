@@ -11,8 +11,10 @@ int main(int argc, char** argv) {
   std::string model = sat::Captioner::models_dir() + "/flickr8k.sat";
   std::vector<std::string> photos;
   for (int i = 1; i < argc; ++i) {
-    if (std::string(argv[i]) == "--model" && i + 1 < argc) model = argv[++i];
-    else photos.push_back(argv[i]);
+    if (std::string(argv[i]) == "--model" && i + 1 < argc)
+      model = argv[++i];
+    else
+      photos.push_back(argv[i]);
   }
   try {
     const sat::Captioner captioner(model);

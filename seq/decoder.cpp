@@ -6,12 +6,25 @@
 namespace sat {
 
 nlohmann::json DecoderConfig::to_json() const {
-  return {{"vocab_size", vocab_size}, {"embed_dim", embed_dim}, {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim},
-          {"feature_dim", feature_dim}, {"grid_h", grid_h},        {"grid_w", grid_w},         {"dropout", dropout},
-          {"attention", attention},   {"score", score},            {"order", order},           {"gate", gate},
-          {"coverage", coverage},     {"local_sigma", local_sigma}, {"hard_window", hard_window},
-          {"hard_soft_prob", hard_soft_prob}, {"reinforce_weight", reinforce_weight},
-          {"entropy_weight", entropy_weight}, {"hard_sample_at_test", hard_sample_at_test}};
+  return {{"vocab_size", vocab_size},
+          {"embed_dim", embed_dim},
+          {"hidden_dim", hidden_dim},
+          {"attn_dim", attn_dim},
+          {"feature_dim", feature_dim},
+          {"grid_h", grid_h},
+          {"grid_w", grid_w},
+          {"dropout", dropout},
+          {"attention", attention},
+          {"score", score},
+          {"order", order},
+          {"gate", gate},
+          {"coverage", coverage},
+          {"local_sigma", local_sigma},
+          {"hard_window", hard_window},
+          {"hard_soft_prob", hard_soft_prob},
+          {"reinforce_weight", reinforce_weight},
+          {"entropy_weight", entropy_weight},
+          {"hard_sample_at_test", hard_sample_at_test}};
 }
 
 DecoderConfig DecoderConfig::from_json(const nlohmann::json& j) {
@@ -121,17 +134,15 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
 
 std::vector<Param*> Decoder::params() {
   DecoderParams& p = params_;
-  std::vector<Param*> out = {&p.embed,
-                             &p.init_h.W,     &p.init_h.b,      &p.init_c.W,     &p.init_c.b,
-                             &p.gate.W,       &p.gate.b,
-                             &p.lstm.W_in,    &p.lstm.W_x,      &p.lstm.W_hh,    &p.lstm.b,
-                             &p.out.W_hidden, &p.out.W_context, &p.out.W_vocab,  &p.out.b};
+  std::vector<Param*> out = {&p.embed,  &p.init_h.W,     &p.init_h.b,      &p.init_c.W,    &p.init_c.b,
+                             &p.gate.W, &p.gate.b,       &p.lstm.W_in,     &p.lstm.W_x,    &p.lstm.W_hh,
+                             &p.lstm.b, &p.out.W_hidden, &p.out.W_context, &p.out.W_vocab, &p.out.b};
   if (cfg_.hard()) out.push_back(&p.reinforce_baseline);
   if (cfg_.luong()) out.insert(out.end(), {&p.combine.W_ctx, &p.combine.W_h, &p.combine.b});
   if (cfg_.updown()) {
     UpDownParams& u = p.updown;
-    out.insert(out.end(), {&u.att_lstm_W_mean, &u.lang_lstm.W_in, &u.lang_lstm.W_x, &u.lang_lstm.W_hh,
-                           &u.lang_lstm.b, &u.init_h2.W, &u.init_h2.b, &u.init_c2.W, &u.init_c2.b});
+    out.insert(out.end(), {&u.att_lstm_W_mean, &u.lang_lstm.W_in, &u.lang_lstm.W_x, &u.lang_lstm.W_hh, &u.lang_lstm.b,
+                           &u.init_h2.W, &u.init_h2.b, &u.init_c2.W, &u.init_c2.b});
   }
   if (score_)
     for (Param* score_param : score_->params()) out.push_back(score_param);
@@ -247,7 +258,9 @@ Mat Decoder::init_state(const Mat& mean, AffineParams& init) {
   return ((mean * value_of(init.W)).rowwise() + value_of(init.b).row(0)).array().tanh().matrix();
 }
 
-static Mat sigmoid(const Mat& x) { return (1.f / (1.f + (-x.array()).exp())).matrix(); }
+static Mat sigmoid(const Mat& x) {
+  return (1.f / (1.f + (-x.array()).exp())).matrix();
+}
 
 void Decoder::dropout_mask(Mat& mask, int rows, int cols, Draws& draws) const {
   const float p = cfg_.dropout;
@@ -268,7 +281,9 @@ static float inverse_tokens(const CaptionBatch& batch) {
   const int64_t tokens = batch.norm_tokens > 0 ? batch.norm_tokens : batch.real_tokens();
   return tokens ? 1.f / tokens : 0.f;
 }
-static int normalizing_rows(const CaptionBatch& batch) { return batch.norm_rows > 0 ? batch.norm_rows : batch.B; }
+static int normalizing_rows(const CaptionBatch& batch) {
+  return batch.norm_rows > 0 ? batch.norm_rows : batch.B;
+}
 
 void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCache& C, double& entropy,
                           int64_t& hard_steps) {
@@ -511,7 +526,8 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
         if (batch.mask[(size_t)b * T + t] > 0 && !C.soft_step[t][b]) weights.push_back(C.advantage[(size_t)b * T + t]);
     loss.advantage_count = (int64_t)weights.size();
     for (double w : weights) loss.advantage_mean += w / weights.size();
-    for (double w : weights) loss.advantage_var += (w - loss.advantage_mean) * (w - loss.advantage_mean) / weights.size();
+    for (double w : weights)
+      loss.advantage_var += (w - loss.advantage_mean) * (w - loss.advantage_mean) / weights.size();
     loss.entropy = hard_steps ? entropy / hard_steps : 0.0;
     if (training) baseline = 0.9f * baseline + 0.1f * (float)mean_logp;
   }
@@ -824,8 +840,10 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
     st.location.resize(B);
     for (int b = 0; b < B; ++b) {
       int s = 0;
-      if (cfg_.hard_sample_at_test) s = sample_index(&alpha(b, 0), L, st.rng.uniform());
-      else alpha.row(b).maxCoeff(&s);
+      if (cfg_.hard_sample_at_test)
+        s = sample_index(&alpha(b, 0), L, st.rng.uniform());
+      else
+        alpha.row(b).maxCoeff(&s);
       st.location[b] = s;
       glimpse_weights(s, &W(b, 0));
     }

@@ -36,14 +36,14 @@ struct DecoderConfig {
   std::string attention = "soft";
   std::string score = "additive";
   std::string order = "bahdanau";
-  bool gate = true;  // the scalar gate beta on the context
+  bool gate = true;       // the scalar gate beta on the context
   bool coverage = false;  // the attention score also sees how much each location was attended so far
   float local_sigma = 0;  // attention "local": Gaussian window width in grid cells (0: max(1, grid / 4))
   // attention "hard" (Xu et al. 2015, section 4.1): a location s ~ Categorical(alpha) per step, glimpse there
-  int hard_window = 1;           // glimpse: the feature at s (1) or a Gaussian-weighted k x k window around it
-  float hard_soft_prob = 0.5f;   // training: with this probability a step uses the expected (soft) context
-  float reinforce_weight = 1.f;  // lambda_r: weight of the REINFORCE term (log p(y) - baseline) grad log p(s)
-  float entropy_weight = 0.002f; // lambda_e: entropy bonus on alpha
+  int hard_window = 1;               // glimpse: the feature at s (1) or a Gaussian-weighted k x k window around it
+  float hard_soft_prob = 0.5f;       // training: with this probability a step uses the expected (soft) context
+  float reinforce_weight = 1.f;      // lambda_r: weight of the REINFORCE term (log p(y) - baseline) grad log p(s)
+  float entropy_weight = 0.002f;     // lambda_e: entropy bonus on alpha
   bool hard_sample_at_test = false;  // test time: sample s (seeded) instead of taking the argmax
 
   bool attends() const { return attention != "none"; }
@@ -109,9 +109,9 @@ struct DecoderCache {
   const CaptionBatch* batch = nullptr;
   float penalty_weight = 0;
   Mat mean_feat;
-  std::vector<Mat> h, c;  // T+1 each; index 0 is the initial state (updown: the attention LSTM's)
+  std::vector<Mat> h, c;                     // T+1 each; index 0 is the initial state (updown: the attention LSTM's)
   std::vector<Mat> h2, c2, gates2, tanh_c2;  // updown: the language LSTM's (h2, c2: T+1 each)
-  Mat mean_gates;  // updown: the mean feature's part of the attention LSTM's gates (B x 4n)
+  Mat mean_gates;                            // updown: the mean feature's part of the attention LSTM's gates (B x 4n)
   std::vector<Mat> alpha, z, beta, zhat, gates, tanh_c;
   // What feeds nothing back into the recurrence, over all steps at once: T*B rows, step t's rows t*B .. t*B + B - 1.
   // emb: the words read; hdrop_mask, hd: the output layer's hidden input and its dropout (hd = h_t or h~_t times
@@ -120,7 +120,7 @@ struct DecoderCache {
   Mat emb, hdrop_mask, hd, zhat_all, out_tanh, odrop_mask, od, probs;
   std::vector<Mat> htilde;  // luong: the attentional state h~_t (fed to the next step and to the output)
   Mat zero_feed;            // luong: h~_0
-  Mat alpha_sum;  // B x L: sum over real steps
+  Mat alpha_sum;            // B x L: sum over real steps
   // hard attention: per step the glimpse weights used for the context (one-hot/window, or alpha when the step
   // took the expected context), the sampled location and whether the step was soft
   std::vector<Mat> glimpse;
@@ -211,11 +211,11 @@ class Decoder {
   // Step-by-step inference (no dropout).
   struct State {
     Mat h, c;
-    Mat coverage;  // B x L, attention received so far
-    const Mat* F = nullptr;  // G*L x D: the caller's grids, read in place for the whole search (must outlive it)
-    RowGrids rows;  // the grid each row reads (beams reorder rows, not grids)
-    Mat feed;  // luong: h~ of the last step (input feeding)
-    Mat h2, c2, mean_gates;  // updown: the language LSTM's state; the mean feature's part of the first LSTM's gates
+    Mat coverage;               // B x L, attention received so far
+    const Mat* F = nullptr;     // G*L x D: the caller's grids, read in place for the whole search (must outlive it)
+    RowGrids rows;              // the grid each row reads (beams reorder rows, not grids)
+    Mat feed;                   // luong: h~ of the last step (input feeding)
+    Mat h2, c2, mean_gates;     // updown: the language LSTM's state; the mean feature's part of the first LSTM's gates
     std::vector<int> location;  // hard attention: the location each row looked at in the last step
     Rng rng{12345};             // hard attention sampled at test time
     // The word's part of the (first) LSTM's gates, E[w] W_emb, for each word w a row has taken in this search:

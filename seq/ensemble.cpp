@@ -74,8 +74,10 @@ void DecoderEnsemble::step(const std::vector<int>& tokens, State& st, Mat& logpr
   alpha = member_alpha_[0];
   for (int k = 1; k < K; ++k) alpha += member_alpha_[k];
   if (K > 1) alpha /= (float)K;
-  if (K == 1) logprobs = member_logp_[0];
-  else mean_of_distributions(member_logp_, logprobs);
+  if (K == 1)
+    logprobs = member_logp_[0];
+  else
+    mean_of_distributions(member_logp_, logprobs);
 }
 
 void DecoderEnsemble::select_rows(State& st, const std::vector<int>& rows) {

@@ -33,9 +33,8 @@ void panel(const float* X, int64_t ldx, int K, const float* W, int64_t ldw, floa
 
 using Panel = void (*)(const float*, int64_t, int, const float*, int64_t, float*, int64_t, bool);
 constexpr int kPanelRows = 12;
-constexpr Panel kPanels[kPanelRows + 1] = {nullptr,    panel<1>,  panel<2>,  panel<3>, panel<4>,
-                                           panel<5>,   panel<6>,  panel<7>,  panel<8>, panel<9>,
-                                           panel<10>,  panel<11>, panel<12>};
+constexpr Panel kPanels[kPanelRows + 1] = {nullptr,  panel<1>, panel<2>, panel<3>,  panel<4>,  panel<5>, panel<6>,
+                                           panel<7>, panel<8>, panel<9>, panel<10>, panel<11>, panel<12>};
 
 // The last N % 32 columns, plainly.
 void edge(const float* X, int64_t ldx, int B, int K, const float* W, int64_t ldw, int c0, int N, float* out,

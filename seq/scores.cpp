@@ -38,8 +38,10 @@ class DotScore final : public AttentionScore {
   void precompute(const Mat& F, const RowGrids& rows) override {
     rows_ = rows;
     F_ = &F;
-    if (project_) K_.noalias() = F * value_of(params_.W_k);
-    else K_ = F;
+    if (project_)
+      K_.noalias() = F * value_of(params_.W_k);
+    else
+      K_ = F;
     dK_.setZero(K_.rows(), K_.cols());
     h_.clear();
   }
@@ -68,7 +70,9 @@ class DotScore final : public AttentionScore {
   }
 
  private:
-  ConstRows keys(int b) const { return K_.middleRows((int64_t)rows_.grid[b] * L_, L_); }  // row b's grid's keys
+  ConstRows keys(int b) const {
+    return K_.middleRows((int64_t)rows_.grid[b] * L_, L_);
+  }  // row b's grid's keys
   struct Params {
     Param W_k;  // attention.key_proj.weight (D x n; D != n only)
   } params_;
@@ -118,7 +122,9 @@ class GeneralScore final : public AttentionScore {
   void finish_backward(Mat*) override {}
 
  private:
-  ConstRows feats(int g) const { return F_->middleRows((int64_t)g * L_, L_); }
+  ConstRows feats(int g) const {
+    return F_->middleRows((int64_t)g * L_, L_);
+  }
   struct Params {
     Param W;  // attention.query_proj.weight (n x D)
   } params_;
@@ -335,13 +341,12 @@ class LocalScore final : public AttentionScore {
     grad_of(params_.W_1).noalias() += s.h.transpose() * du;
     dh.noalias() += du * value_of(params_.W_1).transpose();
   }
-  void finish_backward(Mat* dF) override {
-    inner_->finish_backward(dF);
-  }
+  void finish_backward(Mat* dF) override { inner_->finish_backward(dF); }
   void select_rows(const std::vector<int>& rows) override {
     inner_->select_rows(rows);
     AttentionScore::select_rows(rows);
   }
+
  private:
   // p = (G - 1) * sigmoid(tanh(h W_1) W_2 + b)
   struct Params {
@@ -364,12 +369,18 @@ std::unique_ptr<AttentionScore> make_score(const ScoreSpec& s) {
   std::unique_ptr<AttentionScore> inner;
   if (s.kind != "additive" && s.coverage)
     throw Error("coverage works with the additive score only (got '" + s.kind + "')");
-  if (s.kind == "additive") inner = make_additive_score(s.feature_dim, s.hidden_dim, s.attn_dim, s.grid_h * s.grid_w, s.coverage);
-  else if (s.kind == "dot") inner = std::make_unique<DotScore>(s.feature_dim, s.hidden_dim, s.grid_h * s.grid_w);
-  else if (s.kind == "general") inner = std::make_unique<GeneralScore>(s.feature_dim, s.hidden_dim, s.grid_h * s.grid_w);
-  else if (s.kind == "cosine") inner = std::make_unique<CosineScore>(s.feature_dim, s.hidden_dim, s.attn_dim, s.grid_h * s.grid_w);
-  else if (s.kind == "location") inner = std::make_unique<LocationScore>(s.hidden_dim, s.grid_h * s.grid_w);
-  else throw Error("unknown attention score '" + s.kind + "' (additive, dot, general, cosine, location)");
+  if (s.kind == "additive")
+    inner = make_additive_score(s.feature_dim, s.hidden_dim, s.attn_dim, s.grid_h * s.grid_w, s.coverage);
+  else if (s.kind == "dot")
+    inner = std::make_unique<DotScore>(s.feature_dim, s.hidden_dim, s.grid_h * s.grid_w);
+  else if (s.kind == "general")
+    inner = std::make_unique<GeneralScore>(s.feature_dim, s.hidden_dim, s.grid_h * s.grid_w);
+  else if (s.kind == "cosine")
+    inner = std::make_unique<CosineScore>(s.feature_dim, s.hidden_dim, s.attn_dim, s.grid_h * s.grid_w);
+  else if (s.kind == "location")
+    inner = std::make_unique<LocationScore>(s.hidden_dim, s.grid_h * s.grid_w);
+  else
+    throw Error("unknown attention score '" + s.kind + "' (additive, dot, general, cosine, location)");
   if (!s.local) return inner;
   float sigma = s.local_sigma > 0 ? s.local_sigma : std::max(1.f, std::max(s.grid_h, s.grid_w) / 4.f);
   return std::make_unique<LocalScore>(std::move(inner), s.hidden_dim, s.attn_dim, s.grid_h, s.grid_w, sigma);

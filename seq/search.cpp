@@ -80,8 +80,8 @@ std::vector<Hypothesis> one_path_search(Dec& dec, const Mat& F, int N, int max_l
 // Both beam searches' step: the decoder's next log-probabilities for every live row, with the words no caption shows
 // and each row's repeats banned. live[r].h.tokens is row r's caption so far.
 template <typename Dec, typename Live>
-void step_and_ban(Dec& dec, const std::vector<int>& tokens, typename Dec::State& st, int t, const std::vector<Live>& live,
-                  int no_repeat_ngram, Mat& logp, Mat& alpha) {
+void step_and_ban(Dec& dec, const std::vector<int>& tokens, typename Dec::State& st, int t,
+                  const std::vector<Live>& live, int no_repeat_ngram, Mat& logp, Mat& alpha) {
   dec.step(tokens, st, logp, alpha);
   ban_words(logp, t);
   for (size_t r = 0; r < live.size(); ++r) ban_repeats(logp, (int)r, live[r].h.tokens, no_repeat_ngram);
@@ -280,7 +280,8 @@ static std::vector<std::vector<Hypothesis>> beam_search_including_over(Dec& dec,
     throw Error("constrained search: " + std::to_string(words.size()) + " words for " + std::to_string(N) + " images");
   const int V = dec.config().vocab_size;
   for (int w : words)
-    if (w <= kUnk || w >= V) throw Error("constrained search: word id " + std::to_string(w) + " is not a word a caption can say");
+    if (w <= kUnk || w >= V)
+      throw Error("constrained search: word id " + std::to_string(w) + " is not a word a caption can say");
   typename Dec::State st;
   dec.begin(F, N, st);
   struct Live {
@@ -367,8 +368,9 @@ static std::vector<std::vector<Hypothesis>> beam_search_including_over(Dec& dec,
 // taken after the searches' bans, so a caption the search could never emit (a repeated phrase under no_repeat_ngram,
 // say) scores -inf.
 template <typename Dec>
-static std::vector<Hypothesis> score_captions_over(Dec& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
-                                                   int max_len, double length_norm, int no_repeat_ngram) {
+static std::vector<Hypothesis> score_captions_over(Dec& dec, const Mat& F,
+                                                   const std::vector<std::vector<int>>& captions, int max_len,
+                                                   double length_norm, int no_repeat_ngram) {
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
   if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
   if (F.rows() != dec.config().locations()) throw Error("score_captions: one image's grid expected");
@@ -417,8 +419,8 @@ std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& 
                                                        const BeamDiversity& diversity) {
   return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity);
 }
-std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
-                                                       int max_len, double length_norm, int no_repeat_ngram,
+std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
+                                                       double length_norm, int no_repeat_ngram,
                                                        const BeamDiversity& diversity) {
   return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity);
 }
@@ -438,8 +440,9 @@ std::vector<Hypothesis> score_captions(Decoder& dec, const Mat& F, const std::ve
                                        int max_len, double length_norm, int no_repeat_ngram) {
   return score_captions_over(dec, F, captions, max_len, length_norm, no_repeat_ngram);
 }
-std::vector<Hypothesis> score_captions(DecoderEnsemble& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
-                                       int max_len, double length_norm, int no_repeat_ngram) {
+std::vector<Hypothesis> score_captions(DecoderEnsemble& dec, const Mat& F,
+                                       const std::vector<std::vector<int>>& captions, int max_len, double length_norm,
+                                       int no_repeat_ngram) {
   return score_captions_over(dec, F, captions, max_len, length_norm, no_repeat_ngram);
 }
 

@@ -49,13 +49,13 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
 std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam, int max_len, double length_norm = 1.0,
                                     int no_repeat_ngram = 0, const BeamDiversity& diversity = {});
 // Every caption the beam search finished for each image (N lists; the `beam` first to end with <end>, and those the
-// beam's rows held when max_len cut them off), best score first: the first of each list is beam_search's caption. The candidates consensus
-// reranking (train/consensus.hpp) chooses among.
+// beam's rows held when max_len cut them off), best score first: the first of each list is beam_search's caption. The
+// candidates consensus reranking (train/consensus.hpp) chooses among.
 std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& F, int N, int beam, int max_len,
                                                        double length_norm = 1.0, int no_repeat_ngram = 0,
                                                        const BeamDiversity& diversity = {});
-std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam,
-                                                       int max_len, double length_norm = 1.0, int no_repeat_ngram = 0,
+std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
+                                                       double length_norm = 1.0, int no_repeat_ngram = 0,
                                                        const BeamDiversity& diversity = {});
 // Constrained beam search: for image i, the captions that say words[i] somewhere (up to `beam`, best score first,
 // scored as beam_search_nbest scores its own), found with two beams per image, the rows before the word and the rows
@@ -73,8 +73,9 @@ std::vector<std::vector<Hypothesis>> beam_search_including(DecoderEnsemble& dec,
 // length_norm, as beam search's. Consensus reranking scores the memory's captions this way.
 std::vector<Hypothesis> score_captions(Decoder& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
                                        int max_len, double length_norm = 1.0, int no_repeat_ngram = 0);
-std::vector<Hypothesis> score_captions(DecoderEnsemble& dec, const Mat& F, const std::vector<std::vector<int>>& captions,
-                                       int max_len, double length_norm = 1.0, int no_repeat_ngram = 0);
+std::vector<Hypothesis> score_captions(DecoderEnsemble& dec, const Mat& F,
+                                       const std::vector<std::vector<int>>& captions, int max_len,
+                                       double length_norm = 1.0, int no_repeat_ngram = 0);
 // The same searches over an ensemble's mean distribution (seq/ensemble.hpp).
 std::vector<Hypothesis> greedy_search(DecoderEnsemble& dec, const Mat& F, int N, int max_len, int no_repeat_ngram = 0);
 std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,

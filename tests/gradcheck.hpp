@@ -30,7 +30,7 @@ inline double max_abs_diff(const std::vector<float>& a, const std::vector<float>
 struct GradCheckResult {
   double worst = 0;  // largest |analytic - numeric| / (|analytic| + |numeric| + floor)
   int checked = 0;
-  int skipped = 0;   // entries whose step straddled a kink (ReLU, max pool)
+  int skipped = 0;  // entries whose step straddled a kink (ReLU, max pool)
   std::vector<double> errors;
   // Fraction of checked entries with error below tol.
   double fraction_within(double tol) const {
@@ -43,9 +43,8 @@ struct GradCheckResult {
 // loss(): recomputes the scalar loss from the current values. analytic: gradient buffer filled beforehand.
 // Checks up to `samples` entries spread over the tensor. float32 forward passes, so eps is not tiny.
 template <typename Values, typename Analytic>
-GradCheckResult check_gradient(Values& values, const Analytic& analytic,
-                                      const std::function<double()>& loss, int samples = 12, double eps = 1e-2,
-                                      double floor = 2e-3, double kink_tolerance = 0) {
+GradCheckResult check_gradient(Values& values, const Analytic& analytic, const std::function<double()>& loss,
+                               int samples = 12, double eps = 1e-2, double floor = 2e-3, double kink_tolerance = 0) {
   GradCheckResult r;
   const size_t n = values.size();
   const size_t stride = std::max<size_t>(1, n / samples);

@@ -2,7 +2,6 @@
 // flipped left to right, and its captions say "right" where they said "left".
 #include <doctest/doctest.h>
 
-
 #include <nlohmann/json.hpp>
 #include <opencv2/core.hpp>
 #include <opencv2/imgcodecs.hpp>
@@ -19,8 +18,8 @@ using namespace sat;
 
 namespace {
 
-using test::TempDir;
 using test::error_of;
+using test::TempDir;
 
 const std::string kInception = std::string(SAT_SOURCE_DIR) + "/models/inception_v3.sat";
 
@@ -59,8 +58,7 @@ void write_mirrored_dataset(const std::string& dir, const std::string& out) {
 std::vector<std::string> names_of(const std::string& dir) {
   std::vector<std::string> out;
   const nlohmann::json j = nlohmann::json::parse(read_file(join_path(dir, "captions.json")));
-  for (auto& img : j["images"])
-    out.push_back(img["file_name"].get<std::string>());
+  for (auto& img : j["images"]) out.push_back(img["file_name"].get<std::string>());
   return out;
 }
 
@@ -136,11 +134,13 @@ TEST_CASE("mirror augmentation: a mirrored cache is the flipped photos' grids, a
   CHECK_NOTHROW(plain.require(id, names));
   CHECK_NOTHROW(mirror.require(id, names, true));
   CHECK(error_of([&] { mirror.require(id, names); }) ==
-        dir.file("mirror.feat") + ": feature cache holds the photos mirrored (sat extract --mirror): it is for sat "
-                                  "train --mirror-features, not the photos' own features");
+        dir.file("mirror.feat") +
+            ": feature cache holds the photos mirrored (sat extract --mirror): it is for sat "
+            "train --mirror-features, not the photos' own features");
   CHECK(error_of([&] { plain.require(id, names, true); }) ==
-        dir.file("plain.feat") + ": feature cache holds the photos as they are, not mirrored: make one with sat "
-                                 "extract --mirror");
+        dir.file("plain.feat") +
+            ": feature cache holds the photos as they are, not mirrored: make one with sat "
+            "extract --mirror");
 }
 
 TEST_CASE("mirror augmentation: training on mirrored grids is training on the flipped photos with mirrored captions") {
@@ -183,10 +183,12 @@ TEST_CASE("mirror augmentation: training on mirrored grids is training on the fl
     return error_of([&] { train(o); });
   };
   CHECK(bad([&](TrainOptions& o) { o.mirror_features = dir.file("plain.feat"); }) ==
-        dir.file("plain.feat") + ": feature cache holds the photos as they are, not mirrored: make one with sat "
-                                 "extract --mirror");
-  CHECK(bad([&](TrainOptions& o) { o.features = dir.file("mirror.feat"); }).find(
-            dir.file("mirror.feat") + ": feature cache holds the photos mirrored") == 0);
+        dir.file("plain.feat") +
+            ": feature cache holds the photos as they are, not mirrored: make one with sat "
+            "extract --mirror");
+  CHECK(bad([&](TrainOptions& o) {
+          o.features = dir.file("mirror.feat");
+        }).find(dir.file("mirror.feat") + ": feature cache holds the photos mirrored") == 0);
   CHECK(bad([&](TrainOptions& o) { o.mirror_prob = 0; }) == "train: --mirror-prob must be in (0, 1]");
   CHECK(bad([&](TrainOptions& o) { o.objective = "cider"; }) ==
         "train: --mirror-features is for cross-entropy training, not --objective cider");

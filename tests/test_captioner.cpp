@@ -248,8 +248,9 @@ TEST_CASE("captioner: include makes every caption say the word, as the constrain
   // words it cannot require are refused before any work, by check() and caption() alike
   sat::CaptionOptions zebra;
   zebra.include = "zebrafish";
-  CHECK(error_of([&] { captioner.check(zebra); }).rfind(std::string(kInceptionModel) +
-                                                        ": does not know the word 'zebrafish' (include)", 0) == 0);
+  CHECK(error_of([&] {
+          captioner.check(zebra);
+        }).rfind(std::string(kInceptionModel) + ": does not know the word 'zebrafish' (include)", 0) == 0);
   CHECK_THROWS_AS(captioner.caption_file(kPhoto, zebra), sat::Error);
   sat::CaptionOptions two;
   two.include = "black dog";
@@ -322,8 +323,7 @@ TEST_CASE("captioner: bad images and models throw sat::Error with the CLI's one-
         "image bytes: cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM file: corrupt or another format)");
   CHECK(error_of([&] { captioner.caption_bytes(nullptr, 0); }) == "image bytes: empty file, not an image");
   const std::vector<std::vector<uint8_t>> second_empty{file_bytes(kScene), {}};
-  CHECK(error_of([&] { captioner.caption_bytes(second_empty); }) ==
-        "image bytes[1]: empty file, not an image");
+  CHECK(error_of([&] { captioner.caption_bytes(second_empty); }) == "image bytes[1]: empty file, not an image");
   const std::string half = jpeg.substr(0, jpeg.size() / 2);
   CHECK(error_of([&] { captioner.caption_bytes(reinterpret_cast<const uint8_t*>(half.data()), half.size()); }) ==
         "image bytes: truncated JPEG (" + std::to_string(half.size()) + " bytes, no end-of-image marker)");
@@ -341,8 +341,9 @@ TEST_CASE("captioner: bad images and models throw sat::Error with the CLI's one-
     CHECK(error_of([&] { sat::Captioner c(file); }) == cli);
   }
   CHECK_THROWS_AS(sat::Captioner(kSynthModel, sat::LoadOptions{"", -1, ""}), sat::Error);
-  CHECK(error_of([&] { sat::Captioner c(kSynthModel, sat::LoadOptions{"", 0, "fp8"}); }) ==
-        "unknown encoder precision 'fp8' (f32, bf16, int8 or auto)");
+  CHECK(error_of([&] {
+          sat::Captioner c(kSynthModel, sat::LoadOptions{"", 0, "fp8"});
+        }) == "unknown encoder precision 'fp8' (f32, bf16, int8 or auto)");
   // the Captioner that saw all of this still captions
   CHECK(captioner.caption_file(kScene).text == sat::Captioner(kSynthModel).caption_file(kScene).text);
   for (const std::string& f : {text, cut, short_model}) std::remove(f.c_str());

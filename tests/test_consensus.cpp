@@ -27,8 +27,7 @@ using test::TempDir;
 namespace {
 
 // A memory of `photos` random unit vectors of dimension D, photo i's captions given by `captions(i)`.
-CaptionMemory random_memory(int photos, int D, Rng& rng,
-                            const std::function<std::vector<std::string>(int)>& captions) {
+CaptionMemory random_memory(int photos, int D, Rng& rng, const std::function<std::vector<std::string>(int)>& captions) {
   CaptionMemory m;
   m.keys.resize(photos, D);
   for (int i = 0; i < photos; ++i) {
@@ -45,7 +44,9 @@ std::string joined(const Tokens& words) {
   return out;
 }
 
-Tokens word_list(const Vocab& vocab, const Hypothesis& h) { return vocab.decode(h.tokens); }
+Tokens word_list(const Vocab& vocab, const Hypothesis& h) {
+  return vocab.decode(h.tokens);
+}
 
 }  // namespace
 
@@ -105,10 +106,12 @@ TEST_CASE("consensus: score_captions gives a caption the log-probability and sco
           const Hypothesis& want = *wanted[k];
           CHECK(scored[k].tokens == captions[k]);
           CHECK(scored[k].logprob == doctest::Approx(want.logprob).epsilon(1e-5));
-          CHECK(scored[k].score == doctest::Approx(want.logprob / std::pow(captions[k].size() + 1.0, norm)).epsilon(1e-5));
+          CHECK(scored[k].score ==
+                doctest::Approx(want.logprob / std::pow(captions[k].size() + 1.0, norm)).epsilon(1e-5));
           REQUIRE(scored[k].alphas.size() == captions[k].size() + 1);  // one map per word and one for <end>
           for (size_t t = 0; t < want.alphas.size(); ++t)
-            for (size_t l = 0; l < want.alphas[t].size(); ++l) CHECK(scored[k].alphas[t][l] == doctest::Approx(want.alphas[t][l]));
+            for (size_t l = 0; l < want.alphas[t].size(); ++l)
+              CHECK(scored[k].alphas[t][l] == doctest::Approx(want.alphas[t][l]));
         }
       }
     }
@@ -118,12 +121,15 @@ TEST_CASE("consensus: score_captions gives a caption the log-probability and sco
     auto banned = score_captions(dec, grid, {{5, 6, 5, 6}, {Vocab::kUnk, 5}, {5, 6, 5}}, 8, 1.0, 2);
     CHECK(std::isinf(banned[0].logprob));
     CHECK(std::isinf(banned[1].logprob));
-    CHECK(std::isfinite(banned[2].logprob));  // "5 6 5" repeats no bigram
+    CHECK(std::isfinite(banned[2].logprob));                                                // "5 6 5" repeats no bigram
     CHECK(std::isfinite(score_captions(dec, grid, {{5, 6, 5, 6}}, 8, 1.0, 0)[0].logprob));  // repeats allowed
     CHECK(score_captions(dec, grid, {}, 8).empty());
     CHECK(error_of([&] { score_captions(dec, grid, {{}}, 8); }).find("1 to 7 words") != std::string::npos);
-    CHECK(error_of([&] { score_captions(dec, grid, {{5, 5, 5, 5, 5, 5, 5, 5}}, 8); }).find("1 to 7 words") != std::string::npos);
-    CHECK(error_of([&] { score_captions(dec, grid, {{cfg.vocab_size}}, 8); }).find("outside the vocabulary") != std::string::npos);
+    CHECK(error_of([&] {
+            score_captions(dec, grid, {{5, 5, 5, 5, 5, 5, 5, 5}}, 8);
+          }).find("1 to 7 words") != std::string::npos);
+    CHECK(error_of([&] { score_captions(dec, grid, {{cfg.vocab_size}}, 8); }).find("outside the vocabulary") !=
+          std::string::npos);
     CHECK(error_of([&] { score_captions(dec, F, {{5}}, 8); }).find("one image's grid") != std::string::npos);
   }
 }
@@ -155,7 +161,7 @@ TEST_CASE("consensus: CIDEr-D against pooled references is the reference-weighte
     CHECK(left[1] == doctest::Approx(scorer.score(hyps[1], std::vector<int>{2, 0, 1})).epsilon(1e-12));
     CHECK(left[2] == doctest::Approx(scorer.score(hyps[2], std::vector<int>{0, 1})).epsilon(1e-12));
     CHECK(one->scores({hyps[0]}, {1}, {1})[0] == 0.0);  // nothing left to compare with
-    CHECK_THROWS(one->scores(hyps, {0}, {-1}));          // one leave-out per caption
+    CHECK_THROWS(one->scores(hyps, {0}, {-1}));         // one leave-out per caption
   }
   CHECK_THROWS(lazy.score(Tokens{"a"}, std::vector<int>{3}));
   CHECK_THROWS(scorer.score(Tokens{"a"}, std::vector<int>{}));
@@ -191,12 +197,19 @@ TEST_CASE("consensus: the memory finds the nearest photos by cosine and checks i
     damage(copy);
     return error_of([&] { copy.prepare(dim, "mem.sat"); });
   };
-  CHECK(broken([](CaptionMemory&) {}, D + 1).find("mem.sat: caption memory vectors have 16 values, the model's grid has 17") == 0);
-  CHECK(broken([](CaptionMemory& c) { c.captions.pop_back(); }).find("40 photos but 39 caption lists") != std::string::npos);
+  CHECK(broken([](CaptionMemory&) {}, D + 1)
+            .find("mem.sat: caption memory vectors have 16 values, the model's grid has 17") == 0);
+  CHECK(broken([](CaptionMemory& c) { c.captions.pop_back(); }).find("40 photos but 39 caption lists") !=
+        std::string::npos);
   CHECK(broken([](CaptionMemory& c) { c.captions[3].clear(); }).find("photo 3 has no captions") != std::string::npos);
-  CHECK(broken([](CaptionMemory& c) { c.captions[4][1] = "  "; }).find("photo 4 has an empty caption") != std::string::npos);
-  CHECK(broken([](CaptionMemory& c) { c.keys.row(2) *= 2; }).find("vector 2 is not of unit length") != std::string::npos);
-  CHECK(broken([](CaptionMemory& c) { c.keys.resize(0, D); c.captions.clear(); }).find("holds no photos") != std::string::npos);
+  CHECK(broken([](CaptionMemory& c) { c.captions[4][1] = "  "; }).find("photo 4 has an empty caption") !=
+        std::string::npos);
+  CHECK(broken([](CaptionMemory& c) { c.keys.row(2) *= 2; }).find("vector 2 is not of unit length") !=
+        std::string::npos);
+  CHECK(broken([](CaptionMemory& c) {
+          c.keys.resize(0, D);
+          c.captions.clear();
+        }).find("holds no photos") != std::string::npos);
   CHECK(error_of([&] { CaptionMemory{}.agreement({"a"}, {0}); }) != "");
 }
 
@@ -207,7 +220,8 @@ TEST_CASE("consensus: a memory's captions read fast exactly as the JSON parser r
   std::string all_bytes;
   for (int c = 1; c < 256; ++c)
     if (c < 0x80) all_bytes += (char)c;
-  const Lists lists = {{"a dog runs", "a \"quoted\" dog \\ here", "tab\there", all_bytes}, {}, {"caf\xc3\xa9 \xf0\x9f\x98\x80"}};
+  const Lists lists = {
+      {"a dog runs", "a \"quoted\" dog \\ here", "tab\there", all_bytes}, {}, {"caf\xc3\xa9 \xf0\x9f\x98\x80"}};
   const std::string dumped = nlohmann::json(lists).dump();
   CHECK(parse_caption_lists(dumped) == lists);
   CHECK(parse_caption_lists("[]").empty());
@@ -223,14 +237,17 @@ TEST_CASE("consensus: a memory's captions read fast exactly as the JSON parser r
     } catch (const nlohmann::json::exception&) {
       full_ok = false;
     }
-    if (full_ok) CHECK(parse_caption_lists(text) == want);
-    else CHECK_THROWS_AS(parse_caption_lists(text), nlohmann::json::exception);
+    if (full_ok)
+      CHECK(parse_caption_lists(text) == want);
+    else
+      CHECK_THROWS_AS(parse_caption_lists(text), nlohmann::json::exception);
   }
   // what is not a list of caption lists is refused as the JSON parser refuses it
-  for (const std::string text : {"", "[", "[[\"a\"]", "[[\"a\"]]x", "[[\"a\\q\"]]", "[[\"\\ud800\"]]", "[[\"a\"],[1]]",
-                                 "{\"x\": 1}", "[[\"a\nb\"]]", "[\"a\"]",
-                                 // ill-formed UTF-8: a stray continuation byte, an overlong '/', a surrogate, a cut
-                                 "[[\"q\x8c\x90ted\"]]", "[[\"\xc0\xaf\"]]", "[[\"\xed\xa0\x80\"]]", "[[\"\xe2\x80\"]]"}) {
+  for (const std::string text :
+       {"", "[", "[[\"a\"]", "[[\"a\"]]x", "[[\"a\\q\"]]", "[[\"\\ud800\"]]", "[[\"a\"],[1]]", "{\"x\": 1}",
+        "[[\"a\nb\"]]", "[\"a\"]",
+        // ill-formed UTF-8: a stray continuation byte, an overlong '/', a surrogate, a cut
+        "[[\"q\x8c\x90ted\"]]", "[[\"\xc0\xaf\"]]", "[[\"\xed\xa0\x80\"]]", "[[\"\xe2\x80\"]]"}) {
     CAPTURE(text);
     CHECK_THROWS_AS(parse_caption_lists(text), nlohmann::json::exception);
   }
@@ -480,7 +497,8 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     for (size_t k = 0; k < lists3[i].candidates.size(); ++k)
       CHECK(lists3[i].candidates[k].hypothesis.tokens == diverse_found[i][k].tokens);  // float16 keys: same beam
     CHECK(stored_search[i].tokens == lists3[i].candidates[lists3[i].chosen].hypothesis.tokens);
-    CHECK(loaded3->search_kept(F3, n, search_with(*loaded3, 4, 0.5, 0, 50.0, 0, BeamDiversity{}))[i].tokens == again[i].tokens);
+    CHECK(loaded3->search_kept(F3, n, search_with(*loaded3, 4, 0.5, 0, 50.0, 0, BeamDiversity{}))[i].tokens ==
+          again[i].tokens);
     std::vector<std::vector<int>> grouped, plain_found;
     for (auto& h : diverse_found[i]) grouped.push_back(h.tokens);
     for (auto& h : lists[i]) plain_found.push_back(h.tokens);
@@ -493,9 +511,10 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     save_safetensors(dir.file(name), tf);
     return error_of([&] { CaptionModel::load(dir.file(name)); });
   };
-  CHECK(damaged_diversity("d1.sat", "{\"groups\": 3, \"penalty\": 1}").find("beam groups must divide the beam size (4)") !=
+  CHECK(damaged_diversity("d1.sat", "{\"groups\": 3, \"penalty\": 1}")
+            .find("beam groups must divide the beam size (4)") != std::string::npos);
+  CHECK(damaged_diversity("d2.sat", "{\"groups\": 2, \"penalty\": -2}").find("penalty must be in") !=
         std::string::npos);
-  CHECK(damaged_diversity("d2.sat", "{\"groups\": 2, \"penalty\": -2}").find("penalty must be in") != std::string::npos);
   CHECK(damaged_diversity("d3.sat", "[2, 1]").find(dir.file("d3.sat") + ": ") == 0);
 
   // Max-pooled keys: stored with the memory, and the search pools each photo the same way to find its neighbours.
@@ -511,7 +530,8 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   auto loaded_max = CaptionModel::load(dir.file("max.sat"));
   CHECK(loaded_max->memory->pooling == KeyPooling::max);
   CHECK(loaded->memory->pooling == KeyPooling::mean);  // files without it: mean
-  const auto max_lists = loaded_max->search(loaded_max->encode(planes, n), n, search_with(*loaded_max, 4, 0.5, 0, {}, {}, {}, kMaxBeam));
+  const auto max_lists =
+      loaded_max->search(loaded_max->encode(planes, n), n, search_with(*loaded_max, 4, 0.5, 0, {}, {}, {}, kMaxBeam));
   for (int i = 0; i < n; ++i) {  // each photo's one neighbour is its own key: agreement with memory photo i
     const auto& list = max_lists[i];
     std::vector<Tokens> words;
@@ -537,17 +557,24 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
     save_safetensors(dir.file(name), tf);
     return error_of([&] { CaptionModel::load(dir.file(name)); });
   };
-  CHECK(damaged("a.sat", [](TensorFile& tf) { tf.tensors.erase(kMemoryKeys); tf.half.erase(kMemoryKeys); }).find("caption memory is incomplete") !=
-        std::string::npos);
-  CHECK(damaged("b.sat", [](TensorFile& tf) { tf.metadata["memory_captions"] = "[[\"a\"]]"; })
-            .find("20 photos but 1 caption lists") != std::string::npos);
-  CHECK(damaged("c.sat", [](TensorFile& tf) { tf.metadata["memory_captions"] = "{\"x\": 1"; })
-            .find(dir.file("c.sat") + ": ") == 0);
-  CHECK(damaged("d.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "{\"neighbours\": 0, \"weight\": 1}"; })
-            .find("consensus neighbours must be in [1, 20]") != std::string::npos);
-  CHECK(damaged("e.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "{\"neighbours\": 3, \"weight\": -1}"; })
-            .find("consensus weight must be in") != std::string::npos);
-  CHECK(damaged("f.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "[1, 2]"; }).find(dir.file("f.sat") + ": ") == 0);
+  CHECK(damaged("a.sat", [](TensorFile& tf) {
+          tf.tensors.erase(kMemoryKeys);
+          tf.half.erase(kMemoryKeys);
+        }).find("caption memory is incomplete") != std::string::npos);
+  CHECK(damaged("b.sat", [](TensorFile& tf) {
+          tf.metadata["memory_captions"] = "[[\"a\"]]";
+        }).find("20 photos but 1 caption lists") != std::string::npos);
+  CHECK(damaged("c.sat", [](TensorFile& tf) {
+          tf.metadata["memory_captions"] = "{\"x\": 1";
+        }).find(dir.file("c.sat") + ": ") == 0);
+  CHECK(damaged("d.sat", [](TensorFile& tf) {
+          tf.metadata["consensus"] = "{\"neighbours\": 0, \"weight\": 1}";
+        }).find("consensus neighbours must be in [1, 20]") != std::string::npos);
+  CHECK(damaged("e.sat", [](TensorFile& tf) {
+          tf.metadata["consensus"] = "{\"neighbours\": 3, \"weight\": -1}";
+        }).find("consensus weight must be in") != std::string::npos);
+  CHECK(damaged("f.sat", [](TensorFile& tf) { tf.metadata["consensus"] = "[1, 2]"; }).find(dir.file("f.sat") + ": ") ==
+        0);
   CHECK(damaged("h.sat", [](TensorFile& tf) {
           tf.metadata["consensus"] = "{\"neighbours\": 3, \"weight\": 1, \"memory_candidates\": 21}";
         }).find("consensus memory_candidates must be in [0, 20], got 21") != std::string::npos);
@@ -679,8 +706,8 @@ TEST_CASE("search options: resolved against the model in one place, unset fields
 
   // With a memory of three photos: reranking is allowed, and more neighbours or memory photos than it holds are not.
   Rng rng(3);
-  auto memory = std::make_shared<CaptionMemory>(
-      random_memory(3, m.encoder_config.feature_dim(), rng, [](int) { return std::vector<std::string>{"a red circle"}; }));
+  auto memory = std::make_shared<CaptionMemory>(random_memory(
+      3, m.encoder_config.feature_dim(), rng, [](int) { return std::vector<std::string>{"a red circle"}; }));
   memory->prepare(m.encoder_config.feature_dim(), "mem");
   m.memory = memory;
   SearchOptions with_memory;

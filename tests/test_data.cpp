@@ -25,8 +25,8 @@
 using namespace sat;
 
 namespace {
-using test::TempDir;
 using test::error_of;
+using test::TempDir;
 
 // A tiny CNN-encoder captioner (32x32 input, 8-channel blocks, three-word vocabulary), built but not initialized.
 void build_tiny_model(CaptionModel& m) {
@@ -42,7 +42,8 @@ void build_tiny_model(CaptionModel& m) {
 }  // namespace
 
 TEST_CASE("tokenizer and vocabulary") {
-  CHECK(tokenize_caption("A man's dog, running!  Fast.") == std::vector<std::string>{"a", "man's", "dog", "running", "fast"});
+  CHECK(tokenize_caption("A man's dog, running!  Fast.") ==
+        std::vector<std::string>{"a", "man's", "dog", "running", "fast"});
   CHECK(tokenize_caption(" ' , ").empty());
   Vocab v = Vocab::build({{"a", "dog"}, {"a", "cat"}, {"a", "dog"}}, 2);
   CHECK(v.size() == 6);  // 4 specials + a, dog
@@ -79,10 +80,12 @@ TEST_CASE("COCO captions: loading, subsets and errors that name the file") {
   std::string notcoco = write("notcoco.json", "[1, 2]");
   CHECK(error_of([&] { load_coco_captions(notcoco, dir.path); }).find("not a COCO captions file") != std::string::npos);
   std::string dangling = write("dangling.json", R"({"images": [], "annotations": [{"image_id": 1, "caption": "x"}]})");
-  CHECK(error_of([&] { load_coco_captions(dangling, dir.path); }).find("annotations[0] names image_id 1") != std::string::npos);
+  CHECK(error_of([&] { load_coco_captions(dangling, dir.path); }).find("annotations[0] names image_id 1") !=
+        std::string::npos);
   std::string wrongtype = write("wrongtype.json", R"({"images": [{"id": "a", "file_name": 3}], "annotations": []})");
   CHECK(error_of([&] { load_coco_captions(wrongtype, dir.path); }).find("images[0] is malformed") != std::string::npos);
-  CHECK(error_of([&] { load_coco_captions(dir.file("missing.json"), dir.path); }).find("cannot open") != std::string::npos);
+  CHECK(error_of([&] { load_coco_captions(dir.file("missing.json"), dir.path); }).find("cannot open") !=
+        std::string::npos);
 }
 
 TEST_CASE("synthetic scenes: deterministic, grounded, objects apart") {
@@ -151,11 +154,13 @@ TEST_CASE("model files: save -> load -> caption gives the same words; damaged fi
   TensorFile tf = load_safetensors(path);
   tf.tensors.erase("lstm.bias");
   save_safetensors(dir.file("missing.sat"), tf);
-  CHECK(error_of([&] { CaptionModel::load(dir.file("missing.sat")); }).find("missing tensor 'lstm.bias'") != std::string::npos);
+  CHECK(error_of([&] { CaptionModel::load(dir.file("missing.sat")); }).find("missing tensor 'lstm.bias'") !=
+        std::string::npos);
   tf = load_safetensors(path);
   tf.metadata["decoder"] = "{\"vocab_size\": 3}";
   save_safetensors(dir.file("badcfg.sat"), tf);
-  CHECK(error_of([&] { CaptionModel::load(dir.file("badcfg.sat")); }).find("decoder config is malformed") != std::string::npos);
+  CHECK(error_of([&] { CaptionModel::load(dir.file("badcfg.sat")); }).find("decoder config is malformed") !=
+        std::string::npos);
 }
 
 TEST_CASE("float16: IEEE binary16 rounding, subnormals, range") {
@@ -163,12 +168,12 @@ TEST_CASE("float16: IEEE binary16 rounding, subnormals, range") {
   CHECK(float_to_half(-2.f) == 0xc000);
   CHECK(float_to_half(0.1f) == 0x2e66);
   CHECK(float_to_half(65504.f) == 0x7bff);
-  CHECK(float_to_half(65519.f) == 0x7bff);                   // below the halfway point to 65536
-  CHECK(float_to_half(65520.f) == 0x7c00);                   // halfway, ties to even: infinity
-  CHECK(float_to_half(1.f + 1.f / 2048) == 0x3c00);          // halfway between 1 and 1 + 2^-10: to even
-  CHECK(float_to_half(1.f + 3.f / 2048) == 0x3c02);          // halfway between odd and even: up
-  CHECK(float_to_half(std::ldexp(1.f, -24)) == 0x0001);      // smallest subnormal
-  CHECK(float_to_half(std::ldexp(1.f, -25)) == 0x0000);      // half of it: ties to even (zero)
+  CHECK(float_to_half(65519.f) == 0x7bff);               // below the halfway point to 65536
+  CHECK(float_to_half(65520.f) == 0x7c00);               // halfway, ties to even: infinity
+  CHECK(float_to_half(1.f + 1.f / 2048) == 0x3c00);      // halfway between 1 and 1 + 2^-10: to even
+  CHECK(float_to_half(1.f + 3.f / 2048) == 0x3c02);      // halfway between odd and even: up
+  CHECK(float_to_half(std::ldexp(1.f, -24)) == 0x0001);  // smallest subnormal
+  CHECK(float_to_half(std::ldexp(1.f, -25)) == 0x0000);  // half of it: ties to even (zero)
   CHECK(float_to_half(std::ldexp(1.5f, -25)) == 0x0001);
   CHECK(float_to_half(std::ldexp(1023.5f, -24)) == 0x0400);  // rounds up into the smallest normal
   CHECK(float_to_half(-0.f) == 0x8000);
@@ -243,7 +248,8 @@ TEST_CASE("model files: averaging weights (sat model average); models that diffe
   // the same model averaged with itself captions as it does
   Mat F = Mat::Random(a.encoder_config.locations(), a.encoder_config.feature_dim());
   auto same = average_models({dir.file("a.sat"), dir.file("a.sat")});
-  CHECK(same->search_kept(F, 1, stored_search(*same, 2))[0].tokens == a.search_kept(F, 1, stored_search(a, 2))[0].tokens);
+  CHECK(same->search_kept(F, 1, stored_search(*same, 2))[0].tokens ==
+        a.search_kept(F, 1, stored_search(a, 2))[0].tokens);
   // weights every model holds alike come back exactly (a frozen fine-tuned unit stays shared with the others)
   auto thrice = average_models({dir.file("a.sat"), dir.file("a.sat"), dir.file("a.sat")});
   auto pt = thrice->params();
@@ -257,16 +263,18 @@ TEST_CASE("model files: averaging weights (sat model average); models that diffe
   Rng rng_o(7);
   other.init(rng_o);
   other.save(dir.file("other.sat"));
-  CHECK(error_of([&] { average_models({dir.file("a.sat"), dir.file("other.sat")}); }) ==
-        dir.file("other.sat") + ": the vocabulary differs from " + dir.file("a.sat") +
-            "'s: only models that differ in their weights average");
+  CHECK(error_of([&] {
+          average_models({dir.file("a.sat"), dir.file("other.sat")});
+        }) == dir.file("other.sat") + ": the vocabulary differs from " + dir.file("a.sat") +
+                  "'s: only models that differ in their weights average");
   other.decoder_config.hidden_dim = 10;
   other.vocab = a.vocab;
   other.build();
   other.init(rng_o);
   other.save(dir.file("wider.sat"));
-  CHECK(error_of([&] { average_models({dir.file("a.sat"), dir.file("wider.sat")}); }).find("the decoder differs") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          average_models({dir.file("a.sat"), dir.file("wider.sat")});
+        }).find("the decoder differs") != std::string::npos);
 }
 
 TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as built; other encoders are refused") {
@@ -297,7 +305,8 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
   REQUIRE(src.size() == dst.size());
   for (size_t k = 0; k < src.size(); ++k)  // stored as float16 like the first member
     for (int64_t i = 0; i < src[k]->size(); ++i)
-      if (dst[k]->value[i] != half_to_float(float_to_half(src[k]->value[i]))) FAIL_CHECK(src[k]->name << "[" << i << "]");
+      if (dst[k]->value[i] != half_to_float(float_to_half(src[k]->value[i])))
+        FAIL_CHECK(src[k]->name << "[" << i << "]");
   // the file's ensemble searches as the members' mean distribution
   const int n = 4;
   Mat F = Mat::Random((int64_t)n * a.encoder_config.locations(), a.encoder_config.feature_dim());
@@ -308,20 +317,23 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
   for (int i = 0; i < n; ++i) CHECK(got[i].tokens == expect[i].tokens);
   // an ensemble of ensembles brings every member; it is not trained or averaged
   CHECK(ensemble_models({dir.file("ens.sat"), dir.file("a.sat")})->members() == 3);
-  CHECK(error_of([&] { average_models({dir.file("ens.sat"), dir.file("a.sat")}); }) ==
-        dir.file("ens.sat") + ": is an ensemble: average its members' own files");
+  CHECK(error_of([&] {
+          average_models({dir.file("ens.sat"), dir.file("a.sat")});
+        }) == dir.file("ens.sat") + ": is an ensemble: average its members' own files");
   // another encoder (a CNN trained with its own decoder) or vocabulary cannot be shared
   CaptionModel c;
   build_tiny_model(c);
   Rng rng_c(7);
   c.init(rng_c);
   c.save(dir.file("c.sat"));
-  CHECK(error_of([&] { ensemble_models({dir.file("a.sat"), dir.file("c.sat")}); })
-            .rfind(dir.file("c.sat") + ": the encoder's weights differ from " + dir.file("a.sat") + "'s", 0) == 0);
+  CHECK(error_of([&] {
+          ensemble_models({dir.file("a.sat"), dir.file("c.sat")});
+        }).rfind(dir.file("c.sat") + ": the encoder's weights differ from " + dir.file("a.sat") + "'s", 0) == 0);
   c.vocab = Vocab::build({{"a", "green", "star"}, {"a", "blue", "square"}}, 1);
   c.save(dir.file("words.sat"));
-  CHECK(error_of([&] { ensemble_models({dir.file("a.sat"), dir.file("words.sat")}); })
-            .rfind(dir.file("words.sat") + ": the vocabulary differs", 0) == 0);
+  CHECK(error_of([&] {
+          ensemble_models({dir.file("a.sat"), dir.file("words.sat")});
+        }).rfind(dir.file("words.sat") + ": the vocabulary differs", 0) == 0);
   CHECK(error_of([&] { ensemble_models({dir.file("a.sat")}); }) == "model ensemble: give at least two model files");
   // a decoder that cannot be averaged names its file, inside an ensemble file too
   for (const char* kind : {"hard", "none"}) {
@@ -361,7 +373,8 @@ TEST_CASE("image codecs: opened by name, they are the functions OpenCV declares;
   void* lib = dlopen(image_codecs_library(), RTLD_NOW | RTLD_NOLOAD);
   REQUIRE(lib != nullptr);
   cv::Mat (*imdecode)(const cv::_InputArray&, int) = &cv::imdecode;
-  bool (*imencode)(const cv::String&, const cv::_InputArray&, std::vector<uchar>&, const std::vector<int>&) = &cv::imencode;
+  bool (*imencode)(const cv::String&, const cv::_InputArray&, std::vector<uchar>&, const std::vector<int>&) =
+      &cv::imencode;
   CHECK(dlsym(lib, kImdecodeSymbol) == reinterpret_cast<void*>(imdecode));
   CHECK(dlsym(lib, kImencodeSymbol) == reinterpret_cast<void*>(imencode));
   dlclose(lib);  // the reference RTLD_NOLOAD took
@@ -396,13 +409,15 @@ TEST_CASE("images: only photo formats reach the decoders; other files are one-li
   std::string dicom = "\xFF\x10\xD8" + std::string(125, 'X') + "DICM\x01";
   write_file_atomic(dir + "/scan.dcm", dicom);
   CHECK_THROWS_WITH_AS(load_image_bgr(dir + "/scan.dcm"),
-                       doctest::Contains("scan.dcm: cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM"), Error);
+                       doctest::Contains("scan.dcm: cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM"),
+                       Error);
   // A WebP header, then "DICM" at byte 128: OpenCV still hands it to GDCM, which aborts (found by fuzzing, kept in the
   // corpus). sat refuses it by that signature.
   std::string webp_dicom = std::string("RIFF\x16\x07\0\0WEBPVP8L\x09", 17) + std::string(111, '\0') + "DICM\xbf\xe3";
   write_file_atomic(dir + "/webp_dicom.webp", webp_dicom);
   CHECK_THROWS_WITH_AS(load_image_bgr(dir + "/webp_dicom.webp"),
-                       doctest::Contains("webp_dicom.webp: cannot decode image (a WebP header, but a DICOM signature"), Error);
+                       doctest::Contains("webp_dicom.webp: cannot decode image (a WebP header, but a DICOM signature"),
+                       Error);
   write_file_atomic(dir + "/x.hdr", "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 2 +X 2\n");
   CHECK_THROWS_AS(load_image_bgr(dir + "/x.hdr"), Error);
   (void)!std::system(("rm -rf " + dir).c_str());
@@ -410,8 +425,16 @@ TEST_CASE("images: only photo formats reach the decoders; other files are one-li
 
 TEST_CASE("images: a header declaring more than kMaxImagePixels is refused before any decoder allocates") {
   // 15 bytes of PBM header made OpenCV allocate 3 GB (found by tests/fuzz/fuzz_image, kept in its corpus)
-  auto be = [](uint32_t v, int n) { std::string s; for (int i = n - 1; i >= 0; --i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0); return s; };
-  auto le = [](uint32_t v, int n) { std::string s; for (int i = 0; i < n; ++i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0); return s; };
+  auto be = [](uint32_t v, int n) {
+    std::string s;
+    for (int i = n - 1; i >= 0; --i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0);
+    return s;
+  };
+  auto le = [](uint32_t v, int n) {
+    std::string s;
+    for (int i = 0; i < n; ++i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0);
+    return s;
+  };
   struct Case {
     const char* what;
     std::string bytes;
@@ -436,9 +459,12 @@ TEST_CASE("images: a header declaring more than kMaxImagePixels is refused befor
                          doctest::Contains("pixels is too large (at most 200 megapixels)"), Error);
   }
   // headers that declare no size, or none that can be read, are refused as corrupt
-  for (const std::string& bad : {std::string("P4\n644466\xb6" "164 62 "), std::string("P5 0 10 255\n") + pad,
-                                 std::string("\xFF\xD8\xFF\xDA\x00\x02\xFF\xD9", 8), std::string("II*\0\xff\xff\xff\xff", 8)}) {
-    CHECK_THROWS_WITH_AS(decode_image_bgr(bad.data(), bad.size(), "odd.img"), doctest::Contains("odd.img: cannot decode image ("), Error);
+  for (const std::string& bad : {std::string("P4\n644466\xb6"
+                                             "164 62 "),
+                                 std::string("P5 0 10 255\n") + pad, std::string("\xFF\xD8\xFF\xDA\x00\x02\xFF\xD9", 8),
+                                 std::string("II*\0\xff\xff\xff\xff", 8)}) {
+    CHECK_THROWS_WITH_AS(decode_image_bgr(bad.data(), bad.size(), "odd.img"),
+                         doctest::Contains("odd.img: cannot decode image ("), Error);
   }
   // every format's encoder output passes the header check and decodes (the sizes read are the real ones)
   cv::Mat img(1200, 1700, CV_8UC3, cv::Scalar(40, 90, 160));
@@ -465,11 +491,14 @@ TEST_CASE("JSON from files: a float that no integer or float can hold is an erro
   std::string file(8, '\0');
   for (int i = 0; i < 8; ++i) file[i] = (char)((header.size() >> (8 * i)) & 0xff);
   file += header + std::string(4, '\0');
-  CHECK_THROWS_WITH_AS(decode_safetensors(file, "m.sat"), doctest::Contains("m.sat: number out of range in JSON (at \"shape\")"), Error);
+  CHECK_THROWS_WITH_AS(decode_safetensors(file, "m.sat"),
+                       doctest::Contains("m.sat: number out of range in JSON (at \"shape\")"), Error);
   const std::string path = "/tmp/sat_test_json_range_" + std::to_string(getpid()) + ".json";
   write_file_atomic(path, R"({"images": [{"id": 1e300, "file_name": "a.jpg"}], "annotations": []})");
-  CHECK_THROWS_WITH_AS(load_coco_captions(path, "."), doctest::Contains("number out of range in JSON (at \"id\")"), Error);
-  write_file_atomic(path, R"({"images": [{"id": 2.0, "file_name": "a.jpg"}], "annotations": [{"image_id": 2, "caption": "a dog"}]})");
+  CHECK_THROWS_WITH_AS(load_coco_captions(path, "."), doctest::Contains("number out of range in JSON (at \"id\")"),
+                       Error);
+  write_file_atomic(
+      path, R"({"images": [{"id": 2.0, "file_name": "a.jpg"}], "annotations": [{"image_id": 2, "caption": "a dog"}]})");
   CHECK(load_coco_captions(path, ".").images.size() == 1);  // in range: read as before
   std::remove(path.c_str());
 }
@@ -508,22 +537,26 @@ TEST_CASE("BLEU: coco-caption definition on hand-made vectors") {
 
 TEST_CASE("grounding: cell to box overlap") {
   ObjectBox box;
-  box.x = 40, box.y = 0, box.w = 20, box.h = 10;  // in a 128x128 image, 8x8 grid of 16-pixel cells
-  CHECK(cell_overlaps_box(2, 8, 8, 128, 128, box));   // row 0, col 2: x 32..48
-  CHECK(cell_overlaps_box(3, 8, 8, 128, 128, box));   // col 3: x 48..64
-  CHECK(!cell_overlaps_box(4, 8, 8, 128, 128, box));  // col 4: x 64..80
-  CHECK(!cell_overlaps_box(10, 8, 8, 128, 128, box)); // row 1
+  box.x = 40, box.y = 0, box.w = 20, box.h = 10;       // in a 128x128 image, 8x8 grid of 16-pixel cells
+  CHECK(cell_overlaps_box(2, 8, 8, 128, 128, box));    // row 0, col 2: x 32..48
+  CHECK(cell_overlaps_box(3, 8, 8, 128, 128, box));    // col 3: x 48..64
+  CHECK(!cell_overlaps_box(4, 8, 8, 128, 128, box));   // col 4: x 64..80
+  CHECK(!cell_overlaps_box(10, 8, 8, 128, 128, box));  // row 1
 }
 
 TEST_CASE("model files: recorded paths rebased from the folder a run started in (sat model rebase)") {
   // what exists under runs/x: the run's own files, the shared data three levels up
-  const std::set<std::string> present = {"runs/x/stage.sat", "runs/x/member2", "runs/x/cache.feat",
-                                         "runs/x/../../../shared/data", "runs/x/../../../shared/data/dev.txt",
+  const std::set<std::string> present = {"runs/x/stage.sat",
+                                         "runs/x/member2",
+                                         "runs/x/cache.feat",
+                                         "runs/x/../../../shared/data",
+                                         "runs/x/../../../shared/data/dev.txt",
                                          "runs/x/sat"};
   auto exists = [&](const std::string& p) { return present.count(p) > 0; };
   nlohmann::json info = {
-      {"command", "sat train --data ../../../shared/data --val-split ../../../shared/data/dev.txt --out member2 "
-                  "--features cache.feat --init-from stage.sat --keep-epochs true --lr 1e-4"},
+      {"command",
+       "sat train --data ../../../shared/data --val-split ../../../shared/data/dev.txt --out member2 "
+       "--features cache.feat --init-from stage.sat --keep-epochs true --lr 1e-4"},
       {"started_from", "stage.sat: command sat train --data ../shared/data --out runs/y/model; recipe (runs/x)"},
       {"members", {{{"file", "runs/x/stage.sat"}, {"command", "sat model average stage.sat, /abs/stage.sat"}}}},
       {"data", "../../../shared/data"},
@@ -536,7 +569,8 @@ TEST_CASE("model files: recorded paths rebased from the folder a run started in 
         "sat train --data ../shared/data --val-split ../shared/data/dev.txt --out runs/x/member2 "
         "--features runs/x/cache.feat --init-from runs/x/stage.sat --keep-epochs true --lr 1e-4");
   // the start model's own record (run from here) names nothing under runs/x and stays; its leading name moves
-  CHECK(out["started_from"] == "runs/x/stage.sat: command sat train --data ../shared/data --out runs/y/model; recipe (runs/x)");
+  CHECK(out["started_from"] ==
+        "runs/x/stage.sat: command sat train --data ../shared/data --out runs/y/model; recipe (runs/x)");
   CHECK(out["members"][0]["file"] == "runs/x/stage.sat");  // already from here: runs/x/runs/x/stage.sat is nothing
   CHECK(out["members"][0]["command"] == "sat model average runs/x/stage.sat, /abs/stage.sat");  // absolute stays
   CHECK(out["data"] == "../shared/data");
@@ -551,7 +585,8 @@ TEST_CASE("model files: recorded paths rebased from the folder a run started in 
   // nothing under the folder: the record is unchanged
   CHECK(rebase_recorded_paths(info, "elsewhere", exists) == info);
   // absolute paths inside the current folder become relative to it (those outside stay)
-  nlohmann::json absolute = {{"command", "sat train --data /repo/../shared/data --out /repo/runs/m --init-from /other/m.sat"}};
+  nlohmann::json absolute = {
+      {"command", "sat train --data /repo/../shared/data --out /repo/runs/m --init-from /other/m.sat"}};
   rewrites.clear();
   CHECK(rebase_recorded_paths(absolute, "elsewhere", exists, &rewrites, "/repo")["command"] ==
         "sat train --data ../shared/data --out runs/m --init-from /other/m.sat");

@@ -57,10 +57,11 @@ TEST_CASE("data parallel: the step exchange packs gradients, weighted buffers an
     CHECK(running.value[i] == doctest::Approx(0.25 * (1 + i) + 0.75 * (100 + i)));
   CHECK(stats == std::vector<double>{15.0, 3.0});
   CHECK_THROWS_AS(exchange.pack(params, {1.f, 1.f, 1.f, 1.f}, {1.0}), Error);  // statistics count
-  CHECK_THROWS_AS(exchange.pack({&w, &b}, {1.f, 1.f}, {1.0, 2.0}), Error);      // another parameter list
+  CHECK_THROWS_AS(exchange.pack({&w, &b}, {1.f, 1.f}, {1.0, 2.0}), Error);     // another parameter list
 }
 
-TEST_CASE("data parallel: the ranks' shares of a batch sum to the whole batch's gradient and baseline, for every kind") {
+TEST_CASE(
+    "data parallel: the ranks' shares of a batch sum to the whole batch's gradient and baseline, for every kind") {
   struct Kind {
     std::string attention, score, order;
     int samples;
@@ -76,7 +77,8 @@ TEST_CASE("data parallel: the ranks' shares of a batch sum to the whole batch's 
     CAPTURE(kind.samples);
     DecoderConfig cfg;
     cfg.vocab_size = 13, cfg.embed_dim = 6, cfg.hidden_dim = 7, cfg.attn_dim = 5, cfg.feature_dim = 4;
-    cfg.grid_h = 2, cfg.grid_w = 3, cfg.dropout = 0.3f, cfg.coverage = kind.score == "additive" && kind.attention == "soft";
+    cfg.grid_h = 2, cfg.grid_w = 3, cfg.dropout = 0.3f,
+    cfg.coverage = kind.score == "additive" && kind.attention == "soft";
     cfg.attention = kind.attention, cfg.score = kind.score, cfg.order = kind.order;
     Rng rng(5);
     Decoder dec(cfg);
@@ -177,9 +179,9 @@ TEST_CASE("data parallel: a caption's dropout masks and glimpses come from its o
     CHECK(a.soft_step[t][1] == b.soft_step[t][0]);
   }
   CHECK(a.hdrop_mask.row(0) != a.hdrop_mask.row(1));  // rows do not share a stream
-  CHECK(row_seed(9, 1) != row_seed(10, 1));                  // nor do steps
+  CHECK(row_seed(9, 1) != row_seed(10, 1));           // nor do steps
   CaptionBatch short_of_seeds = both;
   short_of_seeds.row_seed.pop_back();
-  CHECK_THROWS_WITH_AS(dec.forward(F, short_of_seeds, 0.f, true, nullptr, b), "decoder: row_seed has 1 entries for 2 rows",
-                       Error);
+  CHECK_THROWS_WITH_AS(dec.forward(F, short_of_seeds, 0.f, true, nullptr, b),
+                       "decoder: row_seed has 1 entries for 2 rows", Error);
 }

@@ -14,9 +14,9 @@
 #include "train/optimizer.hpp"
 
 using namespace sat;
-using test::error_of;
 using sat::test::random_features;
 using sat::test::small_config;
+using test::error_of;
 
 namespace {
 
@@ -51,16 +51,20 @@ void check_gradients(Decoder& dec, const Mat& F, DecoderCache& cache, const std:
     if (!p->trainable) continue;  // buffers (the REINFORCE baseline) have no gradient
     CAPTURE(p->name);
     FloatBuffer analytic = p->grad;
-    auto r = test::check_gradient(p->value, analytic, [&] { return loss(F); }, 12, 5e-3);
+    auto r = test::check_gradient(
+        p->value, analytic, [&] { return loss(F); }, 12, 5e-3);
     CHECK(r.worst < 1e-2);
     if (getenv("SAT_GRADCHECK_VERBOSE")) MESSAGE(p->name << " worst " << r.worst);
   }
   if (!check_features) return;
   std::vector<float> fvals(F.data(), F.data() + F.size()), fgrad(dF.data(), dF.data() + dF.size());
-  auto r = test::check_gradient(fvals, fgrad, [&] {
-    Mat G = Eigen::Map<Mat>(fvals.data(), F.rows(), F.cols());
-    return loss(G);
-  }, 30, 5e-3);
+  auto r = test::check_gradient(
+      fvals, fgrad,
+      [&] {
+        Mat G = Eigen::Map<Mat>(fvals.data(), F.rows(), F.cols());
+        return loss(G);
+      },
+      30, 5e-3);
   CHECK(r.worst < 1e-2);
 }
 
@@ -88,10 +92,10 @@ TEST_CASE("Param: a trainable tensor's gradient is allocated, zeros, when first 
 
 TEST_CASE("decoder: params() lists its tensors and its attention score's in the order and names of model files") {
   // Model files, optimizer state and gradient checks all follow this order: a change would break old model files.
-  const std::vector<std::string> core = {"embed.weight",    "init_h.weight",   "init_h.bias",    "init_c.weight",
-                                         "init_c.bias",     "gate.weight",     "gate.bias",      "lstm.weight_emb",
-                                         "lstm.weight_ctx", "lstm.weight_hh",  "lstm.bias",      "out.hidden",
-                                         "out.context",     "out.weight",      "out.bias"};
+  const std::vector<std::string> core = {"embed.weight",    "init_h.weight",  "init_h.bias", "init_c.weight",
+                                         "init_c.bias",     "gate.weight",    "gate.bias",   "lstm.weight_emb",
+                                         "lstm.weight_ctx", "lstm.weight_hh", "lstm.bias",   "out.hidden",
+                                         "out.context",     "out.weight",     "out.bias"};
   const std::vector<std::string> additive = {"attention.feat_proj.weight", "attention.feat_proj.bias",
                                              "attention.query_proj.weight", "attention.v"};
   const std::vector<std::string> baseline = {"attention.reinforce_baseline"};
@@ -108,8 +112,7 @@ TEST_CASE("decoder: params() lists its tensors and its attention score's in the 
     std::string attention, order;
     std::vector<std::string> names;
   };
-  for (const Kind& k : {Kind{"soft", "bahdanau", joined({core, additive})},
-                        Kind{"none", "bahdanau", core},
+  for (const Kind& k : {Kind{"soft", "bahdanau", joined({core, additive})}, Kind{"none", "bahdanau", core},
                         Kind{"hard", "bahdanau", joined({core, baseline, additive})},
                         Kind{"soft", "luong", joined({core, combine, additive})},
                         Kind{"hard", "luong", joined({core, baseline, combine, additive})},
@@ -134,11 +137,15 @@ TEST_CASE("decoder: params() lists its tensors and its attention score's in the 
        {Score{"soft", "additive", true, joined({additive, {"attention.coverage"}})},
         Score{"soft", "dot", false, {"attention.key_proj.weight"}},  // the features (4) are narrower than h (7)
         Score{"soft", "general", false, {"attention.query_proj.weight"}},
-        Score{"soft", "cosine", false,
+        Score{"soft",
+              "cosine",
+              false,
               {"attention.feat_proj.weight", "attention.feat_proj.bias", "attention.query_proj.weight",
                "attention.strength.weight", "attention.strength.bias"}},
         Score{"soft", "location", false, {"attention.location.weight", "attention.location.bias"}},
-        Score{"local", "dot", false,
+        Score{"local",
+              "dot",
+              false,
               {"attention.key_proj.weight", "attention.centre.hidden", "attention.centre.weight",
                "attention.centre.bias"}}}) {
     CAPTURE(s.attention);
@@ -156,14 +163,25 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
   };
   // hard: with lambda_r = lambda_e = 0 the backward is the exact gradient of the loss given the sampled glimpses
   // (drawn from the same seed at every evaluation); the REINFORCE part is checked for bias separately.
-  const std::vector<Variant> kinds = {{"dot", "soft"},      {"general", "soft"},    {"cosine", "soft"},
-                                      {"location", "soft"},  {"additive", "local"}, {"general", "local"},
-                                      {"additive", "none"},  {"additive", "hard"},  {"dot", "hard"},
-                                      {"additive", "soft", "luong"}, {"general", "soft", "luong"},
-                                      {"additive", "local", "luong"}, {"additive", "hard", "luong"},
-                                      {"additive", "none", "luong"}, {"additive", "soft", "updown"},
-                                      {"general", "soft", "updown"}, {"additive", "hard", "updown"},
-                                      {"additive", "local", "updown"}, {"additive", "none", "updown"}};
+  const std::vector<Variant> kinds = {{"dot", "soft"},
+                                      {"general", "soft"},
+                                      {"cosine", "soft"},
+                                      {"location", "soft"},
+                                      {"additive", "local"},
+                                      {"general", "local"},
+                                      {"additive", "none"},
+                                      {"additive", "hard"},
+                                      {"dot", "hard"},
+                                      {"additive", "soft", "luong"},
+                                      {"general", "soft", "luong"},
+                                      {"additive", "local", "luong"},
+                                      {"additive", "hard", "luong"},
+                                      {"additive", "none", "luong"},
+                                      {"additive", "soft", "updown"},
+                                      {"general", "soft", "updown"},
+                                      {"additive", "hard", "updown"},
+                                      {"additive", "local", "updown"},
+                                      {"additive", "none", "updown"}};
   for (int variant = 0; variant < 5 + (int)kinds.size(); ++variant) {
     {
       const Variant kind = variant < 5 ? Variant{"additive", "soft"} : kinds[variant - 5];
@@ -178,7 +196,9 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       CAPTURE(kind.score);
       CAPTURE(kind.attention);
       CAPTURE(kind.order);
-      if (getenv("SAT_GRADCHECK_VERBOSE")) fprintf(stderr, "variant %d %s %s %s\n", variant, kind.score.c_str(), kind.attention.c_str(), kind.order.c_str());
+      if (getenv("SAT_GRADCHECK_VERBOSE"))
+        fprintf(stderr, "variant %d %s %s %s\n", variant, kind.score.c_str(), kind.attention.c_str(),
+                kind.order.c_str());
       Rng rng(5);
       DecoderConfig cfg = small_config(dropout, coverage, kind.score, kind.attention);
       cfg.reinforce_weight = cfg.entropy_weight = 0;
@@ -194,7 +214,8 @@ TEST_CASE("decoder: every parameter and the features match finite differences") 
       Mat F = random_features(3, cfg, rng);
       CaptionBatch cb = small_batch();
       DecoderCache cache;
-      check_gradients(dec, F, cache, [&](const Mat& G) { return loss_of(dec, G, cb, penalty, cache); }, true);
+      check_gradients(
+          dec, F, cache, [&](const Mat& G) { return loss_of(dec, G, cb, penalty, cache); }, true);
     }
   }
 }
@@ -204,12 +225,18 @@ TEST_CASE("decoder: rows sharing a grid give what the grid copied for each row g
     std::string score, attention, order = "bahdanau";
     bool coverage = false;
   };
-  const std::vector<Variant> kinds = {{"additive", "soft"},          {"additive", "soft", "bahdanau", true},
-                                      {"dot", "soft"},               {"general", "soft"},
-                                      {"cosine", "soft"},            {"location", "soft"},
-                                      {"additive", "local"},         {"additive", "hard"},
-                                      {"additive", "none"},          {"general", "soft", "luong"},
-                                      {"additive", "soft", "luong", true}, {"additive", "soft", "updown", true},
+  const std::vector<Variant> kinds = {{"additive", "soft"},
+                                      {"additive", "soft", "bahdanau", true},
+                                      {"dot", "soft"},
+                                      {"general", "soft"},
+                                      {"cosine", "soft"},
+                                      {"location", "soft"},
+                                      {"additive", "local"},
+                                      {"additive", "hard"},
+                                      {"additive", "none"},
+                                      {"general", "soft", "luong"},
+                                      {"additive", "soft", "luong", true},
+                                      {"additive", "soft", "updown", true},
                                       {"dot", "hard", "updown"}};
   for (const auto& kind : kinds) {
     CAPTURE(kind.score);
@@ -288,8 +315,8 @@ TEST_CASE("decoder: row weights (self-critical advantages, negative too) scale e
     CHECK(loss.weighted);
     CHECK(loss.total() == doctest::Approx(loss.trained_cross_entropy));
     CHECK(std::abs(loss.trained_cross_entropy - loss.cross_entropy) > 1e-3);  // the weights change the objective
-    check_gradients(dec, F, cache, [&](const Mat& G) { return dec.forward(G, cb, 0.f, false, nullptr, cache).total(); },
-                    false);
+    check_gradients(
+        dec, F, cache, [&](const Mat& G) { return dec.forward(G, cb, 0.f, false, nullptr, cache).total(); }, false);
   }
 }
 
@@ -324,8 +351,8 @@ TEST_CASE("decoder: label smoothing's gradient matches finite differences of its
     CHECK(loss.total() == doctest::Approx(loss.trained_cross_entropy));
     CHECK(std::abs(loss.trained_cross_entropy - plain.cross_entropy) > 1e-3);
     cb.row_weight = {0.7f, -1.3f, 2.0f};  // with row weights too, both apply
-    check_gradients(dec, F, cache, [&](const Mat& G) { return dec.forward(G, cb, 0.f, false, nullptr, cache).total(); },
-                    true);
+    check_gradients(
+        dec, F, cache, [&](const Mat& G) { return dec.forward(G, cb, 0.f, false, nullptr, cache).total(); }, true);
     cb.label_smoothing = 1.f;
     CHECK_THROWS_AS(dec.forward(F, cb, 0.f, false, nullptr, cache), Error);
   }
@@ -394,7 +421,8 @@ TEST_CASE("decoder: every attention kind and ordering learns a grounded toy task
     Mat F((int64_t)B * L, D);
     std::vector<std::vector<int>> caps;
     for (int b = 0; b < B; ++b) {
-      int cell = (int)(rng.uniform() * L) % L, colour = (int)(rng.uniform() * 3) % 3, shape = (int)(rng.uniform() * 3) % 3;
+      int cell = (int)(rng.uniform() * L) % L, colour = (int)(rng.uniform() * 3) % 3,
+          shape = (int)(rng.uniform() * 3) % 3;
       for (int i = 0; i < L; ++i)
         for (int d = 0; d < D; ++d) F(b * L + i, d) = 0.3f * (float)rng.normal();
       F(b * L + cell, colour) += 3.f;
@@ -407,12 +435,11 @@ TEST_CASE("decoder: every attention kind and ordering learns a grounded toy task
   struct Kind {
     std::string attention, score, order;
   };
-  for (const Kind& k : {Kind{"soft", "additive", "bahdanau"}, Kind{"soft", "dot", "bahdanau"},
-                        Kind{"soft", "general", "bahdanau"}, Kind{"soft", "cosine", "bahdanau"},
-                        Kind{"soft", "location", "bahdanau"}, Kind{"local", "additive", "bahdanau"},
-                        Kind{"hard", "additive", "bahdanau"}, Kind{"none", "additive", "bahdanau"},
-                        Kind{"soft", "additive", "luong"}, Kind{"hard", "general", "luong"},
-                        Kind{"soft", "additive", "updown"}, Kind{"hard", "additive", "updown"}}) {
+  for (const Kind& k :
+       {Kind{"soft", "additive", "bahdanau"}, Kind{"soft", "dot", "bahdanau"}, Kind{"soft", "general", "bahdanau"},
+        Kind{"soft", "cosine", "bahdanau"}, Kind{"soft", "location", "bahdanau"}, Kind{"local", "additive", "bahdanau"},
+        Kind{"hard", "additive", "bahdanau"}, Kind{"none", "additive", "bahdanau"}, Kind{"soft", "additive", "luong"},
+        Kind{"hard", "general", "luong"}, Kind{"soft", "additive", "updown"}, Kind{"hard", "additive", "updown"}}) {
     CAPTURE(k.attention);
     CAPTURE(k.score);
     CAPTURE(k.order);
@@ -452,11 +479,10 @@ TEST_CASE("decoder: step-by-step inference reproduces the teacher-forced forward
   struct Kind {
     std::string attention, order, score;
   };
-  for (const Kind& k : {Kind{"soft", "bahdanau", "additive"}, Kind{"soft", "luong", "general"},
-                        Kind{"local", "luong", "additive"}, Kind{"hard", "bahdanau", "dot"},
-                        Kind{"hard", "luong", "additive"}, Kind{"none", "luong", "additive"},
-                        Kind{"soft", "updown", "additive"}, Kind{"hard", "updown", "general"},
-                        Kind{"none", "updown", "additive"}}) {
+  for (const Kind& k :
+       {Kind{"soft", "bahdanau", "additive"}, Kind{"soft", "luong", "general"}, Kind{"local", "luong", "additive"},
+        Kind{"hard", "bahdanau", "dot"}, Kind{"hard", "luong", "additive"}, Kind{"none", "luong", "additive"},
+        Kind{"soft", "updown", "additive"}, Kind{"hard", "updown", "general"}, Kind{"none", "updown", "additive"}}) {
     CAPTURE(k.attention);
     CAPTURE(k.order);
     Rng rng(21);
@@ -478,7 +504,8 @@ TEST_CASE("decoder: step-by-step inference reproduces the teacher-forced forward
       dec.step(tokens, st, logprobs, alpha);
       for (int b = 0; b < 3; ++b)
         for (int v = 0; v < cfg.vocab_size; ++v)
-          worst = std::max(worst, (double)std::abs(logprobs(b, v) - std::log(cache.probs((int64_t)t * cache.B + b, v))));
+          worst =
+              std::max(worst, (double)std::abs(logprobs(b, v) - std::log(cache.probs((int64_t)t * cache.B + b, v))));
       if (cfg.attends()) worst = std::max(worst, (double)(alpha - cache.alpha[t]).cwiseAbs().maxCoeff());
     }
     CHECK(worst < 1e-5);
@@ -584,7 +611,8 @@ TEST_CASE("search: no_repeat_ngram keeps every n-word phrase unique in greedy an
     int repeated_without = 0;
     for (int beam : {1, 3}) {
       auto free = beam == 1 ? greedy_search(dec, F, n, max_len) : beam_search(dec, F, n, beam, max_len);
-      auto blocked = beam == 1 ? greedy_search(dec, F, n, max_len, ngram) : beam_search(dec, F, n, beam, max_len, 1.0, ngram);
+      auto blocked =
+          beam == 1 ? greedy_search(dec, F, n, max_len, ngram) : beam_search(dec, F, n, beam, max_len, 1.0, ngram);
       for (int i = 0; i < n; ++i) {
         repeated_without += repeats(free[i].tokens, ngram);
         CHECK_FALSE(repeats(blocked[i].tokens, ngram));
@@ -657,11 +685,13 @@ TEST_CASE("search: diverse beam groups") {
   const auto best = beam_search(dec, F, n, beam, max_len, 1.0, 0, {3, 2.0});
   const auto lists = beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {3, 2.0});
   for (int i = 0; i < n; ++i) CHECK(best[i].tokens == lists[i].front().tokens);
-  CHECK(error_of([&] { beam_search(dec, F, n, 4, max_len, 1.0, 0, {3, 1.0}); }).find("divide the beam size (4); got 3") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          beam_search(dec, F, n, 4, max_len, 1.0, 0, {3, 1.0});
+        }).find("divide the beam size (4); got 3") != std::string::npos);
   CHECK(error_of([&] { beam_search(dec, F, n, 4, max_len, 1.0, 0, {0, 1.0}); }).find("divide") != std::string::npos);
-  CHECK(error_of([&] { beam_search(dec, F, n, 4, max_len, 1.0, 0, {2, -1.0}); }).find("penalty must be in [0, 100]") !=
-        std::string::npos);
+  CHECK(error_of([&] {
+          beam_search(dec, F, n, 4, max_len, 1.0, 0, {2, -1.0});
+        }).find("penalty must be in [0, 100]") != std::string::npos);
   CHECK_THROWS(beam_search(dec, F, n, 4, max_len, 1.0, 0, {2, std::nan("")}));
 }
 

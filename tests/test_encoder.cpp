@@ -46,7 +46,8 @@ void check_encoder(const EncoderConfig& cfg, double tol) {
     // so that float32 round-off on tiny entries does not count as an error.
     double gmax = 0;
     for (float g : analytic) gmax = std::max(gmax, (double)std::fabs(g));
-    auto r = test::check_gradient(p.value, analytic, [&] { return probe.loss(); }, 20, 5e-4, 0.05 * gmax + 1e-4, 0.05);
+    auto r = test::check_gradient(
+        p.value, analytic, [&] { return probe.loss(); }, 20, 5e-4, 0.05 * gmax + 1e-4, 0.05);
     if (getenv("SAT_GRADCHECK_VERBOSE"))
       MESSAGE(p.name << " worst " << r.worst << " within " << r.fraction_within(tol) << " skipped " << r.skipped);
     // Max-pool ties on noise inputs leave a few entries whose difference quotient never settles (it drifts

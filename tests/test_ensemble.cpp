@@ -17,7 +17,9 @@ constexpr int kStart = 1, kEnd = 2;
 constexpr float kNone = -std::numeric_limits<float>::infinity();
 
 // One image's grid (rows i*L .. i*L + L - 1 of F).
-Mat grid_of(const Mat& F, int i, int L) { return F.middleRows((int64_t)i * L, L); }
+Mat grid_of(const Mat& F, int i, int L) {
+  return F.middleRows((int64_t)i * L, L);
+}
 }  // namespace
 
 TEST_CASE("ensemble: the mean distribution is log((1/K) sum_k p_k), exact for identical members") {

@@ -132,7 +132,7 @@ TEST_CASE("CIDEr-D scorer with fixed document frequencies: equals the corpus met
       {{"a", "girl", "in", "a", "red", "dress"}, {"a", "little", "girl", "smiles"}},
       {{"a", "boy", "jumps", "into", "the", "water"}, {"a", "child", "swims"}},
       {{"a", "dog", "in", "the", "water"}, {"a", "wet", "dog"}}};
-  std::vector<Tokens> hyps = {{"a", "dog", "runs", "on", "grass"},    {"a", "man", "on", "a", "bike"},
+  std::vector<Tokens> hyps = {{"a", "dog", "runs", "on", "grass"},      {"a", "man", "on", "a", "bike"},
                               {"a", "dog", "plays", "in", "snow"},      {"a", "girl", "in", "a", "dress"},
                               {"a", "zebra", "jumps", "into", "water"}, {"a", "dog", "a", "dog", "a", "dog"}};
   auto corpus = corpus_cider_d(hyps, refs);

@@ -28,7 +28,8 @@ json embedded_data(const std::string& html) {
 
 const std::string kHostile = "<script>alert(\"x\")</script> & 'quoted' <img src=x onerror=\"alert(1)\">";
 const std::string kHostileEscaped =
-    "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;quoted&#39; &lt;img src=x onerror=&quot;alert(1)&quot;&gt;";
+    "&lt;script&gt;alert(&quot;x&quot;)&lt;/script&gt; &amp; &#39;quoted&#39; &lt;img src=x "
+    "onerror=&quot;alert(1)&quot;&gt;";
 
 Report hostile_report(const std::string& attention) {
   Report r;
@@ -44,8 +45,8 @@ Report hostile_report(const std::string& attention) {
     p.file_name = i == 0 ? "a\"b<i>'c.png" : "plain.png";
     p.words = {"a", "<script>", "dog"};
     if (attention != "none") {
-      p.alphas = {{0.5f, 0.25f, 0.25f, 0, 0, 0}, {0, 0, 0, 0, 0, 1}, {0.1f, 0.2f, 0.3f, 0.2f, 0.1f, 0.1f},
-                  {0, 0, 0, 0, 0, 0}};
+      p.alphas = {
+          {0.5f, 0.25f, 0.25f, 0, 0, 0}, {0, 0, 0, 0, 0, 1}, {0.1f, 0.2f, 0.3f, 0.2f, 0.1f, 0.1f}, {0, 0, 0, 0, 0, 0}};
       if (attention == "hard") p.locations = {0, 5, 2, 1};
     }
     p.references = {kHostile, "a dog runs"};

@@ -66,7 +66,6 @@ bool have_weights() {
   return false;
 }
 
-
 // The PyTorch reference's grids of examples/dog_and_man.jpg (tools/resnet-reference.py fixture), and that photo as
 // the network's 224x224 input planes.
 TensorFile load_fixture() {
@@ -122,7 +121,8 @@ TEST_CASE("ResNet v2 graph: units, cut points, grids normalized by the next unit
   auto cuts = g.cut_points();
   CHECK(std::find(cuts.begin(), cuts.end(), "block2") != cuts.end());
   CHECK(std::find(cuts.begin(), cuts.end(), "block1/unit_2") != cuts.end());
-  CHECK_THROWS_WITH_AS(g.grid_node("block9"), doctest::Contains("no layer 'block9' (cut points: block1, block2"), Error);
+  CHECK_THROWS_WITH_AS(g.grid_node("block9"), doctest::Contains("no layer 'block9' (cut points: block1, block2"),
+                       Error);
   // 32 -> conv1 16 -> pool1 8 -> block1 (strides in its last unit) 4 -> block2 2
   auto shapes = g.cut(g.grid_node("block2")).shapes(32, 32);
   CHECK(shapes.back().h == 2);
@@ -135,9 +135,9 @@ TEST_CASE("ResNet v2 graph: units, cut points, grids normalized by the next unit
   // A unit without its convolutions is an error naming the file (only the last block may be a bare pre-activation).
   TensorFile broken = tf;
   broken.tensors.erase("block1/unit_2/bottleneck_v2/conv1/weights");
-  CHECK_THROWS_WITH_AS(resnet_v2_graph(broken, "tiny.safetensors"),
-                       doctest::Contains("tiny.safetensors: missing tensor 'block1/unit_2/bottleneck_v2/conv1/weights'"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      resnet_v2_graph(broken, "tiny.safetensors"),
+      doctest::Contains("tiny.safetensors: missing tensor 'block1/unit_2/bottleneck_v2/conv1/weights'"), Error);
 }
 
 TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, whose gradients match differences") {
@@ -296,16 +296,18 @@ TEST_CASE("int8 ResNet v2: calibrated ranges, the int8 network close to float32,
   }
   // the ranges survive their JSON form (model files hold them); bad values and missing nodes are refused
   CHECK(int8_ranges_from_json(int8_ranges_to_json(ranges)) == ranges);
-  CHECK_THROWS_WITH_AS(int8_ranges_from_json(nlohmann::json{{"a", -1.0}}), doctest::Contains("'a' is not finite and positive"), Error);
-  CHECK_THROWS_WITH_AS(int8_ranges_from_json(nlohmann::json{{"a", "x"}}), doctest::Contains("'a' is not a number"), Error);
+  CHECK_THROWS_WITH_AS(int8_ranges_from_json(nlohmann::json{{"a", -1.0}}),
+                       doctest::Contains("'a' is not finite and positive"), Error);
+  CHECK_THROWS_WITH_AS(int8_ranges_from_json(nlohmann::json{{"a", "x"}}), doctest::Contains("'a' is not a number"),
+                       Error);
   CHECK_THROWS_AS(int8_ranges_from_json(nlohmann::json::array()), Error);
   Int8Ranges partial = ranges;
   partial.erase("block1/unit_2/bottleneck_v2/conv1");
-  CHECK_THROWS_WITH_AS(PretrainedEncoder(whole, tf, S, "m.sat", Precision::int8, partial),
-                       doctest::Contains("m.sat: int8 needs the activation range of 'block1/unit_2/bottleneck_v2/conv1'"),
-                       Error);
-  CHECK_THROWS_WITH_AS(int8.sample_activations(images.data(), 1, samples, 10), doctest::Contains("float32 encoder only"),
-                       Error);
+  CHECK_THROWS_WITH_AS(
+      PretrainedEncoder(whole, tf, S, "m.sat", Precision::int8, partial),
+      doctest::Contains("m.sat: int8 needs the activation range of 'block1/unit_2/bottleneck_v2/conv1'"), Error);
+  CHECK_THROWS_WITH_AS(int8.sample_activations(images.data(), 1, samples, 10),
+                       doctest::Contains("float32 encoder only"), Error);
   // MSE-optimal clipping. 100 000 values evenly over [0, 1] and one at 1.2: clipping that one to 1 costs 0.04, less
   // than the rounding error a range of 1.2 adds over the rest (100 000 (1.2^2 - 1) / 255^2 / 12 = 0.056), so the
   // range is about 1; without the outlier, the maximum is kept.
@@ -313,7 +315,8 @@ TEST_CASE("int8 ResNet v2: calibrated ranges, the int8 network close to float32,
   for (size_t k = 0; k < spread.size(); ++k) spread[k] = (float)k / (spread.size() - 1);
   outlier = spread;
   outlier.push_back(1.2f);
-  const Int8Ranges chosen = choose_int8_ranges({{"spread", spread}, {"outlier", outlier}, {"zeros", std::vector<float>(5, 0.f)}});
+  const Int8Ranges chosen =
+      choose_int8_ranges({{"spread", spread}, {"outlier", outlier}, {"zeros", std::vector<float>(5, 0.f)}});
   CHECK(chosen.at("spread") == 1.f);
   CHECK(chosen.at("outlier") > 0.97f);
   CHECK(chosen.at("outlier") < 1.1f);
@@ -331,8 +334,10 @@ TEST_CASE("ResNet-101 v2 on oneDNN matches the PyTorch reference on a photo at b
   CHECK(net.external_file == "resnet_v2_101.safetensors");
   CHECK(net.external_sha256 == kSha256);
   CHECK(net.graph.conv_macs(224, 224) / 1e9 == doctest::Approx(6.46).epsilon(0.002));
-  CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(299, 299) / 1e9 == doctest::Approx(11.88).epsilon(0.002));
-  CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(448, 448) / 1e9 == doctest::Approx(25.84).epsilon(0.002));
+  CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(299, 299) / 1e9 ==
+        doctest::Approx(11.88).epsilon(0.002));
+  CHECK(net.graph.cut(net.graph.grid_node("block3")).conv_macs(448, 448) / 1e9 ==
+        doctest::Approx(25.84).epsilon(0.002));
 
   const TensorFile fixture = load_fixture();
   const std::vector<float> planes = fixture_photo(net);
@@ -391,10 +396,10 @@ TEST_CASE("ResNet-101 v2 in bfloat16 stays close to the float32 PyTorch referenc
   REQUIRE(grid.size() == (size_t)7 * 7 * 1024);
   const FixtureError e = fixture_error(grid.data(), fixture, cut);
   const double rel_rms = e.rel_rms, pooled_rel_rms = e.pooled_rel_rms, worst = e.worst, largest = e.largest;
-  MESSAGE("bf16 " << cut << ": relative RMS error " << rel_rms << ", pooled " << pooled_rel_rms << ", worst "
-                  << worst << " of largest " << largest);
-  CHECK(rel_rms < 0.05);  // measured 0.026 (Zen 4, AVX512-BF16)
-  CHECK(pooled_rel_rms < 0.02);  // measured 0.0093
+  MESSAGE("bf16 " << cut << ": relative RMS error " << rel_rms << ", pooled " << pooled_rel_rms << ", worst " << worst
+                  << " of largest " << largest);
+  CHECK(rel_rms < 0.05);          // measured 0.026 (Zen 4, AVX512-BF16)
+  CHECK(pooled_rel_rms < 0.02);   // measured 0.0093
   CHECK(worst < 0.05 * largest);  // measured 0.021
 }
 
@@ -501,18 +506,19 @@ TEST_CASE("external encoder weights: found by name and sha256; missing, truncate
   set_weights_dir(dir);
   const std::string file = "resnet_v2_101.safetensors";
   auto expect_refused = [&](const std::string& what) {
-    CHECK_THROWS_WITH_AS(load_external_weights(file, kSha256, "m.sat"),
-                         doctest::Contains(("m.sat: needs the encoder weights resnet_v2_101.safetensors (sha256 " +
-                                            kSha256 + "): ").c_str()),
-                         Error);
+    CHECK_THROWS_WITH_AS(
+        load_external_weights(file, kSha256, "m.sat"),
+        doctest::Contains(
+            ("m.sat: needs the encoder weights resnet_v2_101.safetensors (sha256 " + kSha256 + "): ").c_str()),
+        Error);
     CHECK_THROWS_WITH_AS(load_external_weights(file, kSha256, "m.sat"), doctest::Contains(what.c_str()), Error);
   };
   std::remove((dir + "/" + file).c_str());
   std::remove((dir + "/resnet_v2_101/" + file).c_str());
   expect_refused("looked in " + dir + "; no such file found");
   write_file_atomic(dir + "/resnet_v2_101/" + file, bytes.substr(0, bytes.size() / 3));
-  expect_refused(dir + "/resnet_v2_101/" + file + " (" + std::to_string(bytes.size() / 3) +
-                 " bytes, sha256 " + sha256_hex(bytes.substr(0, bytes.size() / 3)) + ": truncated or a different file)");
+  expect_refused(dir + "/resnet_v2_101/" + file + " (" + std::to_string(bytes.size() / 3) + " bytes, sha256 " +
+                 sha256_hex(bytes.substr(0, bytes.size() / 3)) + ": truncated or a different file)");
   std::string changed = bytes;
   changed[changed.size() - 5] ^= 1;  // one bit of one weight
   write_file_atomic(dir + "/" + file, changed);

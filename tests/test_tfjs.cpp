@@ -51,8 +51,10 @@ Tensor4 ref_conv(const Tensor4& x, const std::vector<float>& kernel, int kh, int
                  const std::vector<float>& beta, const std::vector<float>& mean, const std::vector<float>& var) {
   Tensor4 y;
   int pt = 0, pl = 0;
-  if (same) same_pad(x.h, kh, stride, y.h, pt), same_pad(x.w, kw, stride, y.w, pl);
-  else y.h = (x.h - kh) / stride + 1, y.w = (x.w - kw) / stride + 1;
+  if (same)
+    same_pad(x.h, kh, stride, y.h, pt), same_pad(x.w, kw, stride, y.w, pl);
+  else
+    y.h = (x.h - kh) / stride + 1, y.w = (x.w - kw) / stride + 1;
   y.c = f;
   y.v.assign((size_t)y.h * y.w * f, 0.f);
   for (int oy = 0; oy < y.h; ++oy)
@@ -63,7 +65,8 @@ Tensor4 ref_conv(const Tensor4& x, const std::vector<float>& kernel, int kh, int
           for (int kx = 0; kx < kw; ++kx) {
             int iy = oy * stride + ky - pt, ix = ox * stride + kx - pl;
             if (iy < 0 || ix < 0 || iy >= x.h || ix >= x.w) continue;
-            for (int c = 0; c < x.c; ++c) acc += (double)x.at(iy, ix, c) * kernel[(((size_t)ky * kw + kx) * x.c + c) * f + o];
+            for (int c = 0; c < x.c; ++c)
+              acc += (double)x.at(iy, ix, c) * kernel[(((size_t)ky * kw + kx) * x.c + c) * f + o];
           }
         double bn = (acc - mean[o]) / std::sqrt((double)var[o] + 1e-3) + beta[o];
         y.at(oy, ox, o) = (float)std::max(bn, 0.0);
@@ -74,8 +77,10 @@ Tensor4 ref_conv(const Tensor4& x, const std::vector<float>& kernel, int kh, int
 Tensor4 ref_pool(const Tensor4& x, int k, int stride, bool same, bool avg) {
   Tensor4 y;
   int pt = 0, pl = 0;
-  if (same) same_pad(x.h, k, stride, y.h, pt), same_pad(x.w, k, stride, y.w, pl);
-  else y.h = (x.h - k) / stride + 1, y.w = (x.w - k) / stride + 1;
+  if (same)
+    same_pad(x.h, k, stride, y.h, pt), same_pad(x.w, k, stride, y.w, pl);
+  else
+    y.h = (x.h - k) / stride + 1, y.w = (x.w - k) / stride + 1;
   y.c = x.c;
   y.v.assign((size_t)y.h * y.w * y.c, 0.f);
   for (int oy = 0; oy < y.h; ++oy)
@@ -96,17 +101,28 @@ Tensor4 ref_pool(const Tensor4& x, int k, int stride, bool same, bool avg) {
 }
 
 json conv_layer(const std::string& name, const std::string& input, int f, int k, int s, const std::string& pad) {
-  return {{"name", name}, {"class_name", "Conv2D"},
-          {"config", {{"name", name}, {"filters", f}, {"kernel_size", {k, k}}, {"strides", {s, s}}, {"padding", pad},
-                      {"data_format", "channels_last"}, {"dilation_rate", {1, 1}}, {"activation", "linear"},
-                      {"use_bias", false}}},
+  return {{"name", name},
+          {"class_name", "Conv2D"},
+          {"config",
+           {{"name", name},
+            {"filters", f},
+            {"kernel_size", {k, k}},
+            {"strides", {s, s}},
+            {"padding", pad},
+            {"data_format", "channels_last"},
+            {"dilation_rate", {1, 1}},
+            {"activation", "linear"},
+            {"use_bias", false}}},
           {"inbound_nodes", {{{input, 0, 0, json::object()}}}}};
 }
 json layer(const std::string& name, const std::string& cls, json cfg, std::vector<std::string> inputs) {
   json in = json::array();
   for (auto& i : inputs) in.push_back({i, 0, 0, json::object()});
   cfg["name"] = name;
-  return {{"name", name}, {"class_name", cls}, {"config", cfg}, {"inbound_nodes", inputs.empty() ? json::array() : json::array({in})}};
+  return {{"name", name},
+          {"class_name", cls},
+          {"config", cfg},
+          {"inbound_nodes", inputs.empty() ? json::array() : json::array({in})}};
 }
 
 }  // namespace
@@ -116,13 +132,15 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
   // maxpool 3x3 stride 1 'valid' -> conv D 1x1 (8)] ... concat of B, C, avgpool(A).
   Rng rng(5);
   json layers = json::array();
-  layers.push_back(layer("input_1", "InputLayer", {{"batch_input_shape", {nullptr, 14, 14, 3}}, {"dtype", "float32"}}, {}));
+  layers.push_back(
+      layer("input_1", "InputLayer", {{"batch_input_shape", {nullptr, 14, 14, 3}}, {"dtype", "float32"}}, {}));
   struct ConvSpec {
     std::string name, input;
     int f, k, s;
     std::string pad;
   };
-  std::vector<ConvSpec> convs = {{"conv_a", "input_1", 8, 3, 2, "same"}, {"conv_b", "act_a", 8, 1, 1, "same"},
+  std::vector<ConvSpec> convs = {{"conv_a", "input_1", 8, 3, 2, "same"},
+                                 {"conv_b", "act_a", 8, 1, 1, "same"},
                                  {"conv_c", "act_a", 16, 3, 1, "same"}};
   json manifest = json::array();
   std::string bin;
@@ -138,16 +156,19 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
   for (auto& c : convs) {
     std::string bn = "bn" + c.name.substr(4), act = "act" + c.name.substr(4);
     layers.push_back(conv_layer(c.name, c.input, c.f, c.k, c.s, c.pad));
-    layers.push_back(layer(bn, "BatchNormalization", {{"axis", 3}, {"epsilon", 1e-3}, {"center", true}, {"scale", false}}, {c.name}));
+    layers.push_back(layer(bn, "BatchNormalization",
+                           {{"axis", 3}, {"epsilon", 1e-3}, {"center", true}, {"scale", false}}, {c.name}));
     layers.push_back(layer(act, "Activation", {{"activation", "relu"}}, {bn}));
     add_weight(c.name + "/kernel", {c.k, c.k, channels.at(c.input), c.f}, -0.5f, 0.5f);
     add_weight(bn + "/beta", {c.f}, -0.2f, 0.2f);
     add_weight(bn + "/moving_mean", {c.f}, -0.2f, 0.2f);
     add_weight(bn + "/moving_variance", {c.f}, 0.5f, 1.5f);
   }
-  layers.push_back(layer("pool_avg", "AveragePooling2D", {{"pool_size", {3, 3}}, {"strides", {1, 1}}, {"padding", "same"}}, {"act_a"}));
+  layers.push_back(layer("pool_avg", "AveragePooling2D",
+                         {{"pool_size", {3, 3}}, {"strides", {1, 1}}, {"padding", "same"}}, {"act_a"}));
   layers.push_back(layer("mixed0", "Concatenate", {{"axis", -1}}, {"act_b", "act_c", "pool_avg"}));
-  layers.push_back(layer("pool_max", "MaxPooling2D", {{"pool_size", {3, 3}}, {"strides", {2, 2}}, {"padding", "valid"}}, {"mixed0"}));
+  layers.push_back(layer("pool_max", "MaxPooling2D", {{"pool_size", {3, 3}}, {"strides", {2, 2}}, {"padding", "valid"}},
+                         {"mixed0"}));
   layers.push_back(layer("flatten", "Flatten", json::object(), {"pool_max"}));
   json model = {{"modelTopology", {{"class_name", "Model"}, {"config", {{"layers", layers}}}}},
                 {"weightsManifest", {{{"paths", {"group1-shard1of1.bin"}}, {"weights", manifest}}}}};
@@ -162,7 +183,8 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
   for (auto& v : x.v) v = (float)rng.uniform();
   auto conv = [&](const std::string& name, const Tensor4& in, int f, int k, int s) {
     std::string bn = "bn" + name.substr(4);
-    return ref_conv(in, w[name + "/kernel"], k, k, f, s, true, w[bn + "/beta"], w[bn + "/moving_mean"], w[bn + "/moving_variance"]);
+    return ref_conv(in, w[name + "/kernel"], k, k, f, s, true, w[bn + "/beta"], w[bn + "/moving_mean"],
+                    w[bn + "/moving_variance"]);
   };
   Tensor4 a = conv("conv_a", x, 8, 3, 2), b = conv("conv_b", a, 8, 1, 1), c = conv("conv_c", a, 16, 3, 1);
   Tensor4 p = ref_pool(a, 3, 1, true, true);
@@ -188,14 +210,16 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
       enc.forward(planes.data(), batch, grid);
       double worst = 0;
       for (int n = 0; n < batch; ++n)
-        for (size_t i = 0; i < expect.v.size(); ++i) worst = std::max(worst, (double)std::fabs(grid[n * expect.v.size() + i] - expect.v[i]));
+        for (size_t i = 0; i < expect.v.size(); ++i)
+          worst = std::max(worst, (double)std::fabs(grid[n * expect.v.size() + i] - expect.v[i]));
       CHECK(worst < 1e-4);
     }
     // bfloat16 (vision/onednn.hpp): the same concatenation (byte offsets into a shared buffer) at half the width.
     // Inputs, weights and each layer's output are rounded to 8 significant bits (relative error up to 2^-9), the
     // sums are float32: three layers deep, a few tenths of a percent of the largest value (measured: see MESSAGE).
     if (!cpu_has_native_bf16()) {
-      MESSAGE("bf16 skipped: this CPU has no native bfloat16 (oneDNN: " << precision_name(resolve(PrecisionChoice::auto_)) << ")");
+      MESSAGE("bf16 skipped: this CPU has no native bfloat16 (oneDNN: "
+              << precision_name(resolve(PrecisionChoice::auto_)) << ")");
       return;
     }
     PretrainedEncoder half(net.graph, net.weights, 14, "t", Precision::bf16);
@@ -207,7 +231,8 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
       REQUIRE(grid.size() == batch * expect.v.size());
       double worst = 0;
       for (int n = 0; n < batch; ++n)
-        for (size_t i = 0; i < expect.v.size(); ++i) worst = std::max(worst, (double)std::fabs(grid[n * expect.v.size() + i] - expect.v[i]));
+        for (size_t i = 0; i < expect.v.size(); ++i)
+          worst = std::max(worst, (double)std::fabs(grid[n * expect.v.size() + i] - expect.v[i]));
       MESSAGE("bf16 batch " << batch << ": max |bf16 - reference| " << worst << " of largest " << largest);
       CHECK(worst < 1e-2 * largest);
       CHECK(worst > 0);  // it did run in bfloat16
@@ -251,7 +276,8 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
   static const char* b64 = "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
   std::string enc64;
   for (size_t i = 0; i < bin.size(); i += 3) {
-    uint32_t v = (uint8_t)bin[i] << 16 | (i + 1 < bin.size() ? (uint8_t)bin[i + 1] << 8 : 0) | (i + 2 < bin.size() ? (uint8_t)bin[i + 2] : 0);
+    uint32_t v = (uint8_t)bin[i] << 16 | (i + 1 < bin.size() ? (uint8_t)bin[i + 1] << 8 : 0) |
+                 (i + 2 < bin.size() ? (uint8_t)bin[i + 2] : 0);
     enc64 += b64[v >> 18], enc64 += b64[(v >> 12) & 63];
     enc64 += i + 1 < bin.size() ? b64[(v >> 6) & 63] : '=';
     enc64 += i + 2 < bin.size() ? b64[v & 63] : '=';
@@ -260,7 +286,8 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
   check(import_tfjs(dir));
 
   // A shard cut short: the error names the model file and says what is missing.
-  write_file_atomic(dir + "/group1-shard1of1.bin.min.js", umd + "\"" + enc64.substr(0, enc64.size() / 2) + "\"},{}]}});");
+  write_file_atomic(dir + "/group1-shard1of1.bin.min.js",
+                    umd + "\"" + enc64.substr(0, enc64.size() / 2) + "\"},{}]}});");
   CHECK_THROWS_WITH_AS(import_tfjs(dir), doctest::Contains("truncated or missing shard"), Error);
   std::remove((dir + "/group1-shard1of1.bin.min.js").c_str());
   CHECK_THROWS_WITH_AS(import_tfjs(dir), doctest::Contains("shard not found"), Error);
@@ -268,7 +295,8 @@ TEST_CASE("a small Keras model imported from tfjs (model.json + .bin and UMD .mi
 
 TEST_CASE("a layer the importer cannot run is named with its class when the trunk reads it") {
   json layers = json::array();
-  layers.push_back(layer("input_1", "InputLayer", {{"batch_input_shape", {nullptr, 16, 16, 3}}, {"dtype", "float32"}}, {}));
+  layers.push_back(
+      layer("input_1", "InputLayer", {{"batch_input_shape", {nullptr, 16, 16, 3}}, {"dtype", "float32"}}, {}));
   layers.push_back(layer("Conv1_pad", "ZeroPadding2D", {{"padding", {{0, 1}, {0, 1}}}}, {"input_1"}));
   layers.push_back(conv_layer("Conv1", "Conv1_pad", 8, 3, 2, "valid"));
   json model = {{"modelTopology", {{"class_name", "Model"}, {"config", {{"layers", layers}}}}},
@@ -276,5 +304,8 @@ TEST_CASE("a layer the importer cannot run is named with its class when the trun
   const std::string dir = "/tmp/sat_test_tfjs_pad";
   make_dirs(dir);
   write_file_atomic(dir + "/model.json", model.dump());
-  CHECK_THROWS_WITH_AS(import_tfjs(dir), doctest::Contains("layer 'Conv1' (Conv2D) reads layer 'Conv1_pad' (ZeroPadding2D), which is not supported"), Error);
+  CHECK_THROWS_WITH_AS(
+      import_tfjs(dir),
+      doctest::Contains("layer 'Conv1' (Conv2D) reads layer 'Conv1_pad' (ZeroPadding2D), which is not supported"),
+      Error);
 }

@@ -77,12 +77,12 @@ struct Stack {
       const bool var = name.find("variance") != std::string::npos, beta = name.find("beta") != std::string::npos;
       // Positive shifts keep most ReLUs on: all-zero max-pool windows would be ties, kinks at the very point
       // finite differences probe.
-      for (auto& v : p.value) v = var ? (float)rng.uniform(0.5, 1.5) : beta ? (float)rng.uniform(0.5, 1.0) : (float)rng.uniform(-0.5, 0.5);
+      for (auto& v : p.value)
+        v = var ? (float)rng.uniform(0.5, 1.5) : beta ? (float)rng.uniform(0.5, 1.0) : (float)rng.uniform(-0.5, 0.5);
       weights.tensors.emplace(name, std::move(p));
     }
   }
 };
-
 
 }  // namespace
 
@@ -194,7 +194,8 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
   // The id caches are checked against is the frozen part's: the same as a model cut at c0.
   CaptionModel bottom;
   bottom.encoder_config = EncoderConfig::make_pretrained(st.graph, "c0", S, mean, stdev);
-  bottom.encoder_weights = std::make_shared<const TensorFile>(select_tensors(bottom.encoder_config.graph, st.weights, "t"));
+  bottom.encoder_weights =
+      std::make_shared<const TensorFile>(select_tensors(bottom.encoder_config.graph, st.weights, "t"));
   bottom.build_encoder();
   CHECK(m.encoder_id() == bottom.encoder_id());
 

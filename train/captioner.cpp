@@ -46,7 +46,9 @@ cv::Mat as_bgr(const cv::Mat& image, const std::string& name) {
   return bgr;
 }
 
-std::string batch_name(const char* what, size_t i) { return std::string(what) + "[" + std::to_string(i) + "]"; }
+std::string batch_name(const char* what, size_t i) {
+  return std::string(what) + "[" + std::to_string(i) + "]";
+}
 
 // Sets the calling thread's OpenMP team size for the scope of a call, and puts the caller's back after.
 class ThreadCount {
@@ -181,22 +183,23 @@ std::vector<CaptionResult> Captioner::caption(const std::vector<cv::Mat>& images
 }
 
 std::vector<CaptionResult> Captioner::caption_files(const std::vector<std::string>& paths,
-                                              const CaptionOptions& options) const {
+                                                    const CaptionOptions& options) const {
   return impl_->caption_each(paths.size(), options,
                              [&](size_t i, float* out) { impl_->to_planes(load_image_bgr(paths[i]), out); });
 }
 
 std::vector<CaptionResult> Captioner::caption_bytes(const std::vector<std::vector<uint8_t>>& images,
-                                              const CaptionOptions& options) const {
+                                                    const CaptionOptions& options) const {
   return impl_->caption_each(images.size(), options, [&](size_t i, float* out) {
     const auto& bytes = images[i];
-    impl_->to_planes(decode_image_bgr(reinterpret_cast<const char*>(bytes.data()), bytes.size(),
-                                      batch_name("image bytes", i)),
-                     out);
+    impl_->to_planes(
+        decode_image_bgr(reinterpret_cast<const char*>(bytes.data()), bytes.size(), batch_name("image bytes", i)), out);
   });
 }
 
-void Captioner::check(const CaptionOptions& options) const { impl_->resolve(options); }
+void Captioner::check(const CaptionOptions& options) const {
+  impl_->resolve(options);
+}
 
 ModelInfo Captioner::info() const {
   const CaptionModel& m = *impl_->model;
@@ -220,6 +223,8 @@ ModelInfo Captioner::info() const {
   return info;
 }
 
-std::string Captioner::models_dir() { return shipped_models_dir(); }
+std::string Captioner::models_dir() {
+  return shipped_models_dir();
+}
 
 }  // namespace sat

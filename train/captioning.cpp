@@ -53,7 +53,8 @@ std::vector<CandidateList> caption_planes(CaptionModel& model, const float* plan
   return out;
 }
 
-std::vector<CandidateList> caption_cached(CaptionModel& model, const float* grids, int n, const SearchSettings& search) {
+std::vector<CandidateList> caption_cached(CaptionModel& model, const float* grids, int n,
+                                          const SearchSettings& search) {
   return model.search(decoder_features(model, grids, n), n, search);
 }
 
@@ -105,8 +106,8 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
     words = kept_words(model, caption_planes(model, planes.data(), n, greedy, kValidationBatch));
   } else {
     const size_t plane = 3 * (size_t)model.encoder_config.input_size * model.encoder_config.input_size;
-    words = kept_words(model, caption_planes(model, planes.data() + mine.begin * plane, mine.size(), greedy,
-                                             kValidationBatch));
+    words = kept_words(
+        model, caption_planes(model, planes.data() + mine.begin * plane, mine.size(), greedy, kValidationBatch));
   }
   json captions = json::array();
   for (auto& w : words) captions.push_back(join_words(w));

@@ -26,7 +26,9 @@ Tokens split_words(const std::string& text) {
 }
 }  // namespace
 
-std::string memory_caption(const std::string& raw) { return ptb_tokenize_joined(raw); }
+std::string memory_caption(const std::string& raw) {
+  return ptb_tokenize_joined(raw);
+}
 
 namespace {
 
@@ -37,14 +39,22 @@ int utf8_sequence(const char* p, const char* end) {
   const unsigned lead = b(0);
   int n;
   unsigned lo = 0x80, hi = 0xBF;  // the range of the second byte
-  if (lead >= 0xC2 && lead <= 0xDF) n = 2;
-  else if (lead == 0xE0) n = 3, lo = 0xA0;
-  else if ((lead >= 0xE1 && lead <= 0xEC) || lead == 0xEE || lead == 0xEF) n = 3;
-  else if (lead == 0xED) n = 3, hi = 0x9F;
-  else if (lead == 0xF0) n = 4, lo = 0x90;
-  else if (lead >= 0xF1 && lead <= 0xF3) n = 4;
-  else if (lead == 0xF4) n = 4, hi = 0x8F;
-  else return 0;
+  if (lead >= 0xC2 && lead <= 0xDF)
+    n = 2;
+  else if (lead == 0xE0)
+    n = 3, lo = 0xA0;
+  else if ((lead >= 0xE1 && lead <= 0xEC) || lead == 0xEE || lead == 0xEF)
+    n = 3;
+  else if (lead == 0xED)
+    n = 3, hi = 0x9F;
+  else if (lead == 0xF0)
+    n = 4, lo = 0x90;
+  else if (lead >= 0xF1 && lead <= 0xF3)
+    n = 4;
+  else if (lead == 0xF4)
+    n = 4, hi = 0x8F;
+  else
+    return 0;
   if (end - p < n || b(1) < lo || b(1) > hi) return 0;
   for (int i = 2; i < n; ++i)
     if (b(i) < 0x80 || b(i) > 0xBF) return 0;
@@ -74,14 +84,30 @@ bool parse_caption_lists_compact(const std::string& text, std::vector<std::vecto
       if (++p >= end) return false;  // a backslash
       const char e = *p++;
       switch (e) {
-        case '"': s += '"'; break;
-        case '\\': s += '\\'; break;
-        case '/': s += '/'; break;
-        case 'b': s += '\b'; break;
-        case 'f': s += '\f'; break;
-        case 'n': s += '\n'; break;
-        case 'r': s += '\r'; break;
-        case 't': s += '\t'; break;
+        case '"':
+          s += '"';
+          break;
+        case '\\':
+          s += '\\';
+          break;
+        case '/':
+          s += '/';
+          break;
+        case 'b':
+          s += '\b';
+          break;
+        case 'f':
+          s += '\f';
+          break;
+        case 'n':
+          s += '\n';
+          break;
+        case 'r':
+          s += '\r';
+          break;
+        case 't':
+          s += '\t';
+          break;
         case 'u': {
           if (end - p < 4) return false;
           int32_t cp = json_hex4(p);
@@ -97,7 +123,8 @@ bool parse_caption_lists_compact(const std::string& text, std::vector<std::vecto
           append_utf8(s, (uint32_t)cp);
           break;
         }
-        default: return false;
+        default:
+          return false;
       }
     }
   };
@@ -113,13 +140,19 @@ bool parse_caption_lists_compact(const std::string& text, std::vector<std::vecto
         if (p >= end || *p != '"') return false;
         if (!string_at(list.emplace_back())) return false;
         if (p >= end) return false;
-        if (*p == ',') { ++p; continue; }
+        if (*p == ',') {
+          ++p;
+          continue;
+        }
         if (*p++ != ']') return false;
         break;
       }
     }
     if (p >= end) return false;
-    if (*p == ',') { ++p; continue; }
+    if (*p == ',') {
+      ++p;
+      continue;
+    }
     if (*p++ != ']') return false;
     return p == end;
   }
@@ -146,7 +179,8 @@ void CaptionMemory::prepare(int D, const std::string& source) {
     if (captions[i].empty()) fail(source, "caption memory photo " + std::to_string(i) + " has no captions");
     const double norm = keys.row((int64_t)i).norm();
     if (!(std::abs(norm - 1.0) < 1e-2))  // float16 storage rounds a unit vector to within ~1e-3
-      fail(source, "caption memory vector " + std::to_string(i) + " is not of unit length (" + std::to_string(norm) + ")");
+      fail(source,
+           "caption memory vector " + std::to_string(i) + " is not of unit length (" + std::to_string(norm) + ")");
     for (auto& c : captions[i])
       if (c.find_first_not_of(' ') == std::string::npos)  // no word: split_words would give none
         fail(source, "caption memory photo " + std::to_string(i) + " has an empty caption");
@@ -168,7 +202,9 @@ const CiderDScorer& CaptionMemory::scorer() const {
   }
 }
 
-void CaptionMemory::ready() const { scorer(); }
+void CaptionMemory::ready() const {
+  scorer();
+}
 
 std::vector<int> CaptionMemory::nearest(const float* mean_vector, int k) const {
   const int64_t D = keys.cols();
@@ -205,7 +241,9 @@ std::vector<Tokens> CaptionMemory::caption_words(int photo) const {
   return out;
 }
 
-Mat mean_grid_vectors(const Mat& F, int N) { return pooled_grid_vectors(F, N, KeyPooling::mean); }
+Mat mean_grid_vectors(const Mat& F, int N) {
+  return pooled_grid_vectors(F, N, KeyPooling::mean);
+}
 
 Mat pooled_grid_vectors(const Mat& F, int N, KeyPooling pooling) {
   if (N <= 0 || F.rows() % N != 0) throw Error("pooled_grid_vectors: the grid rows do not split into the images");
@@ -230,9 +268,12 @@ Mat pooled_grid_vectors(const Mat& F, int N, KeyPooling pooling) {
 
 const char* key_pooling_name(KeyPooling pooling) {
   switch (pooling) {
-    case KeyPooling::max: return "max";
-    case KeyPooling::gem: return "gem";
-    default: return "mean";
+    case KeyPooling::max:
+      return "max";
+    case KeyPooling::gem:
+      return "gem";
+    default:
+      return "mean";
   }
 }
 

@@ -46,7 +46,7 @@ void StepExchange::pack(const std::vector<Param*>& params, const std::vector<flo
     Param& p = *params[k];
     float* dst = buffer_.data() + offset_[k];
     if (p.size() == 0) continue;  // an empty tensor's data() may be null: memcpy must not see it
-    p.ensure_grad();  // a tensor no backward reached sends zeros
+    p.ensure_grad();              // a tensor no backward reached sends zeros
     if (p.trainable) {
       std::memcpy(dst, p.grad.data(), sizeof(float) * p.size());
     } else {

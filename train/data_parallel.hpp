@@ -72,7 +72,8 @@ class StepExchange {
   FloatBuffer buffer_;
 };
 
-// A checksum of the parameters' values (their bits, FNV-1a a word at a time): ranks compare it to check that they hold the same model.
+// A checksum of the parameters' values (their bits, FNV-1a a word at a time): ranks compare it to check that they hold
+// the same model.
 uint64_t parameter_checksum(const std::vector<Param*>& params);
 
 }  // namespace sat

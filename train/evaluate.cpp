@@ -14,8 +14,9 @@ namespace sat {
 using nlohmann::json;
 
 json CaptionScores::to_json() const {
-  json j = {{"images", images}, {"Bleu_1", bleu[0]}, {"Bleu_2", bleu[1]}, {"Bleu_3", bleu[2]},
-            {"Bleu_4", bleu[3]}, {"length_ratio", length_ratio}, {"ROUGE_L", rouge_l}, {"CIDEr", cider_d}};
+  json j = {{"images", images},   {"Bleu_1", bleu[0]}, {"Bleu_2", bleu[1]},
+            {"Bleu_3", bleu[2]},  {"Bleu_4", bleu[3]}, {"length_ratio", length_ratio},
+            {"ROUGE_L", rouge_l}, {"CIDEr", cider_d}};
   if (meteor >= 0) j["METEOR"] = meteor;
   return j;
 }
@@ -41,7 +42,8 @@ std::string CaptionScores::table() const {
   std::snprintf(buf, sizeof buf, "  length ratio %.3f (caption words / closest reference words)\n", length_ratio);
   s += buf;
   if (meteor >= 0) {
-    std::snprintf(buf, sizeof buf, "METEOR   %.4f  (approximation: exact+stem+synonym stages, no paraphrase table)\n", meteor);
+    std::snprintf(buf, sizeof buf, "METEOR   %.4f  (approximation: exact+stem+synonym stages, no paraphrase table)\n",
+                  meteor);
     s += buf;
   }
   std::snprintf(buf, sizeof buf, "ROUGE_L  %.4f\nCIDEr    %.4f  (CIDEr-D)\n", rouge_l, cider_d);
@@ -115,8 +117,10 @@ CaptionScores score_results(const std::vector<ResultEntry>& results, const Capti
       auto it = by_name.find(id.get<std::string>());
       if (it != by_name.end()) idx = it->second;
     }
-    if (idx < 0) fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " is not in " + refs.json_path);
-    if (!seen.insert(idx).second) fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " has a second caption");
+    if (idx < 0)
+      fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " is not in " + refs.json_path);
+    if (!seen.insert(idx).second)
+      fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " has a second caption");
     hyps.push_back(results[k].caption);
     rs.push_back(refs.references(idx));
     if (rs.back().empty()) fail(refs.json_path, "image " + id.dump() + " has no reference captions");

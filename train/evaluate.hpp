@@ -13,13 +13,14 @@ namespace sat {
 struct CaptionScores {
   int images = 0;
   std::array<double, 4> bleu{};
-  double length_ratio = 0;  // hypothesis words / closest-reference words, corpus-wide (BLEU's brevity penalty < 1 below 1)
+  double length_ratio =
+      0;               // hypothesis words / closest-reference words, corpus-wide (BLEU's brevity penalty < 1 below 1)
   double meteor = -1;  // < 0: not computed
   double rouge_l = 0;
   double cider_d = 0;
   nlohmann::json to_json() const;
   static CaptionScores from_json(const nlohmann::json& j);  // what to_json wrote
-  std::string table() const;  // aligned, one metric per line
+  std::string table() const;                                // aligned, one metric per line
 };
 
 // Raw text in; tokenization as the toolkit's PTBTokenizer step.

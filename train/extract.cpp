@@ -47,7 +47,8 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
   h.mirrored = opt.mirror;
   FeatureWriter writer(out, h);
   const int total = (int)use_names.size(), start = writer.done();
-  if (start > 0 && !opt.quiet) std::fprintf(stderr, "resuming %s.partial: %d of %d images already there\n", out.c_str(), start, total);
+  if (start > 0 && !opt.quiet)
+    std::fprintf(stderr, "resuming %s.partial: %d of %d images already there\n", out.c_str(), start, total);
   Progress bar("extract", total);
   auto t0 = std::chrono::steady_clock::now();
   for (int s = start; s < total; s += opt.batch) {
@@ -64,8 +65,8 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
   writer.finish();
   double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   char stats[96];
-  std::snprintf(stats, sizeof stats, "%d images in %.1f s; %dx%dx%d %s per image", total - start, secs, h.grid_h, h.grid_w,
-                h.channels, h.dtype.c_str());
+  std::snprintf(stats, sizeof stats, "%d images in %.1f s; %dx%dx%d %s per image", total - start, secs, h.grid_h,
+                h.grid_w, h.channels, h.dtype.c_str());
   if (!opt.quiet) bar.finish(stats);
   return total - start;
 }

@@ -20,21 +20,28 @@ namespace {
 // Common English function words (articles, pronouns, prepositions, conjunctions, auxiliaries, quantifiers).
 // Meteor ships its own list; this one is written here, so the content/function split is approximate.
 const char* kFunctionWords[] = {
-    "a", "an", "the", "this", "that", "these", "those", "some", "any", "each", "every", "either", "neither", "no",
-    "all", "both", "few", "many", "much", "more", "most", "other", "another", "such", "what", "which", "whose",
-    "who", "whom", "i", "me", "my", "mine", "myself", "you", "your", "yours", "yourself", "he", "him", "his",
-    "himself", "she", "her", "hers", "herself", "it", "its", "itself", "we", "us", "our", "ours", "ourselves",
-    "they", "them", "their", "theirs", "themselves", "one", "ones", "there", "here", "where", "when", "why", "how",
-    "about", "above", "across", "after", "against", "along", "among", "around", "as", "at", "before", "behind",
-    "below", "beneath", "beside", "besides", "between", "beyond", "by", "down", "during", "except", "for", "from",
-    "in", "inside", "into", "like", "near", "of", "off", "on", "onto", "out", "outside", "over", "past", "per",
-    "since", "through", "throughout", "till", "to", "toward", "towards", "under", "underneath", "until", "up",
-    "upon", "via", "with", "within", "without", "and", "but", "or", "nor", "so", "yet", "if", "then", "than",
-    "because", "while", "although", "though", "whether", "unless", "once", "be", "am", "is", "are", "was", "were",
-    "been", "being", "have", "has", "had", "having", "do", "does", "did", "doing", "will", "would", "shall",
-    "should", "can", "could", "may", "might", "must", "ought", "'s", "'re", "'m", "'ve", "'ll", "'d", "n't", "not",
-    "very", "too", "also", "just", "only", "even", "still", "again", "ever", "never", "now", "just", "quite",
-    "rather", "almost", "own", "same", "whatever", "whichever", "whoever", "whenever", "wherever", "however"};
+    "a",         "an",       "the",      "this",     "that",       "these",      "those",    "some",    "any",
+    "each",      "every",    "either",   "neither",  "no",         "all",        "both",     "few",     "many",
+    "much",      "more",     "most",     "other",    "another",    "such",       "what",     "which",   "whose",
+    "who",       "whom",     "i",        "me",       "my",         "mine",       "myself",   "you",     "your",
+    "yours",     "yourself", "he",       "him",      "his",        "himself",    "she",      "her",     "hers",
+    "herself",   "it",       "its",      "itself",   "we",         "us",         "our",      "ours",    "ourselves",
+    "they",      "them",     "their",    "theirs",   "themselves", "one",        "ones",     "there",   "here",
+    "where",     "when",     "why",      "how",      "about",      "above",      "across",   "after",   "against",
+    "along",     "among",    "around",   "as",       "at",         "before",     "behind",   "below",   "beneath",
+    "beside",    "besides",  "between",  "beyond",   "by",         "down",       "during",   "except",  "for",
+    "from",      "in",       "inside",   "into",     "like",       "near",       "of",       "off",     "on",
+    "onto",      "out",      "outside",  "over",     "past",       "per",        "since",    "through", "throughout",
+    "till",      "to",       "toward",   "towards",  "under",      "underneath", "until",    "up",      "upon",
+    "via",       "with",     "within",   "without",  "and",        "but",        "or",       "nor",     "so",
+    "yet",       "if",       "then",     "than",     "because",    "while",      "although", "though",  "whether",
+    "unless",    "once",     "be",       "am",       "is",         "are",        "was",      "were",    "been",
+    "being",     "have",     "has",      "had",      "having",     "do",         "does",     "did",     "doing",
+    "will",      "would",    "shall",    "should",   "can",        "could",      "may",      "might",   "must",
+    "ought",     "'s",       "'re",      "'m",       "'ve",        "'ll",        "'d",       "n't",     "not",
+    "very",      "too",      "also",     "just",     "only",       "even",       "still",    "again",   "ever",
+    "never",     "now",      "just",     "quite",    "rather",     "almost",     "own",      "same",    "whatever",
+    "whichever", "whoever",  "whenever", "wherever", "however"};
 
 enum Pos { kNoun, kVerb, kAdj, kAdv };
 const char* kPosName[] = {"noun", "verb", "adj", "adv"};
@@ -84,7 +91,14 @@ struct WordNet {
   // WordNet's morphy: exception lists, then suffix detachment, keeping forms the index knows.
   void base_forms(const std::string& w, int p, std::vector<std::string>& out) const {
     static const std::vector<std::pair<std::string, std::string>> rules[4] = {
-        {{"s", ""}, {"ses", "s"}, {"xes", "x"}, {"zes", "z"}, {"ches", "ch"}, {"shes", "sh"}, {"men", "man"}, {"ies", "y"}},
+        {{"s", ""},
+         {"ses", "s"},
+         {"xes", "x"},
+         {"zes", "z"},
+         {"ches", "ch"},
+         {"shes", "sh"},
+         {"men", "man"},
+         {"ies", "y"}},
         {{"s", ""}, {"ies", "y"}, {"es", "e"}, {"es", ""}, {"ed", "e"}, {"ed", ""}, {"ing", "e"}, {"ing", ""}},
         {{"er", ""}, {"est", ""}, {"er", "e"}, {"est", "e"}},
         {}};
@@ -136,7 +150,9 @@ std::string stem(const std::string& w) {
   // One stemmer per thread: libstemmer instances are not thread-safe.
   thread_local struct Holder {
     sb_stemmer* s = sb_stemmer_new("english", nullptr);
-    ~Holder() { if (s) sb_stemmer_delete(s); }
+    ~Holder() {
+      if (s) sb_stemmer_delete(s);
+    }
   } holder;
   if (!holder.s) throw Error("METEOR: the Snowball English stemmer is not available");
   const sb_symbol* out = sb_stemmer_stem(holder.s, (const sb_symbol*)w.data(), (int)w.size());
@@ -160,8 +176,10 @@ bool share_synset(const std::vector<uint32_t>& a, const std::vector<uint32_t>& b
   size_t i = 0, j = 0;
   while (i < a.size() && j < b.size()) {
     if (a[i] == b[j]) return true;
-    if (a[i] < b[j]) ++i;
-    else ++j;
+    if (a[i] < b[j])
+      ++i;
+    else
+      ++j;
   }
   return false;
 }
@@ -185,7 +203,8 @@ double MeteorStats::score(const MeteorParams& p) const {
   double precision = tw / tlen, recall = rw / rlen;
   double fmean = 1.0 / ((1 - p.alpha) / precision + p.alpha / recall);
   double test_total = 0, ref_total = 0;
-  for (int s = 0; s < 3; ++s) test_total += test_content[s] + test_function[s], ref_total += ref_content[s] + ref_function[s];
+  for (int s = 0; s < 3; ++s)
+    test_total += test_content[s] + test_function[s], ref_total += ref_content[s] + ref_function[s];
   double frag = (test_total == test_len && ref_total == ref_len && chunks == 1)
                     ? 0.0
                     : chunks / ((test_word_matches + ref_word_matches) / 2);
@@ -219,13 +238,15 @@ MeteorStats meteor_stats(const Tokens& hyp, const Tokens& ref) {
     };
     std::vector<std::vector<int>> L(n + 1, std::vector<int>(m + 1, 0));
     for (int i = n - 1; i >= 0; --i)
-      for (int j = m - 1; j >= 0; --j)
-        L[i][j] = same(i, j) ? L[i + 1][j + 1] + 1 : std::max(L[i + 1][j], L[i][j + 1]);
+      for (int j = m - 1; j >= 0; --j) L[i][j] = same(i, j) ? L[i + 1][j + 1] + 1 : std::max(L[i + 1][j], L[i][j + 1]);
     std::vector<std::pair<int, int>> picked;
     for (int i = 0, j = 0; i < n && j < m;) {
-      if (same(i, j) && L[i][j] == L[i + 1][j + 1] + 1) picked.push_back({i, j}), ++i, ++j;
-      else if (L[i + 1][j] >= L[i][j + 1]) ++i;
-      else ++j;
+      if (same(i, j) && L[i][j] == L[i + 1][j + 1] + 1)
+        picked.push_back({i, j}), ++i, ++j;
+      else if (L[i + 1][j] >= L[i][j + 1])
+        ++i;
+      else
+        ++j;
     }
     for (auto [i, j] : picked) match_h[i] = j, match_r[j] = i, stage_h[i] = stage;
     for (int i = 0; i < n; ++i)

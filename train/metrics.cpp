@@ -173,9 +173,12 @@ double cider_sim(const TfIdf& h, const TfIdf& r, double sigma) {
     double val = 0;
     auto a = h.vec[n].begin(), b = r.vec[n].begin();
     while (a != h.vec[n].end() && b != r.vec[n].end()) {
-      if (a->first < b->first) ++a;
-      else if (b->first < a->first) ++b;
-      else val += std::min(a->second, b->second) * b->second, ++a, ++b;
+      if (a->first < b->first)
+        ++a;
+      else if (b->first < a->first)
+        ++b;
+      else
+        val += std::min(a->second, b->second) * b->second, ++a, ++b;
     }
     if (h.norm[n] != 0 && r.norm[n] != 0) val /= h.norm[n] * r.norm[n];
     total += val * std::exp(-(delta * delta) / (2 * sigma * sigma));
@@ -185,7 +188,8 @@ double cider_sim(const TfIdf& h, const TfIdf& r, double sigma) {
 
 }  // namespace
 
-CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs, double sigma) {
+CiderResult corpus_cider_d(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs,
+                           double sigma) {
   if (hyps.size() != refs.size()) throw Error("cider: hypotheses and reference sets differ in number");
   CiderResult res;
   if (hyps.empty()) return res;
@@ -301,7 +305,8 @@ struct CiderDScorer::Data {
     return it != df_keys.end() && *it == g ? df_counts[it - df_keys.begin()] : 0;
   }
   TfIdf vector_of(const std::array<SparseVec, 4>& counts) const {
-    return to_vec(counts, [this](Ngram g) { return df(g); }, log_ref_len);
+    return to_vec(
+        counts, [this](Ngram g) { return df(g); }, log_ref_len);
   }
 
   // The pooled references' tf-idf vectors, in order.
@@ -329,8 +334,10 @@ struct CiderDScorer::Data {
     std::unordered_map<std::string, uint32_t> unseen;
     for (auto& w : hyp) {
       auto it = index.words.find(w);
-      if (it != index.words.end()) word_ids.push_back(it->second);
-      else word_ids.push_back(unseen.emplace(w, 0x7000u + (uint32_t)unseen.size()).first->second & 0x7fff);
+      if (it != index.words.end())
+        word_ids.push_back(it->second);
+      else
+        word_ids.push_back(unseen.emplace(w, 0x7000u + (uint32_t)unseen.size()).first->second & 0x7fff);
     }
     return vector_of(ngram_counts(word_ids));
   }
@@ -338,7 +345,8 @@ struct CiderDScorer::Data {
 
 CiderDScorer::CiderDScorer(const std::vector<std::vector<Tokens>>& refs, double sigma, ReferenceVectors vectors)
     : d_(std::make_unique<Data>()) {
-  build(*d_, refs, [](NgramIndex& index, const Tokens& r) { return intern(index, r); }, sigma, vectors);
+  build(
+      *d_, refs, [](NgramIndex& index, const Tokens& r) { return intern(index, r); }, sigma, vectors);
 }
 
 CiderDScorer::CiderDScorer(SpaceJoined refs, double sigma, ReferenceVectors vectors) : d_(std::make_unique<Data>()) {
@@ -400,9 +408,13 @@ void CiderDScorer::build(Data& data, const Refs& refs, InternOne intern_one, dou
 
 CiderDScorer::~CiderDScorer() = default;
 
-int CiderDScorer::images() const { return (int)(d_->image_end.empty() ? d_->refs.size() : d_->image_end.size()); }
+int CiderDScorer::images() const {
+  return (int)(d_->image_end.empty() ? d_->refs.size() : d_->image_end.size());
+}
 
-double CiderDScorer::score(const Tokens& hyp, int image) const { return score(hyp, std::vector<int>{image}); }
+double CiderDScorer::score(const Tokens& hyp, int image) const {
+  return score(hyp, std::vector<int>{image});
+}
 
 double CiderDScorer::score(const Tokens& hyp, const std::vector<int>& images_pooled) const {
   return scores({hyp}, images_pooled)[0];
@@ -424,8 +436,8 @@ std::vector<double> CiderDScorer::scores(const std::vector<Tokens>& hyps, const 
   std::vector<int> owner;
   owner.reserve(refs.size());
   for (int image : images_pooled) {
-    const size_t n = d_->image_end.empty() ? d_->refs[image].size()
-                                           : d_->image_end[image] - (image ? d_->image_end[image - 1] : 0);
+    const size_t n =
+        d_->image_end.empty() ? d_->refs[image].size() : d_->image_end[image] - (image ? d_->image_end[image - 1] : 0);
     owner.insert(owner.end(), n, image);
   }
   std::vector<double> out;

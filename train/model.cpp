@@ -28,8 +28,8 @@ void CaptionModel::build(bool sync_encoder) {
   decoder = std::make_unique<Decoder>(decoder_config);
 }
 
-std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size,
-                                                       bool raw, bool build) {
+std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut,
+                                                       int size, bool raw, bool build) {
   PretrainedNet net = load_pretrained_net(encoder_file);
   auto m = std::make_unique<CaptionModel>();
   try {
@@ -71,10 +71,11 @@ void CaptionModel::sync_tuned() {
   if (tuned) tuned->write_back(graph, overlay);
   const Precision precision = encoder_precision_in_use();
   if (precision == Precision::int8 && encoder_int8_ranges.empty())
-    throw Error("its encoder in int8 needs activation ranges calibrated on photos, and it has none (sat model "
-                "calibrate writes a copy with them)");
-  pretrained = std::make_unique<PretrainedEncoder>(graph, encoder_weights, std::move(overlay), encoder_config.input_size,
-                                                   "encoder weights", precision,
+    throw Error(
+        "its encoder in int8 needs activation ranges calibrated on photos, and it has none (sat model "
+        "calibrate writes a copy with them)");
+  pretrained = std::make_unique<PretrainedEncoder>(graph, encoder_weights, std::move(overlay),
+                                                   encoder_config.input_size, "encoder weights", precision,
                                                    precision == Precision::int8 ? encoder_int8_ranges : Int8Ranges());
 }
 
@@ -104,8 +105,8 @@ std::string CaptionModel::encoder_id() const {
   if (encoder_config.pretrained() && !encoder_config.weights_file.empty()) {
     // the config names the weights file by its sha256: hashing the config covers the weights
   } else if (encoder_config.pretrained()) {
-    const TensorFile used = encoder_config.tuned() ? select_tensors(cfg_used.graph, *encoder_weights, "encoder weights")
-                                                   : TensorFile();
+    const TensorFile used =
+        encoder_config.tuned() ? select_tensors(cfg_used.graph, *encoder_weights, "encoder weights") : TensorFile();
     const TensorFile& w = encoder_config.tuned() ? used : *encoder_weights;
     for (auto& [name, t] : w.quantized) {
       h = fnv1a64(name.data(), name.size(), h);

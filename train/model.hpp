@@ -49,9 +49,9 @@ struct CaptionModel {
   Int8Ranges encoder_int8_ranges;
   // Forgets those ranges (the encoder they describe changed): a stored choice of int8 falls back to auto.
   void drop_int8_ranges();
-  nlohmann::json info;       // provenance: training command, data, git commit, scores
-  bool half_precision = false;  // decoder weights stored as float16 (sat model compact); computed in float32
-  std::unique_ptr<CnnEncoder> cnn;               // kind "cnn": the small CNN trained with the decoder
+  nlohmann::json info;              // provenance: training command, data, git commit, scores
+  bool half_precision = false;      // decoder weights stored as float16 (sat model compact); computed in float32
+  std::unique_ptr<CnnEncoder> cnn;  // kind "cnn": the small CNN trained with the decoder
   // kind "pretrained": the imported weights, as stored; shared with the encoder built from them (not copied: the
   // tuned units' trained weights reach it as an overlay, CaptionModel::sync_tuned).
   std::shared_ptr<const TensorFile> encoder_weights;
@@ -113,7 +113,7 @@ struct CaptionModel {
 // (0: the file's default). What sat extract runs and sat train --encoder starts from. raw: the cut layer's own
 // output, not normalized for attention (ResNet v2) — what the layers fine-tuned after it read.
 // build=false leaves the encoder unbuilt for a caller that sets more of the model and builds it whole.
-std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut, int size,
-                                                       bool raw = false, bool build = true);
+std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut,
+                                                       int size, bool raw = false, bool build = true);
 
 }  // namespace sat

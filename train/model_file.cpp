@@ -15,7 +15,9 @@ static const char* const kModelFormat = "sat-caption-model";
 static const int kModelVersion = 1;
 
 // Where an ensemble's k-th decoder (k >= 2) keeps its tensors in the model file.
-static std::string member_prefix(int k) { return "member" + std::to_string(k) + "/"; }
+static std::string member_prefix(int k) {
+  return "member" + std::to_string(k) + "/";
+}
 
 // Each parameter's value from the file's tensor named prefix + its name, its shape checked. True when any of
 // them was stored as float16.
@@ -26,7 +28,8 @@ static bool read_params(const std::vector<Param*>& params, const TensorFile& tf,
     const std::string name = prefix + p->name;
     if (auto h = tf.mapped_half.find(name); h != tf.mapped_half.end()) {  // converted straight into the parameter
       if (h->second.shape != p->shape)
-        fail(path, "tensor '" + name + "' has shape " + shape_str(h->second.shape) + ", expected " + shape_str(p->shape));
+        fail(path,
+             "tensor '" + name + "' has shape " + shape_str(h->second.shape) + ", expected " + shape_str(p->shape));
       h->second.to_floats(p->value.data());
       half = true;
       continue;
@@ -55,7 +58,8 @@ TensorFile CaptionModel::to_tensor_file() const {
     tf.metadata["beam_diversity"] =
         nlohmann::json{{"groups", beam_diversity.groups}, {"penalty", beam_diversity.penalty}}.dump();
   if (encoder_precision != PrecisionChoice::f32) tf.metadata["encoder_precision"] = precision_name(encoder_precision);
-  if (!encoder_int8_ranges.empty()) tf.metadata["encoder_int8_ranges"] = int8_ranges_to_json(encoder_int8_ranges).dump();
+  if (!encoder_int8_ranges.empty())
+    tf.metadata["encoder_int8_ranges"] = int8_ranges_to_json(encoder_int8_ranges).dump();
   tf.metadata["info"] = info.dump();
   auto* self = const_cast<CaptionModel*>(this);
   for (auto* p : self->params()) {
@@ -85,7 +89,8 @@ TensorFile CaptionModel::to_tensor_file() const {
   if (memory) {  // consensus reranking: the training photos' pooled grid vectors (float16) and their captions
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
-    if (memory->pooling != KeyPooling::mean) settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
+    if (memory->pooling != KeyPooling::mean)
+      settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
     tf.metadata["consensus"] = settings.dump();
     tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
     Param keys(kMemoryKeys, {memory->keys.rows(), memory->keys.cols()}, false);
@@ -105,7 +110,9 @@ TensorFile CaptionModel::to_tensor_file() const {
   return tf;
 }
 
-void CaptionModel::save(const std::string& path) const { save_safetensors(path, to_tensor_file()); }
+void CaptionModel::save(const std::string& path) const {
+  save_safetensors(path, to_tensor_file());
+}
 
 std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& tf, const std::string& path,
                                                              const std::string& weights_dir,
@@ -119,16 +126,21 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   m->encoder_precision_override = encoder_precision;
   std::shared_ptr<WeightsHashHeadStart> weights_hash;
   try {
-    m->encoder_config = EncoderConfig::from_json(parse_json_checked(tf.meta("encoder", path), path, "model header is malformed"));
+    m->encoder_config =
+        EncoderConfig::from_json(parse_json_checked(tf.meta("encoder", path), path, "model header is malformed"));
     // The encoder's weights file, when the model names one, is hashed on a thread from here on, beside the rest
     // of the loading (load_external_weights waits for it before anything uses the weights).
     if (m->encoder_config.pretrained() && !m->encoder_config.weights_file.empty())
       weights_hash = start_weights_hash(m->encoder_config.weights_file, weights_dir);
-    m->decoder_config = DecoderConfig::from_json(parse_json_checked(tf.meta("decoder", path), path, "model header is malformed"));
-    m->vocab = Vocab::from_words(parse_json_checked(tf.meta("vocab", path), path, "model header is malformed").get<std::vector<std::string>>(), path);
+    m->decoder_config =
+        DecoderConfig::from_json(parse_json_checked(tf.meta("decoder", path), path, "model header is malformed"));
+    m->vocab = Vocab::from_words(
+        parse_json_checked(tf.meta("vocab", path), path, "model header is malformed").get<std::vector<std::string>>(),
+        path);
     m->max_len = std::stoi(tf.meta("max_len", path));
     if (tf.metadata.count("length_norm")) {  // files written before it existed use 1
-      m->length_norm = parse_json_checked(tf.metadata.at("length_norm"), path, "model header is malformed").get<double>();
+      m->length_norm =
+          parse_json_checked(tf.metadata.at("length_norm"), path, "model header is malformed").get<double>();
       if (!(m->length_norm >= 0 && m->length_norm <= 2)) fail(path, "length_norm must be in [0, 2]");
     }
     if (tf.metadata.count("beam")) {  // files written before it existed use 3
@@ -136,7 +148,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       if (m->beam < 1 || m->beam > kMaxBeam) fail(path, "beam must be in [1, " + std::to_string(kMaxBeam) + "]");
     }
     if (tf.metadata.count("no_repeat_ngram")) {  // files written before it existed use 0 (off)
-      m->no_repeat_ngram = parse_json_checked(tf.metadata.at("no_repeat_ngram"), path, "model header is malformed").get<int>();
+      m->no_repeat_ngram =
+          parse_json_checked(tf.metadata.at("no_repeat_ngram"), path, "model header is malformed").get<int>();
       if (m->no_repeat_ngram < 0 || m->no_repeat_ngram > kMaxNoRepeat)
         fail(path, "no_repeat_ngram must be in [0, " + std::to_string(kMaxNoRepeat) + "]");
     }
@@ -150,7 +163,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
         fail(path, std::string("beam_diversity: ") + e.what());
       }
     }
-    if (tf.metadata.count("encoder_precision")) m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
+    if (tf.metadata.count("encoder_precision"))
+      m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
     if (tf.metadata.count("encoder_int8_ranges"))
       m->encoder_int8_ranges = int8_ranges_from_json(
           parse_json_checked(tf.metadata.at("encoder_int8_ranges"), path, "model header is malformed"));
@@ -215,10 +229,11 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (ec.weights_file.empty()) {
       m->encoder_weights = std::make_shared<const TensorFile>(select_tensors(ec.graph, tf, path));
     } else {
-      m->encoder_weights = std::make_shared<const TensorFile>(select_tensors(
-          ec.graph, load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path, weights_dir,
-                                weights_hash),
-          m->encoder_weights_path));
+      m->encoder_weights = std::make_shared<const TensorFile>(
+          select_tensors(ec.graph,
+                         load_external_weights(ec.weights_file, ec.weights_sha256, path, &m->encoder_weights_path,
+                                               weights_dir, weights_hash),
+                         m->encoder_weights_path));
     }
   }
   try {
@@ -241,7 +256,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       }
       if (dc.vocab_size != m->vocab.size() || dc.feature_dim != m->decoder_config.feature_dim ||
           dc.grid_h != m->decoder_config.grid_h || dc.grid_w != m->decoder_config.grid_w)
-        fail(path, "ensemble member " + std::to_string(member) + " reads another vocabulary or grid than the encoder gives");
+        fail(path,
+             "ensemble member " + std::to_string(member) + " reads another vocabulary or grid than the encoder gives");
       std::unique_ptr<Decoder> dec;
       try {
         dec = std::make_unique<Decoder>(dc);

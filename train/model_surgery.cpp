@@ -86,8 +86,10 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
   for (size_t k = 1; k < paths.size(); ++k) {
     auto m = CaptionModel::load(paths[k]);
     auto differs = [&](const std::string& what) {  // what: "the vocabulary differs", ...
-      fail(paths[k], what + " from " + paths[0] + "'s: an ensemble's members share their encoder and "
-                     "vocabulary (train members with sat train --init-from " + paths[0] + " --fresh-decoder --tune-lr 0)");
+      fail(paths[k], what + " from " + paths[0] +
+                         "'s: an ensemble's members share their encoder and "
+                         "vocabulary (train members with sat train --init-from " +
+                         paths[0] + " --fresh-decoder --tune-lr 0)");
     };
     if (m->vocab.words != out->vocab.words) differs("the vocabulary differs");
     if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder differs");

@@ -98,7 +98,9 @@ void MpiCollective::begin_wait(const std::string& what) {
   waiting_since_ = now_ns();
 }
 
-void MpiCollective::end_wait() { waiting_since_ = 0; }
+void MpiCollective::end_wait() {
+  waiting_since_ = 0;
+}
 
 void MpiCollective::sum(float* values, int64_t n, const std::string& what) {
   const int64_t t0 = now_ns();
@@ -123,7 +125,8 @@ void MpiCollective::broadcast(std::string& bytes, const std::string& what) {
   begin_wait(what);
   uint64_t length = bytes.size();
   check(MPI_Bcast(&length, 1, MPI_UINT64_T, 0, MPI_COMM_WORLD), "MPI_Bcast", what);
-  if (length > (uint64_t)INT32_MAX) throw Error("MPI_Bcast: " + what + " is too large (" + std::to_string(length) + " bytes)");
+  if (length > (uint64_t)INT32_MAX)
+    throw Error("MPI_Bcast: " + what + " is too large (" + std::to_string(length) + " bytes)");
   bytes.resize(length);
   check(MPI_Bcast(bytes.data(), (int)length, MPI_CHAR, 0, MPI_COMM_WORLD), "MPI_Bcast", what);
   end_wait();
@@ -174,9 +177,13 @@ std::string MpiCollective::other_ranks_state() const {
     std::getline(stat, line);
     const size_t close = line.rfind(')');
     const char state = close != std::string::npos && close + 2 < line.size() ? line[close + 2] : '?';
-    const char* how = !stat ? "is gone" : state == 'T' || state == 't' ? "is stopped" : state == 'Z' ? "has exited" : nullptr;
-    if (how) gone += (gone.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (pid " +
-                     std::to_string(pids_[r]) + ") " + how;
+    const char* how = !stat                          ? "is gone"
+                      : state == 'T' || state == 't' ? "is stopped"
+                      : state == 'Z'                 ? "has exited"
+                                                     : nullptr;
+    if (how)
+      gone += (gone.empty() ? "" : ", ") + std::string("rank ") + std::to_string(r) + " (pid " +
+              std::to_string(pids_[r]) + ") " + how;
   }
   if (!gone.empty()) return gone;
   std::string s = checked ? "the other ranks on this node are running" : "no other rank runs on this node";
@@ -193,8 +200,9 @@ void MpiCollective::watch(double seconds) {
     const double waited = (now_ns() - since) / 1e9;
     if (waited < seconds) continue;
     // The main thread is blocked inside MPI, which only it may call: end this process; mpirun then stops the rest.
-    std::fprintf(stderr, "sat: rank %d of %d: no reply from the other ranks for %.0f s in %s (%s); giving up "
-                         "(--mpi-timeout)\n",
+    std::fprintf(stderr,
+                 "sat: rank %d of %d: no reply from the other ranks for %.0f s in %s (%s); giving up "
+                 "(--mpi-timeout)\n",
                  rank_, size_, waited, waiting_for_.c_str(), other_ranks_state().c_str());
     std::fflush(stderr);
     _exit(1);

@@ -43,8 +43,8 @@ class MpiCollective : public Collective {
   std::string other_ranks_state() const;
 
   int rank_ = 0, size_ = 1, local_size_ = 1;
-  std::vector<int> pids_;                 // every rank's process id
-  std::vector<std::string> hosts_;        // and node name
+  std::vector<int> pids_;                  // every rank's process id
+  std::vector<std::string> hosts_;         // and node name
   std::atomic<int64_t> waiting_since_{0};  // steady-clock nanoseconds; 0: not waiting
   std::string waiting_for_;                // guarded by mutex_
   std::mutex mutex_;

@@ -5,18 +5,25 @@
 
 namespace sat {
 
-bool Progress::is_terminal() { return isatty(fileno(stderr)); }
+bool Progress::is_terminal() {
+  return isatty(fileno(stderr));
+}
 
 Progress::Progress(std::string label, int64_t total)
-    : label_(std::move(label)), total_(total), start_(std::chrono::steady_clock::now()), last_print_(start_),
+    : label_(std::move(label)),
+      total_(total),
+      start_(std::chrono::steady_clock::now()),
+      last_print_(start_),
       tty_(is_terminal()) {}
 
 std::string format_duration(double s) {
   if (s < 0 || s > 1e7) return "--:--";
   int t = (int)(s + 0.5);
   char buf[32];
-  if (t >= 3600) std::snprintf(buf, sizeof buf, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
-  else std::snprintf(buf, sizeof buf, "%d:%02d", t / 60, t % 60);
+  if (t >= 3600)
+    std::snprintf(buf, sizeof buf, "%d:%02d:%02d", t / 3600, t / 60 % 60, t % 60);
+  else
+    std::snprintf(buf, sizeof buf, "%d:%02d", t / 60, t % 60);
   return buf;
 }
 

@@ -9,18 +9,20 @@ namespace sat {
 namespace {
 
 // Dropped by the toolkit after tokenization (pycocoevalcap/tokenizer/ptbtokenizer.py).
-const std::set<std::string> kDropped = {"''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".", "?", "!",
-                                        ",",  ":", "-", "--", "...", ";"};
-const std::set<std::string> kAbbreviations = {"mr", "mrs", "ms", "dr", "st", "jr", "sr", "vs", "etc", "inc",
-                                              "co", "ltd", "mt", "ft", "no", "jan", "feb", "aug", "sept", "oct",
-                                              "nov", "dec", "prof", "gen", "sgt", "capt", "lt", "col", "ave", "rd", "blvd"};
+const std::set<std::string> kDropped = {"''", "'", "``", "`", "-LRB-", "-RRB-", "-LCB-", "-RCB-", ".",
+                                        "?",  "!", ",",  ":", "-",     "--",    "...",   ";"};
+const std::set<std::string> kAbbreviations = {
+    "mr",  "mrs", "ms",   "dr",  "st",  "jr",  "sr",   "vs",  "etc", "inc",  "co", "ltd", "mt",  "ft", "no",  "jan",
+    "feb", "aug", "sept", "oct", "nov", "dec", "prof", "gen", "sgt", "capt", "lt", "col", "ave", "rd", "blvd"};
 
 std::string lower(std::string s) {
   for (auto& c : s) c = (char)std::tolower((unsigned char)c);
   return s;
 }
 
-bool is_word_char(unsigned char c) { return std::isalnum(c) || c >= 0x80; }
+bool is_word_char(unsigned char c) {
+  return std::isalnum(c) || c >= 0x80;
+}
 
 // Normalizes typographic quotes and apostrophes to ASCII, as the PTB tokenizer's output does for text.
 std::string normalize(const std::string& in) {
@@ -29,10 +31,26 @@ std::string normalize(const std::string& in) {
     unsigned char c = in[i];
     if (c == 0xE2 && i + 2 < in.size() && (unsigned char)in[i + 1] == 0x80) {
       unsigned char d = in[i + 2];
-      if (d == 0x98 || d == 0x99) { out += '\''; i += 2; continue; }  // ‘ ’
-      if (d == 0x9C || d == 0x9D) { out += '"'; i += 2; continue; }   // “ ”
-      if (d == 0x93 || d == 0x94) { out += " -- "; i += 2; continue; }  // – —
-      if (d == 0xA6) { out += "..."; i += 2; continue; }               // …
+      if (d == 0x98 || d == 0x99) {
+        out += '\'';
+        i += 2;
+        continue;
+      }  // ‘ ’
+      if (d == 0x9C || d == 0x9D) {
+        out += '"';
+        i += 2;
+        continue;
+      }  // “ ”
+      if (d == 0x93 || d == 0x94) {
+        out += " -- ";
+        i += 2;
+        continue;
+      }  // – —
+      if (d == 0xA6) {
+        out += "...";
+        i += 2;
+        continue;
+      }  // …
     }
     out += (char)c;
   }
@@ -49,10 +67,11 @@ void split_chunk(std::string chunk, std::vector<std::string>& out) {
     if (c == '(' || c == '[' || c == '{' || c == '"' || c == '`' || c == '$' || c == '#') {
       lead.push_back(std::string(1, c));
       chunk.erase(0, 1);
-    } else if (c == '\'' && (chunk.size() == 1 || !is_word_char(chunk[1]) ||
-                             !(chunk.size() >= 2 && (lower(chunk.substr(1)) == "s" || lower(chunk.substr(1)) == "re" ||
-                                                     lower(chunk.substr(1)) == "ve" || lower(chunk.substr(1)) == "ll" ||
-                                                     lower(chunk.substr(1)) == "d" || lower(chunk.substr(1)) == "m")))) {
+    } else if (c == '\'' &&
+               (chunk.size() == 1 || !is_word_char(chunk[1]) ||
+                !(chunk.size() >= 2 && (lower(chunk.substr(1)) == "s" || lower(chunk.substr(1)) == "re" ||
+                                        lower(chunk.substr(1)) == "ve" || lower(chunk.substr(1)) == "ll" ||
+                                        lower(chunk.substr(1)) == "d" || lower(chunk.substr(1)) == "m")))) {
       lead.push_back("'");
       chunk.erase(0, 1);
     } else if (c == '-' && chunk.size() > 1 && chunk[1] == '-') {
@@ -72,7 +91,8 @@ void split_chunk(std::string chunk, std::vector<std::string>& out) {
     if (c == '.') {
       std::string stem = chunk.substr(0, chunk.size() - 1);
       // Abbreviations keep their period: "u.s.", "mr."
-      if (!stem.empty() && stem.back() != '.' && (stem.find('.') != std::string::npos || kAbbreviations.count(lower(stem))) &&
+      if (!stem.empty() && stem.back() != '.' &&
+          (stem.find('.') != std::string::npos || kAbbreviations.count(lower(stem))) &&
           std::all_of(stem.begin(), stem.end(), [](unsigned char x) { return std::isalpha(x) || x == '.'; }))
         break;
       trail.push_back(".");
@@ -117,7 +137,11 @@ void split_word(const std::string& w, std::vector<std::string>& out) {
     }
   }
   std::string lw = lower(w);
-  if (lw == "cannot") { out.push_back("can"); out.push_back("not"); return; }
+  if (lw == "cannot") {
+    out.push_back("can");
+    out.push_back("not");
+    return;
+  }
   for (const char* special : {"gonna", "gotta", "wanna", "lemme", "gimme"}) {
     if (lw == special) {
       out.push_back(lw.substr(0, 3));

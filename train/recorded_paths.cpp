@@ -33,10 +33,11 @@ std::string rebase_text(const std::string& text, const std::string& ran_in,
     const bool absolute_here = !here.empty() && core.rfind(here + "/", 0) == 0;
     if (absolute_here || (!core.empty() && core[0] != '-' && core[0] != '/' && (option_value || looks_like_path) &&
                           exists(ran_in + "/" + core))) {
-      std::string rebased =
-          absolute_here
-              ? std::filesystem::path(core).lexically_normal().lexically_relative(std::filesystem::path(here).lexically_normal()).string()
-              : (std::filesystem::path(ran_in) / core).lexically_normal().string();
+      std::string rebased = absolute_here ? std::filesystem::path(core)
+                                                .lexically_normal()
+                                                .lexically_relative(std::filesystem::path(here).lexically_normal())
+                                                .string()
+                                          : (std::filesystem::path(ran_in) / core).lexically_normal().string();
       while (rebased.size() > 1 && rebased.back() == '/') rebased.pop_back();
       if (rebased.empty()) rebased = ".";
       replaced = word.substr(0, first) + rebased + word.substr(last + 1);

@@ -96,12 +96,13 @@ Report build_report(CaptionModel& model, const CaptionSet& set, const FeatureCac
   report.grid_h = dc.grid_h;
   report.grid_w = dc.grid_w;
   report.hard_window = dc.hard_window;
-  report.settings = {{"encoder", encoder_text(model.encoder_config)},
-                     {"decoder", decoder_text(dc)},
-                     {"vocabulary", std::to_string(model.vocab.size()) + " words"},
-                     {"search", search_text(model, search)},
-                     {"captions from", cache ? "the feature cache " + cache->path() + " (photos read for thumbnails only)"
-                                             : "the photos, encoded by the model's encoder"}};
+  report.settings = {
+      {"encoder", encoder_text(model.encoder_config)},
+      {"decoder", decoder_text(dc)},
+      {"vocabulary", std::to_string(model.vocab.size()) + " words"},
+      {"search", search_text(model, search)},
+      {"captions from", cache ? "the feature cache " + cache->path() + " (photos read for thumbnails only)"
+                              : "the photos, encoded by the model's encoder"}};
 
   // Each batch holds the encoder's input per readable photo: its planes, or its cached grid.
   const EncoderConfig cached = model.encoder_config.cache_config();
@@ -179,7 +180,8 @@ Report build_report(CaptionModel& model, const CaptionSet& set, const FeatureCac
   for (size_t i = 0; i < count; ++i) {
     ReportPhoto& p = report.photos[i];
     p.cider_d = cider.per_image[i];
-    p.bleu_4 = corpus_bleu(std::vector<Tokens>(1, hyp_tokens[i]), std::vector<std::vector<Tokens>>(1, ref_tokens[i])).bleu[3];
+    p.bleu_4 =
+        corpus_bleu(std::vector<Tokens>(1, hyp_tokens[i]), std::vector<std::vector<Tokens>>(1, ref_tokens[i])).bleu[3];
     p.rouge_l = rouge_l(hyp_tokens[i], ref_tokens[i]);
   }
   return report;

@@ -26,7 +26,7 @@ struct ReportPhoto {
   double cider_d = 0;  // this photo's term of the corpus CIDEr-D (document frequencies from the report's references)
   double bleu_4 = 0;   // coco-caption's sentence BLEU-4 (its smoothing, brevity penalty of this caption alone)
   double rouge_l = 0;
-  std::string jpeg;  // the thumbnail's bytes
+  std::string jpeg;           // the thumbnail's bytes
   int width = 0, height = 0;  // thumbnail size in pixels
 };
 
@@ -36,7 +36,7 @@ struct SkippedPhoto {
 };
 
 struct Report {
-  std::string title;                                        // the model file
+  std::string title;                                          // the model file
   std::vector<std::pair<std::string, std::string>> settings;  // model and run, shown as a table
   CaptionScores scores;
   std::string attention = "soft";  // the decoder's attention kind: soft, local, hard or none

@@ -275,7 +275,9 @@ std::string attribute_number(double v) {
 
 std::string scores_table(const CaptionScores& s) {
   std::string h = "<table class=\"scores\"><caption>Corpus scores</caption>\n";
-  auto row = [&](const std::string& name, const std::string& value) { h += "<tr><th>" + name + "</th><td>" + value + "</td></tr>\n"; };
+  auto row = [&](const std::string& name, const std::string& value) {
+    h += "<tr><th>" + name + "</th><td>" + value + "</td></tr>\n";
+  };
   row("photos", std::to_string(s.images));
   for (int k = 0; k < 4; ++k) row("BLEU-" + std::to_string(k + 1), fixed(s.bleu[k], 4));
   row("METEOR", s.meteor >= 0 ? fixed(s.meteor, 4) : "n/a");
@@ -291,8 +293,11 @@ std::string attention_note(const Report& r) {
            "initial state, the mean of the grid), so there is no map to show.";
   const std::string grid = std::to_string(r.grid_h) + "&times;" + std::to_string(r.grid_w);
   std::string note =
-      "Point at a word (or reach it with Tab) to see where the model looked when it wrote it; click it (or press Enter) "
-      "to keep it. The " + grid + " attention grid covers the whole photo (the encoder saw it squashed to a square); "
+      "Point at a word (or reach it with Tab) to see where the model looked when it wrote it; click it (or press "
+      "Enter) "
+      "to keep it. The " +
+      grid +
+      " attention grid covers the whole photo (the encoder saw it squashed to a square); "
       "each map is stretched from its smallest weight (blue) to its largest (red), smoothly between cell centres. "
       "<code>&lt;end&gt;</code> is the step that ended the caption.";
   if (r.attention == "hard")
@@ -328,10 +333,12 @@ std::string card_html(const Report& r, const ReportPhoto& p, size_t index) {
     else
       h += "<span>" + text + "</span>";
   }
-  const std::string hint = attends ? "point at or click a word to see its attention map" : "no attention map (this model does not attend)";
+  const std::string hint =
+      attends ? "point at or click a word to see its attention map" : "no attention map (this model does not attend)";
   h += "</p>\n<p class=\"maplabel\" data-hint=\"" + hint + "\">" + hint + "</p>\n";
-  h += "<p class=\"pscores\"><span>CIDEr-D <b>" + fixed(p.cider_d, 3) + "</b></span> <span>BLEU-4 <b>" + fixed(p.bleu_4, 3) +
-       "</b></span> <span>ROUGE-L <b>" + fixed(p.rouge_l, 3) + "</b></span></p>\n<ol class=\"refs\">";
+  h += "<p class=\"pscores\"><span>CIDEr-D <b>" + fixed(p.cider_d, 3) + "</b></span> <span>BLEU-4 <b>" +
+       fixed(p.bleu_4, 3) + "</b></span> <span>ROUGE-L <b>" + fixed(p.rouge_l, 3) +
+       "</b></span></p>\n<ol class=\"refs\">";
   for (const std::string& ref : p.references) h += "<li>" + html_escape(ref) + "</li>";
   return h + "</ol>\n</div>\n</article>\n";
 }
@@ -343,12 +350,23 @@ std::string html_escape(const std::string& text) {
   out.reserve(text.size() + text.size() / 8);
   for (char c : text) {
     switch (c) {
-      case '&': out += "&amp;"; break;
-      case '<': out += "&lt;"; break;
-      case '>': out += "&gt;"; break;
-      case '"': out += "&quot;"; break;
-      case '\'': out += "&#39;"; break;
-      default: out += c;
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        out += c;
     }
   }
   return out;
@@ -359,8 +377,10 @@ std::string script_safe_json(const json& value) {
   std::string out;
   out.reserve(text.size());
   for (char c : text) {
-    if (c == '<') out += "\\u003c";  // only inside strings: JSON has no '<' elsewhere
-    else out += c;
+    if (c == '<')
+      out += "\\u003c";  // only inside strings: JSON has no '<' elsewhere
+    else
+      out += c;
   }
   return out;
 }
@@ -377,19 +397,23 @@ json attention_map_json(const std::vector<float>& alpha) {
 
 std::string report_html(const Report& r) {
   const bool attends = r.attention != "none";
-  std::string h = "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
-                  "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
-                  html_escape("sat report: " + r.title) + "</title>\n<style>" + kStyle + "</style>\n<script>" +
-                  kErrorScript + "</script>\n</head>\n<body>\n<div id=\"error\" class=\"error\" role=\"alert\" hidden></div>\n";
+  std::string h =
+      "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n"
+      "<meta name=\"viewport\" content=\"width=device-width, initial-scale=1\">\n<title>" +
+      html_escape("sat report: " + r.title) + "</title>\n<style>" + kStyle + "</style>\n<script>" + kErrorScript +
+      "</script>\n</head>\n<body>\n<div id=\"error\" class=\"error\" role=\"alert\" hidden></div>\n";
   h += "<header>\n<h1>Attention report <code>" + html_escape(r.title) + "</code></h1>\n<div class=\"summary\">\n" +
        scores_table(r.scores) + "<table class=\"settings\"><caption>Model and run</caption>\n";
-  for (const auto& [key, text] : r.settings) h += "<tr><th>" + html_escape(key) + "</th><td>" + html_escape(text) + "</td></tr>\n";
+  for (const auto& [key, text] : r.settings)
+    h += "<tr><th>" + html_escape(key) + "</th><td>" + html_escape(text) + "</td></tr>\n";
   h += "</table>\n</div>\n";
-  h += "<p class=\"note\">Corpus scores as <code>sat eval</code> computes them (coco-caption's definitions; METEOR without "
+  h += "<p class=\"note\">Corpus scores as <code>sat eval</code> computes them (coco-caption's definitions; METEOR "
+       "without "
        "its paraphrase stage). Per photo: CIDEr-D is the photo's term of the corpus CIDEr-D (document frequencies from "
        "the references of the photos in this report; the terms average to the corpus score), BLEU-4 is coco-caption's "
        "sentence BLEU-4 of the caption alone, ROUGE-L as in the corpus mean.</p>\n";
-  h += "<p class=\"note\">" + attention_note(r) + "</p>\n<noscript><p class=\"note\">Sorting, filtering and the "
+  h += "<p class=\"note\">" + attention_note(r) +
+       "</p>\n<noscript><p class=\"note\">Sorting, filtering and the "
        "attention maps need JavaScript.</p></noscript>\n";
   if (!r.skipped.empty()) {
     h += "<div class=\"skipped\">" + std::to_string(r.skipped.size()) +
@@ -399,7 +423,8 @@ std::string report_html(const Report& r) {
   }
   h += "</header>\n<nav class=\"controls\" aria-label=\"Sort and filter\">\n"
        "<label>Sort <select id=\"sort\"><option value=\"set\">data order</option><option value=\"cider-desc\">CIDEr-D, "
-       "best first</option><option value=\"cider-asc\">CIDEr-D, worst first</option><option value=\"bleu4-desc\">BLEU-4, "
+       "best first</option><option value=\"cider-asc\">CIDEr-D, worst first</option><option "
+       "value=\"bleu4-desc\">BLEU-4, "
        "best first</option><option value=\"rouge-desc\">ROUGE-L, best first</option><option value=\"file\">file name"
        "</option></select></label>\n"
        "<label>Filter <input id=\"filter\" type=\"search\" placeholder=\"words of the caption or file name\"></label>\n"
@@ -419,10 +444,12 @@ std::string report_html(const Report& r) {
     if (r.attention == "hard") entry["loc"] = p.locations;
     photos.push_back(std::move(entry));
   }
-  const json data = {{"grid", {r.grid_h, r.grid_w}}, {"attention", r.attention}, {"window", r.hard_window},
+  const json data = {{"grid", {r.grid_h, r.grid_w}},
+                     {"attention", r.attention},
+                     {"window", r.hard_window},
                      {"photos", std::move(photos)}};
-  h += "</main>\n<script type=\"application/json\" id=\"report-data\">" + script_safe_json(data) + "</script>\n<script>" +
-       kMainScript + "</script>\n</body>\n</html>\n";
+  h += "</main>\n<script type=\"application/json\" id=\"report-data\">" + script_safe_json(data) +
+       "</script>\n<script>" + kMainScript + "</script>\n</body>\n</html>\n";
   return h;
 }
 

@@ -17,8 +17,8 @@ struct OptionNames {
   const char *beam, *length_norm, *no_repeat_ngram, *consensus_weight, *neighbours, *memory_candidates, *beam_groups,
       *diversity, *include, *candidates;
 };
-constexpr OptionNames kLibraryNames{"beam",       "length_norm", "no_repeat_ngram", "consensus_weight",
-                                    "neighbours", "memory_candidates", "beam_groups", "diversity",
+constexpr OptionNames kLibraryNames{"beam",       "length_norm",       "no_repeat_ngram", "consensus_weight",
+                                    "neighbours", "memory_candidates", "beam_groups",     "diversity",
                                     "include",    "candidates"};
 constexpr OptionNames kFlagNames{"--beam",       "--length-norm",       "--no-repeat",   "--consensus-weight",
                                  "--neighbours", "--memory-candidates", "--beam-groups", "--diversity",
@@ -42,7 +42,8 @@ int word_to_include(const CaptionModel& model, const std::string& word, const st
 
 // A setting that reads the caption memory: the model must have one, holding at least `count` photos.
 void require_memory(const CaptionModel& model, const std::string& model_name, const char* name, int count) {
-  if (!model.memory) fail(model_name, std::string("has no caption memory for ") + name + " (sat model memory builds one)");
+  if (!model.memory)
+    fail(model_name, std::string("has no caption memory for ") + name + " (sat model memory builds one)");
   if (count > model.memory_photos())
     fail(model_name, "its caption memory holds " + std::to_string(model.memory_photos()) + " photos: " + name + " " +
                          std::to_string(count) + " is more");
@@ -183,8 +184,8 @@ std::vector<CandidateList> search_kept_only(CaptionModel& model, const Mat& F, i
 std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat& F, int n, const SearchSettings& s) {
   std::vector<std::vector<Hypothesis>> found;
   if (s.beam <= 1) {
-    std::vector<Hypothesis> greedy = over_decoders(
-        model, [&](auto& dec) { return greedy_search(dec, F, n, model.max_len, s.no_repeat_ngram); });
+    std::vector<Hypothesis> greedy =
+        over_decoders(model, [&](auto& dec) { return greedy_search(dec, F, n, model.max_len, s.no_repeat_ngram); });
     for (auto& h : greedy) found.push_back({std::move(h)});
   } else {
     found = over_decoders(model, [&](auto& dec) {

@@ -21,16 +21,16 @@ constexpr int kMaxMemoryCandidates = 1000;
 // What a front end (the CLI's flags, the library's CaptionOptions, the server's query) asks of a search. Every unset
 // field takes the model's stored setting (chosen on dev data: sat model set, sat model memory).
 struct SearchOptions {
-  std::optional<int> beam;             // 1: greedy
-  std::optional<double> length_norm;   // beam search ranks captions by log p / words^length_norm
-  std::optional<int> no_repeat_ngram;  // never repeat an n-word phrase (0: off)
+  std::optional<int> beam;                 // 1: greedy
+  std::optional<double> length_norm;       // beam search ranks captions by log p / words^length_norm
+  std::optional<int> no_repeat_ngram;      // never repeat an n-word phrase (0: off)
   std::optional<double> consensus_weight;  // consensus reranking by the caption memory (0: off)
   std::optional<int> neighbours;           // how many nearest memory photos' captions a candidate is compared with
   std::optional<int> memory_candidates;    // the captions of the M nearest memory photos join the candidates
   std::optional<int> beam_groups;          // diverse beam search (1: plain beam search)
   std::optional<double> diversity;         // and its penalty
-  std::string include;  // a word every caption must say (constrained beam search); "": none
-  int candidates = 0;   // how many of the considered captions the front end shows (0: the kept one alone)
+  std::string include;                     // a word every caption must say (constrained beam search); "": none
+  int candidates = 0;  // how many of the considered captions the front end shows (0: the kept one alone)
 };
 
 // How front ends spell the options in what they print: errors name an option as the user wrote it.

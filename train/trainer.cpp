@@ -19,32 +19,103 @@ namespace sat {
 using nlohmann::json;
 
 json TrainOptions::to_json() const {
-  return {{"data", data}, {"images", images}, {"train_split", train_split}, {"val_data", val_data},
-          {"val_images", val_images}, {"val_split", val_split}, {"out", out}, {"blocks", blocks},
-          {"input_size", input_size}, {"coord_channels", coord_channels}, {"embed_dim", embed_dim},
-          {"hidden_dim", hidden_dim}, {"attn_dim", attn_dim}, {"dropout", dropout}, {"coverage", coverage}, {"max_len", max_len},
-          {"min_count", min_count}, {"epochs", epochs}, {"batch_images", batch_images},
-          {"captions_per_image", captions_per_image}, {"lr", lr}, {"lr_decay", lr_decay}, {"clip", clip},
-          {"penalty", penalty}, {"label_smoothing", label_smoothing}, {"patience", patience}, {"val_limit", val_limit}, {"encoder", encoder}, {"cut", cut},
-          {"encoder_size", encoder_size}, {"features", features}, {"val_features", val_features},
-          {"mirror_features", mirror_features}, {"mirror_prob", mirror_prob},
-          {"tune_from", tune_from}, {"tune_lr", tune_lr},
-          {"attention", attention}, {"score", score}, {"order", order}, {"hard_window", hard_window},
-          {"hard_samples", hard_samples}, {"hard_soft_prob", hard_soft_prob}, {"hard_soft_warmup", hard_soft_warmup},
-          {"reinforce_weight", reinforce_weight}, {"entropy_weight", entropy_weight},
-          {"local_sigma", local_sigma}, {"init_from", init_from}, {"fresh_decoder", fresh_decoder}, {"fresh_embed", fresh_embed}, {"fresh_hidden", fresh_hidden}, {"fresh_attn", fresh_attn}, {"fresh_dropout", fresh_dropout}, {"fresh_order", fresh_order}, {"started_from", started_from}, {"objective", objective}, {"scst_samples", scst_samples},
-          {"checkpoint_every", checkpoint_every}, {"keep_epochs", keep_epochs}, {"metric", metric}, {"seed", seed}, {"threads", threads}, {"command", command}};
+  return {{"data", data},
+          {"images", images},
+          {"train_split", train_split},
+          {"val_data", val_data},
+          {"val_images", val_images},
+          {"val_split", val_split},
+          {"out", out},
+          {"blocks", blocks},
+          {"input_size", input_size},
+          {"coord_channels", coord_channels},
+          {"embed_dim", embed_dim},
+          {"hidden_dim", hidden_dim},
+          {"attn_dim", attn_dim},
+          {"dropout", dropout},
+          {"coverage", coverage},
+          {"max_len", max_len},
+          {"min_count", min_count},
+          {"epochs", epochs},
+          {"batch_images", batch_images},
+          {"captions_per_image", captions_per_image},
+          {"lr", lr},
+          {"lr_decay", lr_decay},
+          {"clip", clip},
+          {"penalty", penalty},
+          {"label_smoothing", label_smoothing},
+          {"patience", patience},
+          {"val_limit", val_limit},
+          {"encoder", encoder},
+          {"cut", cut},
+          {"encoder_size", encoder_size},
+          {"features", features},
+          {"val_features", val_features},
+          {"mirror_features", mirror_features},
+          {"mirror_prob", mirror_prob},
+          {"tune_from", tune_from},
+          {"tune_lr", tune_lr},
+          {"attention", attention},
+          {"score", score},
+          {"order", order},
+          {"hard_window", hard_window},
+          {"hard_samples", hard_samples},
+          {"hard_soft_prob", hard_soft_prob},
+          {"hard_soft_warmup", hard_soft_warmup},
+          {"reinforce_weight", reinforce_weight},
+          {"entropy_weight", entropy_weight},
+          {"local_sigma", local_sigma},
+          {"init_from", init_from},
+          {"fresh_decoder", fresh_decoder},
+          {"fresh_embed", fresh_embed},
+          {"fresh_hidden", fresh_hidden},
+          {"fresh_attn", fresh_attn},
+          {"fresh_dropout", fresh_dropout},
+          {"fresh_order", fresh_order},
+          {"started_from", started_from},
+          {"objective", objective},
+          {"scst_samples", scst_samples},
+          {"checkpoint_every", checkpoint_every},
+          {"keep_epochs", keep_epochs},
+          {"metric", metric},
+          {"seed", seed},
+          {"threads", threads},
+          {"command", command}};
 }
 
 TrainOptions TrainOptions::from_json(const json& j) {
   TrainOptions o;
   try {
 #define GET(k) o.k = j.at(#k).get<decltype(o.k)>()
-    GET(data); GET(images); GET(train_split); GET(val_data); GET(val_images); GET(val_split); GET(out);
-    GET(blocks); GET(input_size); GET(coord_channels); GET(embed_dim); GET(hidden_dim); GET(attn_dim);
-    GET(dropout); GET(max_len); GET(min_count); GET(epochs); GET(batch_images); GET(captions_per_image);
-    GET(lr); GET(lr_decay); GET(clip); GET(penalty); GET(patience); GET(val_limit); GET(checkpoint_every);
-    GET(seed); GET(threads); GET(command);
+    GET(data);
+    GET(images);
+    GET(train_split);
+    GET(val_data);
+    GET(val_images);
+    GET(val_split);
+    GET(out);
+    GET(blocks);
+    GET(input_size);
+    GET(coord_channels);
+    GET(embed_dim);
+    GET(hidden_dim);
+    GET(attn_dim);
+    GET(dropout);
+    GET(max_len);
+    GET(min_count);
+    GET(epochs);
+    GET(batch_images);
+    GET(captions_per_image);
+    GET(lr);
+    GET(lr_decay);
+    GET(clip);
+    GET(penalty);
+    GET(patience);
+    GET(val_limit);
+    GET(checkpoint_every);
+    GET(seed);
+    GET(threads);
+    GET(command);
 #undef GET
     o.metric = j.value("metric", std::string("bleu4"));
     o.keep_epochs = j.value("keep_epochs", false);
@@ -124,8 +195,9 @@ SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, con
 namespace trainer {
 
 json TrainState::to_json() const {
-  return {{"epoch", epoch}, {"step_in_epoch", step_in_epoch}, {"epoch_seed", epoch_seed},
-          {"global_step", global_step}, {"best_score", best_score}, {"best_epoch", best_epoch},
+  return {{"epoch", epoch},           {"step_in_epoch", step_in_epoch},
+          {"epoch_seed", epoch_seed}, {"global_step", global_step},
+          {"best_score", best_score}, {"best_epoch", best_epoch},
           {"bad_epochs", bad_epochs}, {"history", history}};
 }
 
@@ -153,14 +225,18 @@ void save_checkpoint(const TrainRun& run, const TrainState& st) {
   auto params = model.params();
   for (size_t k = 0; k < params.size(); ++k) {
     if (!params[k]->trainable) continue;
-    Param m("adam.m/" + params[k]->name, params[k]->shape, false), v("adam.v/" + params[k]->name, params[k]->shape, false);
+    Param m("adam.m/" + params[k]->name, params[k]->shape, false),
+        v("adam.v/" + params[k]->name, params[k]->shape, false);
     m.value = adam.m[k];
     v.value = adam.v[k];
     tf.tensors.emplace(m.name, std::move(m));
     tf.tensors.emplace(v.name, std::move(v));
   }
-  tf.metadata["checkpoint"] = json{{"options", run.opt.to_json()}, {"state", st.to_json()}, {"rng", run.rng.state()},
-                                   {"adam_step", adam.step}}.dump();
+  tf.metadata["checkpoint"] = json{
+      {"options", run.opt.to_json()},
+      {"state", st.to_json()},
+      {"rng", run.rng.state()},
+      {"adam_step", adam.step}}.dump();
   save_safetensors(run.ckpt_path, tf);
 }
 
@@ -174,10 +250,16 @@ CaptionScores run_validation(TrainRun& run) {
 
 // What a saved model records about its run and the epoch it ends.
 json epoch_info(const TrainOptions& opt, int epoch, const json& val_scores) {
-  return json{{"command", opt.command},     {"data", opt.data},       {"train_split", opt.train_split},
+  return json{{"command", opt.command},
+              {"data", opt.data},
+              {"train_split", opt.train_split},
               {"val_data", opt.val_data.empty() ? opt.data : opt.val_data},
-              {"val_split", opt.val_split}, {"git_commit", build_commit()}, {"epoch", epoch},
-              {"val_scores", val_scores},   {"options", opt.to_json()}, {"started_from", opt.started_from}};
+              {"val_split", opt.val_split},
+              {"git_commit", build_commit()},
+              {"epoch", epoch},
+              {"val_scores", val_scores},
+              {"options", opt.to_json()},
+              {"started_from", opt.started_from}};
 }
 
 // --keep-epochs: each epoch's model as model-epochN.sat, beside the best one (rank 0 writes it).
@@ -196,8 +278,9 @@ void keep_epoch(TrainRun& run, int epoch, const json& val_scores) {
 TrainSummary save_untrained(TrainRun& run, TrainSummary summary) {
   const TrainOptions& opt = run.opt;
   CaptionScores sc = run_validation(run);
-  run.model->info = {{"command", opt.command}, {"data", opt.data}, {"git_commit", build_commit()}, {"epoch", 0},
-                     {"val_scores", sc.to_json()}, {"options", opt.to_json()}, {"started_from", opt.started_from}};
+  run.model->info = {
+      {"command", opt.command},     {"data", opt.data},         {"git_commit", build_commit()},    {"epoch", 0},
+      {"val_scores", sc.to_json()}, {"options", opt.to_json()}, {"started_from", opt.started_from}};
   if (run.lead) run.model->save(run.best_path);
   note(run.lead, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
        run.best_path.c_str());
@@ -207,8 +290,18 @@ TrainSummary save_untrained(TrainRun& run, TrainSummary summary) {
 }
 
 // What a step exchanges besides gradients and buffers: sums over the ranks' shares, for the log and the NaN check.
-enum Stat { kCrossEntropySum, kTokens, kPenaltySum, kRows, kAdvantageCount, kAdvantageSum, kAdvantageSquares,
-            kRewardSum, kCaptions, kStats };
+enum Stat {
+  kCrossEntropySum,
+  kTokens,
+  kPenaltySum,
+  kRows,
+  kAdvantageCount,
+  kAdvantageSum,
+  kAdvantageSquares,
+  kRewardSum,
+  kCaptions,
+  kStats
+};
 
 // What the steps reuse from one to the next.
 struct StepBuffers {
@@ -220,16 +313,16 @@ struct StepBuffers {
   Mat F, dF;
   DecoderCache cache;
   std::unique_ptr<StepExchange> exchange;  // parallel runs only (as large as the gradients)
-  std::set<const Param*> decoder_params;  // a buffer's weight is its rank's share of the rows (decoder) or photos
+  std::set<const Param*> decoder_params;   // a buffer's weight is its rank's share of the rows (decoder) or photos
 };
 
 // One step's photos: the global batch, and this rank's contiguous share of its photos (every rank draws the same
 // numbers from rng, so the batch, the captions chosen and the step's seed are the same everywhere).
 struct StepBatch {
-  std::vector<int> batch;  // the global batch's photos
-  Share mine;              // this rank's share: its places in batch
-  std::vector<int> idx;    // this rank's photos
-  uint64_t seed = 0;       // dropout masks, glimpses and samples: one stream per caption
+  std::vector<int> batch;            // the global batch's photos
+  Share mine;                        // this rank's share: its places in batch
+  std::vector<int> idx;              // this rank's photos
+  uint64_t seed = 0;                 // dropout masks, glimpses and samples: one stream per caption
   std::vector<char> batch_mirrored;  // --mirror-features: the global batch's photos read mirrored
   std::vector<char> step_mirrored;   // this step's photos (this rank's share) that read their mirrored grids
 };
@@ -313,8 +406,8 @@ StepResult self_critical_share(TrainRun& run, StepBuffers& buf, const StepBatch&
   StepResult r;
   const int n = (int)b.idx.size();
   if (n > 0) load_grids(run, buf, b, false);  // the encoder stays as it is
-  SelfCriticalStep sc = self_critical_step(*run.model, buf.grid.data(), b.idx, *run.cider, run.opt.scst_samples,
-                                           b.seed, b.mine.begin, run.ranks, buf.cache);
+  SelfCriticalStep sc = self_critical_step(*run.model, buf.grid.data(), b.idx, *run.cider, run.opt.scst_samples, b.seed,
+                                           b.mine.begin, run.ranks, buf.cache);
   r.stats[kRewardSum] = sc.reward_sum;
   r.stats[kCaptions] = sc.captions;
   r.my_rows = n, r.all_rows = (double)b.batch.size();
@@ -349,7 +442,7 @@ std::optional<StepResult> cross_entropy_share(TrainRun& run, StepBuffers& buf, c
         caps.push_back(mirrored ? run.mirrored_caption_ids[c] : run.caption_ids[c]), cap_image.push_back(k);
   }
   if (caps.empty()) return std::nullopt;  // alike on every rank
-  int64_t global_tokens = 0;   // as CaptionBatch::from_ids masks them: the words kept, and <end>
+  int64_t global_tokens = 0;              // as CaptionBatch::from_ids masks them: the words kept, and <end>
   for (auto& c : caps) global_tokens += std::min((int)c.size(), opt.max_len) + 1;
   const int first = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.begin) - cap_image.begin());
   const int last = (int)(std::lower_bound(cap_image.begin(), cap_image.end(), mine.end) - cap_image.begin());
@@ -377,16 +470,17 @@ std::optional<StepResult> cross_entropy_share(TrainRun& run, StepBuffers& buf, c
     model.decoder->backward(buf.cache, encoder_learns ? &buf.dF : nullptr);
     if (encoder_learns) {
       // dF: one block per image, summed over its captions by the decoder
-      if (run.tuned) run.tuned->backward(buf.dF.data());
-      else model.cnn->backward(buf.dF.data());
+      if (run.tuned)
+        run.tuned->backward(buf.dF.data());
+      else
+        model.cnn->backward(buf.dF.data());
     }
     stats[kCrossEntropySum] = loss.cross_entropy * loss.tokens;
     stats[kTokens] = (double)loss.tokens;
     stats[kPenaltySum] = loss.penalty * B;
     stats[kAdvantageCount] = (double)loss.advantage_count;
     stats[kAdvantageSum] = loss.advantage_mean * loss.advantage_count;
-    stats[kAdvantageSquares] =
-        (loss.advantage_var + loss.advantage_mean * loss.advantage_mean) * loss.advantage_count;
+    stats[kAdvantageSquares] = (loss.advantage_var + loss.advantage_mean * loss.advantage_mean) * loss.advantage_count;
   }
   stats[kRows] = B;
   stats[kCaptions] = B;
@@ -490,8 +584,10 @@ bool run_epoch_steps(TrainRun& run, StepBuffers& buf, EpochTally& tally, int64_t
   for (int s = st.step_in_epoch; s < steps_per_epoch; ++s) {
     const StepBatch b = batch_of_step(run, order, s);
     std::optional<StepResult> r;
-    if (run.self_critical) r = self_critical_share(run, buf, b);
-    else r = cross_entropy_share(run, buf, b, s);
+    if (run.self_critical)
+      r = self_critical_share(run, buf, b);
+    else
+      r = cross_entropy_share(run, buf, b, s);
     if (!r) continue;  // no captions in the global batch
     apply_step(run, buf, b, *r, lr);
     tally_step(run, r->stats, tally);
@@ -525,7 +621,8 @@ bool end_epoch(TrainRun& run, const EpochTally& tally) {
   const double score = metric_of(sc, opt.metric);
   bool improved = score > st.best_score;
   const double mean_loss = tally.loss_count ? tally.loss_sum / tally.loss_count : 0.0;  // self-critical: reward
-  st.history.push_back({{"epoch", st.epoch + 1}, {run.self_critical ? "reward" : "loss", mean_loss}, {"val", sc.to_json()}});
+  st.history.push_back(
+      {{"epoch", st.epoch + 1}, {run.self_critical ? "reward" : "loss", mean_loss}, {"val", sc.to_json()}});
   note(run.lead, "epoch %d: val BLEU-4 %.4f  CIDEr-D %.4f  ROUGE-L %.4f%s\n", st.epoch + 1, sc.bleu[3], sc.cider_d,
        sc.rouge_l, improved ? "  (best so far, saved)" : "");
   if (improved) {
@@ -558,7 +655,6 @@ TrainSummary with_best_scores(const TrainRun& run, TrainSummary summary) {
 
 }  // namespace
 }  // namespace trainer
-
 
 TrainSummary train(TrainOptions opt, const std::string& resume_path, const ResumeOverrides& more,
                    int64_t stop_after_steps, Collective* ranks_given) {

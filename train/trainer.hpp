@@ -24,14 +24,14 @@ struct TrainOptions {
   std::string train_split;  // optional list of training file names
   std::string val_data;     // validation data dir/JSON (default: same as data)
   std::string val_images;
-  std::string val_split;    // optional list of validation file names
+  std::string val_split;  // optional list of validation file names
   std::string out = "runs/sat";
   // model
-  std::string encoder;      // pretrained encoder file (empty: the small CNN below, trained end to end)
+  std::string encoder;  // pretrained encoder file (empty: the small CNN below, trained end to end)
   std::string cut = "mixed5";
-  int encoder_size = 0;     // pretrained input side (0: the encoder file's default)
-  std::string features;     // feature cache for a pretrained encoder (default: <out>/features.feat, extracted)
-  std::string val_features; // validation feature cache (default: the same file)
+  int encoder_size = 0;      // pretrained input side (0: the encoder file's default)
+  std::string features;      // feature cache for a pretrained encoder (default: <out>/features.feat, extracted)
+  std::string val_features;  // validation feature cache (default: the same file)
   // Augmentation: a cache of the training photos mirrored left to right (sat extract --mirror). Each step reads a
   // photo's mirrored grid with probability mirror_prob, and its captions with "left" and "right" swapped.
   std::string mirror_features;
@@ -85,7 +85,7 @@ struct TrainOptions {
   int patience = 4;
   int val_limit = 0;  // validate on at most this many images (0: all)
   int checkpoint_every = 100;
-  bool keep_epochs = false;  // also write each epoch's model as model-epochN.sat (to pick an epoch by other scores)
+  bool keep_epochs = false;      // also write each epoch's model as model-epochN.sat (to pick an epoch by other scores)
   std::string metric = "bleu4";  // validation score that picks the best model: bleu4 or cider
   uint64_t seed = 1;
   int threads = 0;

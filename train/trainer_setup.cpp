@@ -22,8 +22,10 @@ using nlohmann::json;
 std::vector<std::string> mirror_caption(const std::vector<std::string>& tokens) {
   std::vector<std::string> out = tokens;
   for (auto& w : out)
-    if (w == "left") w = "right";
-    else if (w == "right") w = "left";
+    if (w == "left")
+      w = "right";
+    else if (w == "right")
+      w = "left";
   return out;
 }
 
@@ -31,7 +33,8 @@ CaptionSet load_caption_set(const std::string& data, const std::string& images, 
   CaptionSet set;
   const bool is_dir = is_directory(data);
   // A Karpathy split file names its splits inside: --train-split train (or val, test, restval).
-  const bool named_split = (split == "train" || split == "val" || split == "test" || split == "restval") && !file_exists(split);
+  const bool named_split =
+      (split == "train" || split == "val" || split == "test" || split == "restval") && !file_exists(split);
   if (is_dir) {
     set = load_data_dir(data);
   } else {
@@ -113,7 +116,8 @@ namespace {
 std::string provenance_of(const std::string& path, const json& info) {
   std::string out = path;
   const char* sep = ": ";
-  for (const char* key : {"command", "recipe", "epoch", "averaged", "compacted", "search_set", "rebased", "started_from"}) {
+  for (const char* key :
+       {"command", "recipe", "epoch", "averaged", "compacted", "search_set", "rebased", "started_from"}) {
     if (!info.is_object() || !info.contains(key)) continue;
     const json& v = info[key];
     const std::string text = v.is_string() ? v.get<std::string>() : v.dump();
@@ -162,14 +166,16 @@ void settle_options(TrainRun& run, const ResumeOverrides& more) {
   if (more.keep_epochs) opt.keep_epochs = true;
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
   if (opt.metric != "bleu4" && opt.metric != "cider") throw Error("train: --metric must be bleu4 or cider");
-  if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1) throw Error("train: --batch and --max-len must be positive, --epochs not negative");
+  if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1)
+    throw Error("train: --batch and --max-len must be positive, --epochs not negative");
   if (opt.objective != "xe" && opt.objective != "cider") throw Error("train: --objective must be xe or cider");
   run.self_critical = opt.objective == "cider";
   const bool self_critical = run.self_critical;
   if (!(opt.label_smoothing >= 0 && opt.label_smoothing < 1)) throw Error("train: --label-smoothing must be in [0, 1)");
   if (self_critical && opt.label_smoothing > 0)
     throw Error("train: --label-smoothing is for cross-entropy training, not --objective cider");
-  if (self_critical && opt.scst_samples < 2) throw Error("train: --scst-samples must be at least 2 (the baseline is the other samples' mean)");
+  if (self_critical && opt.scst_samples < 2)
+    throw Error("train: --scst-samples must be at least 2 (the baseline is the other samples' mean)");
 }
 
 // The training and validation caption sets (--val-limit applied), and the output folder.
@@ -222,9 +228,10 @@ void start_from_model(TrainRun& run) {
     c = DecoderConfig::from_json(c.to_json());  // the config's own range checks
     model->decoder = std::make_unique<Decoder>(c);
     model->decoder->init(run.rng);
-    note(run.lead, "its decoder starts afresh (seed %llu; embedding %d, hidden %d, attention %d, dropout %g, %s order); its "
-         "encoder and vocabulary are kept\n", (unsigned long long)opt.seed, c.embed_dim, c.hidden_dim, c.attn_dim,
-         c.dropout, c.order.c_str());
+    note(run.lead,
+         "its decoder starts afresh (seed %llu; embedding %d, hidden %d, attention %d, dropout %g, %s order); its "
+         "encoder and vocabulary are kept\n",
+         (unsigned long long)opt.seed, c.embed_dim, c.hidden_dim, c.attn_dim, c.dropout, c.order.c_str());
   }
 }
 
@@ -323,13 +330,14 @@ void set_up_model(TrainRun& run) {
       model->encoder_config.tune_from != opt.tune_from && !model->encoder_weights_path.empty())
     tune_more_of_encoder(run);
   if (model && !opt.tune_from.empty() && model->encoder_config.tune_from != opt.tune_from)
-    throw Error("train: --tune-from applies to a new model; " +
-                (resume_path.empty() ? opt.init_from : resume_path) + " " +
+    throw Error("train: --tune-from applies to a new model; " + (resume_path.empty() ? opt.init_from : resume_path) +
+                " " +
                 (model->encoder_config.tuned() ? "tunes its encoder after " + model->encoder_config.tune_from
                                                : "has a frozen encoder"));
   if (run.self_critical && model && model->decoder_config.hard())
-    throw Error("train: --objective cider needs a soft, local or no-attention model (hard attention samples its "
-                "glimpses inside the cross-entropy objective)");
+    throw Error(
+        "train: --objective cider needs a soft, local or no-attention model (hard attention samples its "
+        "glimpses inside the cross-entropy objective)");
   if (!model) build_new_model(run);
 }
 
@@ -351,8 +359,9 @@ void attach_optimizer(TrainRun& run, TensorFile& ckpt) {
   }
   // Every rank built or loaded its model from the same options, seed and files: they must hold the same weights.
   if (run.parallel && !run.ranks.same_everywhere(parameter_checksum(params), "the starting weights"))
-    throw Error("train: the ranks start from different weights (every rank needs the same options and files: is "
-                "--resume or --init-from on a disk they share?)");
+    throw Error(
+        "train: the ranks start from different weights (every rank needs the same options and files: is "
+        "--resume or --init-from on a disk they share?)");
   if (run.parallel)
     note(run.lead, "data-parallel: %d ranks share each batch of %d photos (gradients summed across ranks)\n",
          run.ranks.size(), run.opt.batch_images);
@@ -398,7 +407,8 @@ void extract_features_once(TrainRun& run) {
   opt.features = join_path(opt.out, "features.feat");
   if (file_exists(opt.features)) return;
   if (run.parallel)
-    throw Error("train: " + opt.features + " is missing: under mpirun, make the feature cache first (sat extract, "
+    throw Error("train: " + opt.features +
+                " is missing: under mpirun, make the feature cache first (sat extract, "
                 "then --features), or run once in one process");
   std::vector<std::string> paths, names;
   std::set<std::string> seen;
@@ -424,9 +434,10 @@ void drop_skipped_photos(bool lead, CaptionSet& set, const FeatureCache& cache, 
   for (auto& img : set.images)
     if (!cache.was_skipped(img.file_name)) keep.push_back(img.file_name);
   if (keep.size() == set.images.size()) return;
-  note(lead, "%s: the feature cache lacks %zu of the %zu %s photos (unreadable when it was extracted); "
-             "going on without them\n",
-               cache.path().c_str(), set.images.size() - keep.size(), set.images.size(), which);
+  note(lead,
+       "%s: the feature cache lacks %zu of the %zu %s photos (unreadable when it was extracted); "
+       "going on without them\n",
+       cache.path().c_str(), set.images.size() - keep.size(), set.images.size(), which);
   if (keep.empty()) fail(cache.path(), std::string("the feature cache holds none of the ") + which + " photos");
   set = set.subset(keep, cache.path());
 }
@@ -466,8 +477,9 @@ void load_image_banks(TrainRun& run) {
   run.train_bank.load(run.train_set, S, "loading train images", run.lead);
   run.val_bank.load(run.val_set, S, "loading val images", run.lead);
   if (run.parallel)
-    note(run.lead, "the small CNN's batch norm normalizes each rank's share of a batch by the share's own statistics "
-                   "(running statistics are averaged): the model differs from a single process's beyond rounding\n");
+    note(run.lead,
+         "the small CNN's batch norm normalizes each rank's share of a batch by the share's own statistics "
+         "(running statistics are averaged): the model differs from a single process's beyond rounding\n");
   std::vector<int> all(run.val_set.images.size());
   for (size_t i = 0; i < all.size(); ++i) all[i] = (int)i;
   run.val_bank.planes(all, run.model->encoder_config, run.val_planes);
@@ -482,8 +494,10 @@ void set_up_grid_sources(TrainRun& run) {
     if (run.self_critical) throw Error("train: --mirror-features is for cross-entropy training, not --objective cider");
     if (!(opt.mirror_prob > 0 && opt.mirror_prob <= 1)) throw Error("train: --mirror-prob must be in (0, 1]");
   }
-  if (run.from_features) open_feature_caches(run);
-  else load_image_banks(run);
+  if (run.from_features)
+    open_feature_caches(run);
+  else
+    load_image_banks(run);
 }
 
 // Where the steps read each photo's grid, each caption as word ids (mirrored too, with --mirror-features), and the

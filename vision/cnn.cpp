@@ -15,7 +15,6 @@ using dt = memory::data_type;
 // Parameters of one block, in order. The conv has no bias: batch norm right after it would cancel it.
 enum { kConvW, kScale, kShift, kMean, kVar, kPerBlock };
 
-
 EncoderConfig EncoderConfig::make_pretrained(const NetGraph& full, const std::string& cut, int input_size,
                                              const float mean[3], const float stdev[3], bool raw) {
   EncoderConfig c;
@@ -32,7 +31,9 @@ EncoderConfig EncoderConfig::make_pretrained(const NetGraph& full, const std::st
   return c;
 }
 
-int EncoderConfig::grid_w() const { return pretrained() ? pretrained_grid_w : grid_h(); }
+int EncoderConfig::grid_w() const {
+  return pretrained() ? pretrained_grid_w : grid_h();
+}
 
 int EncoderConfig::grid_h() const {
   if (pretrained()) return pretrained_grid_h;
@@ -80,8 +81,8 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
       if (m.size() != 3 || s.size() != 3) throw Error("mean/std need 3 values");
       int size = j.at("input_size").get<int>();
       if (size < 8 || size > 2048) throw Error("encoder input_size out of range");
-      EncoderConfig p = make_pretrained(NetGraph::from_json(j.at("graph")), j.at("cut").get<std::string>(), size,
-                                        m.data(), s.data());
+      EncoderConfig p =
+          make_pretrained(NetGraph::from_json(j.at("graph")), j.at("cut").get<std::string>(), size, m.data(), s.data());
       p.tune_from = j.value("tune_from", std::string());
       if (j.contains("weights")) {
         p.weights_file = j.at("weights").at("file").get<std::string>();
@@ -197,7 +198,9 @@ void CnnEncoder::init(Rng& rng) {
     double fan_in = (double)w.shape[1] * w.shape[2] * w.shape[3];
     double sd = std::sqrt(2.0 / fan_in);
     for (auto& v : w.value) v = (float)(sd * rng.normal());
-    auto set = [&](int k, float v) { std::fill(params_[i * kPerBlock + k].value.begin(), params_[i * kPerBlock + k].value.end(), v); };
+    auto set = [&](int k, float v) {
+      std::fill(params_[i * kPerBlock + k].value.begin(), params_[i * kPerBlock + k].value.end(), v);
+    };
     set(kScale, 1.f);
     set(kShift, 0.f);
     set(kMean, 0.f);
@@ -229,8 +232,8 @@ CnnEncoder::Plan& CnnEncoder::plan_for(int n, bool training) {
     memory::desc conv_src_md = (i == 0) ? memory::desc({n, 3, h, h}, dt::f32, tag::any) : src_md;
     memory::desc w_md({b.out_channels, in_ch, b.kernel, b.kernel}, dt::f32, tag::any);
     memory::desc dst_md({n, b.out_channels, h, h}, dt::f32, tag::any);
-    convolution_forward::desc conv_d(prop, algorithm::convolution_direct, conv_src_md, w_md, dst_md, strides,
-                                     padding, padding);
+    convolution_forward::desc conv_d(prop, algorithm::convolution_direct, conv_src_md, w_md, dst_md, strides, padding,
+                                     padding);
     convolution_forward::primitive_desc conv_pd(conv_d, eng);
     if (i == 0) {
       P.need_image_reorder = conv_pd.src_desc() != P.image_user.get_desc();
@@ -281,9 +284,10 @@ CnnEncoder::Plan& CnnEncoder::plan_for(int n, bool training) {
     if (training) {
       memory::desc ddst_md = conv_pd.dst_desc();
       if (i > 0) {
-        convolution_backward_data::desc bd_d(algorithm::convolution_direct, conv_pd.src_desc(),
-                                             memory::desc({b.out_channels, in_ch, b.kernel, b.kernel}, dt::f32, tag::any),
-                                             ddst_md, strides, padding, padding);
+        convolution_backward_data::desc bd_d(
+            algorithm::convolution_direct, conv_pd.src_desc(),
+            memory::desc({b.out_channels, in_ch, b.kernel, b.kernel}, dt::f32, tag::any), ddst_md, strides, padding,
+            padding);
         convolution_backward_data::primitive_desc bd_pd(bd_d, eng, conv_pd);
         L.need_bwd_w_reorder = bd_pd.weights_desc() != conv_pd.weights_desc();
         L.bwd_w = L.need_bwd_w_reorder ? memory(bd_pd.weights_desc(), eng) : L.conv_w;
@@ -291,9 +295,10 @@ CnnEncoder::Plan& CnnEncoder::plan_for(int n, bool training) {
         L.diff_src = memory(bd_pd.diff_src_desc(), eng);
         L.conv_bwd_data = convolution_backward_data(bd_pd);
       }
-      convolution_backward_weights::desc bw_d(algorithm::convolution_direct, conv_pd.src_desc(),
-                                              memory::desc({b.out_channels, in_ch, b.kernel, b.kernel}, dt::f32, tag::any),
-                                              ddst_md, strides, padding, padding);
+      convolution_backward_weights::desc bw_d(
+          algorithm::convolution_direct, conv_pd.src_desc(),
+          memory::desc({b.out_channels, in_ch, b.kernel, b.kernel}, dt::f32, tag::any), ddst_md, strides, padding,
+          padding);
       convolution_backward_weights::primitive_desc bw_pd(bw_d, eng, conv_pd);
       L.diff_w = memory(bw_pd.diff_weights_desc(), eng);
       L.diff_w_user = memory({{b.out_channels, in_ch, b.kernel, b.kernel}, dt::f32, tag::oihw}, eng);
@@ -398,7 +403,8 @@ void CnnEncoder::backward(const float* dgrid) {
   const int n = P.n, L = cfg_.locations(), C = cfg_.blocks.back().out_channels, D = cfg_.feature_dim();
   float* dg = (float*)P.diff_grid_user.get_data_handle();
   for (int b = 0; b < n; ++b)
-    for (int l = 0; l < L; ++l) std::memcpy(dg + ((size_t)b * L + l) * C, dgrid + ((size_t)b * L + l) * D, C * sizeof(float));
+    for (int l = 0; l < L; ++l)
+      std::memcpy(dg + ((size_t)b * L + l) * C, dgrid + ((size_t)b * L + l) * D, C * sizeof(float));
 
   // dout: gradient w.r.t. the current block's output (pooled output if it pools), already in the
   // layout that block produced, so nothing is reordered inside the network.
@@ -408,7 +414,8 @@ void CnnEncoder::backward(const float* dgrid) {
     auto& Lr = P.layers[i];
     memory diff_bn_dst = dout;
     if (Lr.has_pool) {
-      Lr.pool_bwd.execute(s, {{DNNL_ARG_DIFF_DST, dout}, {DNNL_ARG_WORKSPACE, Lr.pool_ws}, {DNNL_ARG_DIFF_SRC, Lr.diff_bn_dst}});
+      Lr.pool_bwd.execute(
+          s, {{DNNL_ARG_DIFF_DST, dout}, {DNNL_ARG_WORKSPACE, Lr.pool_ws}, {DNNL_ARG_DIFF_SRC, Lr.diff_bn_dst}});
       diff_bn_dst = Lr.diff_bn_dst;
     }
     Lr.bn_bwd.execute(s, {{DNNL_ARG_SRC, Lr.conv_dst},
@@ -421,14 +428,13 @@ void CnnEncoder::backward(const float* dgrid) {
                           {DNNL_ARG_DIFF_SRC, Lr.diff_conv_dst},
                           {DNNL_ARG_DIFF_SCALE, Lr.diff_scale},
                           {DNNL_ARG_DIFF_SHIFT, Lr.diff_shift}});
-    Lr.conv_bwd_w.execute(s, {{DNNL_ARG_SRC, Lr.src},
-                              {DNNL_ARG_DIFF_DST, Lr.diff_conv_dst},
-                              {DNNL_ARG_DIFF_WEIGHTS, Lr.diff_w}});
+    Lr.conv_bwd_w.execute(
+        s, {{DNNL_ARG_SRC, Lr.src}, {DNNL_ARG_DIFF_DST, Lr.diff_conv_dst}, {DNNL_ARG_DIFF_WEIGHTS, Lr.diff_w}});
     if (Lr.need_diff_w_reorder) Lr.diff_w_reorder.execute(s, Lr.diff_w, Lr.diff_w_user);
     if (i > 0) {
       if (Lr.need_bwd_w_reorder) Lr.bwd_w_reorder.execute(s, Lr.conv_w_user, Lr.bwd_w);
-      Lr.conv_bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, Lr.diff_conv_dst}, {DNNL_ARG_WEIGHTS, Lr.bwd_w},
-                                   {DNNL_ARG_DIFF_SRC, Lr.diff_src}});
+      Lr.conv_bwd_data.execute(
+          s, {{DNNL_ARG_DIFF_DST, Lr.diff_conv_dst}, {DNNL_ARG_WEIGHTS, Lr.bwd_w}, {DNNL_ARG_DIFF_SRC, Lr.diff_src}});
       dout = Lr.diff_src;
     }
     s.wait();

@@ -34,11 +34,21 @@ static const char* photo_format(std::string_view b) {
 
 namespace {
 
-uint32_t be16(std::string_view b, size_t at) { return (uint32_t)(uint8_t)b[at] << 8 | (uint8_t)b[at + 1]; }
-uint32_t le16(std::string_view b, size_t at) { return (uint32_t)(uint8_t)b[at + 1] << 8 | (uint8_t)b[at]; }
-uint32_t be32(std::string_view b, size_t at) { return be16(b, at) << 16 | be16(b, at + 2); }
-uint32_t le32(std::string_view b, size_t at) { return le16(b, at + 2) << 16 | le16(b, at); }
-uint32_t le24(std::string_view b, size_t at) { return (uint32_t)(uint8_t)b[at + 2] << 16 | le16(b, at); }
+uint32_t be16(std::string_view b, size_t at) {
+  return (uint32_t)(uint8_t)b[at] << 8 | (uint8_t)b[at + 1];
+}
+uint32_t le16(std::string_view b, size_t at) {
+  return (uint32_t)(uint8_t)b[at + 1] << 8 | (uint8_t)b[at];
+}
+uint32_t be32(std::string_view b, size_t at) {
+  return be16(b, at) << 16 | be16(b, at + 2);
+}
+uint32_t le32(std::string_view b, size_t at) {
+  return le16(b, at + 2) << 16 | le16(b, at);
+}
+uint32_t le24(std::string_view b, size_t at) {
+  return (uint32_t)(uint8_t)b[at + 2] << 16 | le16(b, at);
+}
 
 struct PixelSize {
   uint64_t width = 0, height = 0;
@@ -136,7 +146,7 @@ std::optional<PixelSize> declared_size(std::string_view b, const std::string& fo
   if (format == "BMP") {
     if (b.size() < 26) return std::nullopt;
     if (le32(b, 14) == 12) return PixelSize{le16(b, 18), le16(b, 20)};  // OS/2 core header: 16-bit sizes
-    const int32_t height = (int32_t)le32(b, 22);  // negative: rows stored top-down
+    const int32_t height = (int32_t)le32(b, 22);                        // negative: rows stored top-down
     return PixelSize{le32(b, 18), height < 0 ? 0ull - (uint64_t)(int64_t)height : (uint64_t)height};
   }
   if (format == "TIFF") return tiff_size(b);
@@ -172,7 +182,8 @@ cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name)
   if (bytes.size() >= 3 && (unsigned char)bytes[0] == 0xFF && (unsigned char)bytes[1] == 0xD8 &&
       (unsigned char)bytes[2] == 0xFF) {
     size_t end = bytes.size();
-    while (end > 2 && (bytes[end - 1] == '\0' || bytes[end - 1] == '\n' || bytes[end - 1] == '\r' || bytes[end - 1] == ' '))
+    while (end > 2 &&
+           (bytes[end - 1] == '\0' || bytes[end - 1] == '\n' || bytes[end - 1] == '\r' || bytes[end - 1] == ' '))
       --end;
     if (!((unsigned char)bytes[end - 2] == 0xFF && (unsigned char)bytes[end - 1] == 0xD9))
       fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");

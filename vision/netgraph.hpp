@@ -16,7 +16,7 @@ struct NetNode {
   std::vector<std::string> inputs;
   // conv and pooling
   int kh = 1, kw = 1, sh = 1, sw = 1;
-  bool same = false;  // TensorFlow 'same' padding (extra pad at bottom/right), else 'valid' or explicit
+  bool same = false;          // TensorFlow 'same' padding (extra pad at bottom/right), else 'valid' or explicit
   bool explicit_pad = false;  // pads[] on top, left, bottom, right (TF-slim's conv2d_same), then 'valid'
   int pads[4] = {0, 0, 0, 0};
   // conv: output channels, weight names, folded batch norm (its layer name; gamma only when bn_scale), ReLU

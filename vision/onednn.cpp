@@ -28,7 +28,8 @@ dnnl::stream& cpu_stream() {
 static tag probe_activation_tag(dt type) {
   const memory::dims src{1, 64, 28, 28}, w{64, 64, 3, 3}, dst{1, 64, 28, 28};
   convolution_forward::desc d(prop_kind::forward_inference, algorithm::convolution_direct,
-                              memory::desc(src, type, tag::any), memory::desc(w, type == dt::u8 ? dt::s8 : type, tag::any),
+                              memory::desc(src, type, tag::any),
+                              memory::desc(w, type == dt::u8 ? dt::s8 : type, tag::any),
                               memory::desc(dst, type, tag::any), {1, 1}, {1, 1}, {1, 1});
   convolution_forward::primitive_desc pd(d, cpu_engine());
   for (tag t : {tag::nChw16c, tag::nChw8c, tag::nhwc})
@@ -36,8 +37,12 @@ static tag probe_activation_tag(dt type) {
   return tag::nChw8c;
 }
 
-memory::format_tag activation_tag() { return activation_tag(Precision::f32); }
-int activation_block() { return activation_block(Precision::f32); }
+memory::format_tag activation_tag() {
+  return activation_tag(Precision::f32);
+}
+int activation_block() {
+  return activation_block(Precision::f32);
+}
 
 memory::format_tag activation_tag(Precision p) {
   static const tag f32 = probe_activation_tag(dt::f32);
@@ -50,8 +55,9 @@ memory::format_tag activation_tag(Precision p) {
     try {
       return probe_activation_tag(dt::bf16);
     } catch (const dnnl::error&) {  // oneDNN 2.6 has bf16 convolutions on AVX-512 CPUs only
-      throw Error("this CPU has no bfloat16 convolutions (oneDNN needs AVX-512 for them); use --encoder-precision "
-                  "f32 or auto");
+      throw Error(
+          "this CPU has no bfloat16 convolutions (oneDNN needs AVX-512 for them); use --encoder-precision "
+          "f32 or auto");
     }
   }();
   return bf16;
@@ -62,9 +68,15 @@ int activation_block(Precision p) {
   return t == tag::nChw16c ? 16 : t == tag::nChw8c ? 8 : 1;
 }
 
-bool cpu_has_amx() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_amx; }
-bool cpu_has_vnni() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_vnni; }
-bool cpu_has_native_bf16() { return get_effective_cpu_isa() >= cpu_isa::avx512_core_bf16; }
+bool cpu_has_amx() {
+  return get_effective_cpu_isa() >= cpu_isa::avx512_core_amx;
+}
+bool cpu_has_vnni() {
+  return get_effective_cpu_isa() >= cpu_isa::avx512_core_vnni;
+}
+bool cpu_has_native_bf16() {
+  return get_effective_cpu_isa() >= cpu_isa::avx512_core_bf16;
+}
 
 Precision resolve(PrecisionChoice c) {
   if (c == PrecisionChoice::auto_) return cpu_has_native_bf16() ? Precision::bf16 : Precision::f32;
@@ -80,14 +92,21 @@ PrecisionChoice parse_precision(const std::string& s) {
 }
 
 static std::optional<PrecisionChoice> g_precision;
-void set_encoder_precision(PrecisionChoice c) { g_precision = c; }
-std::optional<PrecisionChoice> encoder_precision_setting() { return g_precision; }
+void set_encoder_precision(PrecisionChoice c) {
+  g_precision = c;
+}
+std::optional<PrecisionChoice> encoder_precision_setting() {
+  return g_precision;
+}
 
 const char* precision_name(Precision p) {
   return p == Precision::bf16 ? "bf16" : p == Precision::int8 ? "int8" : "f32";
 }
 const char* precision_name(PrecisionChoice p) {
-  return p == PrecisionChoice::auto_ ? "auto" : p == PrecisionChoice::bf16 ? "bf16" : p == PrecisionChoice::int8 ? "int8" : "f32";
+  return p == PrecisionChoice::auto_  ? "auto"
+         : p == PrecisionChoice::bf16 ? "bf16"
+         : p == PrecisionChoice::int8 ? "int8"
+                                      : "f32";
 }
 
 const char* activation_layout_name(Precision p) {
@@ -141,6 +160,8 @@ double measure_bf16_peak_gflops() {
 
 const char* const kInt8PeakMethod = "best of 8 oneDNN u8 x s8 matmuls (int32 sums), 3072 x 3072 x 3072";
 
-double measure_int8_peak_gops() { return best_matmul_gops<uint8_t>(dt::u8, dt::s8, dt::s32, 1); }
+double measure_int8_peak_gops() {
+  return best_matmul_gops<uint8_t>(dt::u8, dt::s8, dt::s32, 1);
+}
 
 }  // namespace sat

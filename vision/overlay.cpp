@@ -46,8 +46,10 @@ cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<floa
     cv::Mat u8, heat, blended;
     up.convertTo(u8, CV_8U, 255.0);
     cv::applyColorMap(u8, heat, cv::COLORMAP_JET);
-    if (hi <= 0) blended = base.clone();  // no attention: nothing to draw
-    else cv::addWeighted(base, 1.0 - opt.blend, heat, opt.blend, 0.0, blended);
+    if (hi <= 0)
+      blended = base.clone();  // no attention: nothing to draw
+    else
+      cv::addWeighted(base, 1.0 - opt.blend, heat, opt.blend, 0.0, blended);
     if (k < locations.size() && locations[k] >= 0) {  // hard attention: where the glimpse was taken
       const double cw = (double)P / gw, ch = (double)P / gh;
       cv::Point c((int)((locations[k] % gw + 0.5) * cw), (int)((locations[k] / gw + 0.5) * ch));

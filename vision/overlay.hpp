@@ -8,7 +8,7 @@
 namespace sat {
 
 struct OverlayOptions {
-  int panel = 224;     // panel side in pixels
+  int panel = 224;  // panel side in pixels
   int columns = 5;
   double blend = 0.55;  // weight of the heatmap over the image
 };
@@ -17,8 +17,8 @@ struct OverlayOptions {
 // attention), when given, holds the grid cell each word's glimpse was taken at: a marker is drawn there on top of
 // the alpha heatmap. Without attention (all-zero maps) the panels show the image with the word.
 cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<float>>& alphas,
-                          const std::vector<std::string>& words, int grid_h, int grid_w,
-                          const OverlayOptions& opt = {}, const std::vector<int>& locations = {});
+                          const std::vector<std::string>& words, int grid_h, int grid_w, const OverlayOptions& opt = {},
+                          const std::vector<int>& locations = {});
 
 // Writes an image with OpenCV, atomically; the format follows the extension (.png, .jpg).
 void write_image(const std::string& path, const cv::Mat& img);

@@ -26,7 +26,6 @@ using namespace dnnl;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-
 std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGraph& g) {
   std::map<std::string, int> channels;
   std::map<std::string, std::vector<int64_t>> out;
@@ -39,7 +38,8 @@ std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGr
       channels[n.name] = c;
     } else if (n.op == "conv") {
       int cin = channels.at(n.inputs[0]), f = n.filters;
-      out[n.kernel] = n.kernel_ohwi ? std::vector<int64_t>{f, n.kh, n.kw, cin} : std::vector<int64_t>{n.kh, n.kw, cin, f};
+      out[n.kernel] =
+          n.kernel_ohwi ? std::vector<int64_t>{f, n.kh, n.kw, cin} : std::vector<int64_t>{n.kh, n.kw, cin, f};
       if (!n.bias.empty()) out[n.bias] = {f};
       if (!n.bn.empty()) {
         for (const char* s : {"/beta", "/moving_mean", "/moving_variance"}) out[n.bn + s] = {f};
@@ -59,7 +59,7 @@ std::map<std::string, std::vector<int64_t>> pretrained_tensor_shapes(const NetGr
 }
 
 FloatBuffer pretrained_tensor(const TensorFile& tf, const std::string& name, const std::vector<int64_t>& shape,
-                                 const std::string& where) {
+                              const std::string& where) {
   auto q = tf.quantized.find(name);
   if (q != tf.quantized.end()) {
     if (q->second.shape != shape)
@@ -73,7 +73,8 @@ FloatBuffer pretrained_tensor(const TensorFile& tf, const std::string& name, con
     return h->second.to_floats();
   }
   const Param& p = tf.get(name, where);
-  if (p.shape != shape) fail(where, "tensor '" + name + "' has shape " + shape_str(p.shape) + ", expected " + shape_str(shape));
+  if (p.shape != shape)
+    fail(where, "tensor '" + name + "' has shape " + shape_str(p.shape) + ", expected " + shape_str(shape));
   return p.value;
 }
 
@@ -124,8 +125,8 @@ FoldedConv fold_conv(const NetNode& n, const TensorFile& weights,
     for (int c = 0; c < CI; ++c)
       for (int y = 0; y < KH; ++y)
         for (int x = 0; x < KW; ++x) {  // HWIO or OHWI -> OIHW
-          const size_t from = n.kernel_ohwi ? (((size_t)o * KH + y) * KW + x) * CI + c
-                                            : (((size_t)y * KW + x) * CI + c) * CO + o;
+          const size_t from =
+              n.kernel_ohwi ? (((size_t)o * KH + y) * KW + x) * CI + c : (((size_t)y * KW + x) * CI + c) * CO + o;
           f.weight[(((size_t)o * CI + c) * KH + y) * KW + x] = (float)(k[from] * factor[o]);
         }
   }
@@ -154,13 +155,16 @@ static TensorFile select_from(const NetGraph& graph, Source& all, const std::str
   TensorFile out;
   for (auto& [name, shape] : pretrained_tensor_shapes(graph)) {
     auto check = [&, &name = name, &shape = shape](const std::vector<int64_t>& got) {
-      if (got != shape) fail(where, "tensor '" + name + "' has shape " + shape_str(got) + ", expected " + shape_str(shape));
+      if (got != shape)
+        fail(where, "tensor '" + name + "' has shape " + shape_str(got) + ", expected " + shape_str(shape));
     };
     auto q = all.quantized.find(name);
     if (q != all.quantized.end()) {
       check(q->second.shape);
-      if constexpr (take) out.quantized[name] = std::move(q->second);
-      else out.quantized[name] = q->second;
+      if constexpr (take)
+        out.quantized[name] = std::move(q->second);
+      else
+        out.quantized[name] = q->second;
       continue;
     }
     auto h = all.mapped_half.find(name);
@@ -174,8 +178,10 @@ static TensorFile select_from(const NetGraph& graph, Source& all, const std::str
     check(t->second.shape);
     Param p;  // the values only: no gradient
     p.name = name, p.shape = t->second.shape, p.trainable = false;
-    if constexpr (take) p.value = std::move(t->second.value);
-    else p.value = t->second.value;
+    if constexpr (take)
+      p.value = std::move(t->second.value);
+    else
+      p.value = t->second.value;
     out.tensors.emplace(name, std::move(p));
   }
   if constexpr (take) all = TensorFile();
@@ -200,7 +206,7 @@ static PretrainedNet resnet_v2_net(TensorFile&& tf, const std::string& path, con
   const auto metadata = tf.metadata;
   net.graph = resnet_v2_graph(tf, path);
   net.weights = select_tensors(net.graph, std::move(tf), path);
-  net.input_size = 299;  // what TF-slim's ResNet v2 was trained at
+  net.input_size = 299;                                                 // what TF-slim's ResNet v2 was trained at
   for (int i = 0; i < 3; ++i) net.mean[i] = 0.5f, net.stdev[i] = 0.5f;  // x / 127.5 - 1
   net.info = nlohmann::json::object();
   for (auto& [k, v] : metadata) net.info[k] = v;
@@ -227,7 +233,8 @@ PretrainedNet load_pretrained_net(const std::string& path) {
   if (it == tf.metadata.end() || it->second != kEncoderFormat)
     fail(path, "not a sat encoder file (no \"format\": \"" + std::string(kEncoderFormat) +
                    "\"; import one with sat import-tfjs)");
-  if (tf.meta("version", path) != "1") fail(path, "encoder file version " + tf.meta("version", path) + " is not supported");
+  if (tf.meta("version", path) != "1")
+    fail(path, "encoder file version " + tf.meta("version", path) + " is not supported");
   PretrainedNet net;
   try {
     net.graph = NetGraph::from_json(parse_json_checked(tf.meta("graph", path), path, "encoder header is malformed"));
@@ -256,8 +263,12 @@ static std::string& default_weights_dir() {
   static std::string dir = shipped_weights_dir();
   return dir;
 }
-void set_weights_dir(const std::string& dir) { weights_dir_flag() = dir; }
-void set_default_weights_dir(const std::string& dir) { default_weights_dir() = dir; }
+void set_weights_dir(const std::string& dir) {
+  weights_dir_flag() = dir;
+}
+void set_default_weights_dir(const std::string& dir) {
+  default_weights_dir() = dir;
+}
 
 std::vector<std::string> weights_search_dirs(const std::string& weights_dir) {
   std::vector<std::string> dirs;
@@ -334,8 +345,8 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
     }
     const std::string got = hashing.get();
     if (got != sha256) {
-      looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(file->size()) +
-                " bytes, sha256 " + got + ": truncated or a different file)";
+      looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(file->size()) + " bytes, sha256 " +
+                got + ": truncated or a different file)";
       continue;
     }
     if (!decode_error.empty()) throw Error(decode_error);  // the right bytes, yet unreadable: cannot happen
@@ -425,10 +436,15 @@ const TensorFile& PretrainedEncoder::weights_for(const std::string& first) const
 }
 
 PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared,
-                                     TensorFile overlay, int input_size, const std::string& where,
-                                     Precision precision, Int8Ranges int8_ranges)
-    : graph_(graph), shared_(std::move(shared)), overlay_(std::move(overlay)), input_size_(input_size),
-      precision_(precision), int8_ranges_(std::move(int8_ranges)), int8_nodes_(int8_activation_nodes(graph_)) {
+                                     TensorFile overlay, int input_size, const std::string& where, Precision precision,
+                                     Int8Ranges int8_ranges)
+    : graph_(graph),
+      shared_(std::move(shared)),
+      overlay_(std::move(overlay)),
+      input_size_(input_size),
+      precision_(precision),
+      int8_ranges_(std::move(int8_ranges)),
+      int8_nodes_(int8_activation_nodes(graph_)) {
   if (!shared_) shared_ = std::make_shared<const TensorFile>();
   if (precision_ == Precision::int8) {
     for (auto& node : graph_.nodes)
@@ -492,7 +508,7 @@ struct PretrainedEncoder::Plan {
   std::vector<FloatBuffer> pool;  // activation buffers, each reused by layers whose lifetimes do not overlap
   std::vector<std::pair<primitive, std::unordered_map<int, memory>>> steps;
   std::vector<int> step_node;  // per step: the node whose output it writes, -1 for a reorder
-  struct Builder;  // plan_for's steps
+  struct Builder;              // plan_for's steps
 };
 
 // Which buffer each node writes, and when each buffer is live, so that buffers are shared by layers whose
@@ -641,8 +657,8 @@ struct PretrainedEncoder::Plan::Builder {
   const dt float_conv_type;
   const BufferPlan B;
   std::map<std::string, int> at;  // node index by name
-  std::vector<int> order;    // execution order
-  std::vector<int> slot_of;  // per buffer owner: its slot in P.pool
+  std::vector<int> order;         // execution order
+  std::vector<int> slot_of;       // per buffer owner: its slot in P.pool
   std::vector<ConvJob> conv_jobs;
   int labelled_node = -1;
   size_t labelled_from = 0;
@@ -651,7 +667,12 @@ struct PretrainedEncoder::Plan::Builder {
 // int8: the nodes int8_activation_nodes lists are u8, every other one float32; a convolution reading float32
 // (the root one, from the image) computes in bf16 where the CPU has it natively.
 PretrainedEncoder::Plan::Builder::Builder(PretrainedEncoder& encoder, int n, Plan& plan)
-    : E(encoder), n(n), P(plan), eng(cpu_engine()), nodes(encoder.graph_.nodes), count((int)nodes.size()),
+    : E(encoder),
+      n(n),
+      P(plan),
+      eng(cpu_engine()),
+      nodes(encoder.graph_.nodes),
+      count((int)nodes.size()),
       act(activation_tag(encoder.precision_)),
       int8(encoder.precision_ == Precision::int8),
       type(encoder.precision_ == Precision::bf16 ? dt::bf16 : dt::f32),
@@ -732,7 +753,8 @@ void PretrainedEncoder::Plan::Builder::place_outputs() {
     int off = 0;
     for (int k = i; k != o; k = B.owner[k]) off += B.offset[k];
     const size_t hw = (size_t)E.shapes_[i].h * E.shapes_[i].w;
-    P.out[i] = memory(blocked(i), eng, reinterpret_cast<char*>(P.pool[slot_of[o]].data()) + (size_t)off * hw * value_bytes);
+    P.out[i] =
+        memory(blocked(i), eng, reinterpret_cast<char*>(P.pool[slot_of[o]].data()) + (size_t)off * hw * value_bytes);
   }
 }
 
@@ -743,17 +765,17 @@ PretrainedEncoder::Plan::Builder::ConvShape PretrainedEncoder::Plan::Builder::co
   const int dst_node = B.sum_of[i] >= 0 ? B.sum_of[i] : i;
   const dt compute = node_type[src] == dt::u8 ? dt::s8 : float_conv_type;
   memory::desc w_md({s.c, E.shapes_[src].c, node.kh, node.kw}, compute, tag::any), b_md({s.c}, dt::f32, tag::x);
-  const memory::desc src_md = nodes[src].op == "input" ? memory::desc(P.image.get_desc().dims(), compute, tag::any)
-                                                       : P.out[src].get_desc();
+  const memory::desc src_md =
+      nodes[src].op == "input" ? memory::desc(P.image.get_desc().dims(), compute, tag::any) : P.out[src].get_desc();
   post_ops po;
   if (dst_node != i) po.append_sum(1.f);
   if (node.relu) po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
   primitive_attr attr;
   attr.set_post_ops(po);
-  return ConvShape{convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, src_md,
-                                             w_md, b_md, P.out[dst_node].get_desc(), {node.sh, node.sw},
-                                             {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r}),
-                   attr};
+  return ConvShape{
+      convolution_forward::desc(prop_kind::forward_inference, algorithm::convolution_direct, src_md, w_md, b_md,
+                                P.out[dst_node].get_desc(), {node.sh, node.sw}, {s.pad_t, s.pad_l}, {s.pad_b, s.pad_r}),
+      attr};
 }
 
 // Every node's steps in execution order, each labelled with the node whose output it writes (P.step_node). A
@@ -769,12 +791,18 @@ void PretrainedEncoder::Plan::Builder::add_steps() {
     labelled_node = i;
     const NetNode& node = nodes[i];
     const int src = node.inputs.empty() ? -1 : at.at(node.inputs[0]);
-    if (node.op == "conv") add_conv_step(i, src);
-    else if (node.op == "maxpool" || node.op == "avgpool") add_pooling_step(i, src);
-    else if (node.op == "affine" && node_type[i] == dt::u8) add_int8_affine_step(i, src);
-    else if (node.op == "affine") add_affine_step(i, src);
-    else if (node.op == "add") add_sum_step(i, src);
-    else if (node.op == "concat") add_concat_step(i);
+    if (node.op == "conv")
+      add_conv_step(i, src);
+    else if (node.op == "maxpool" || node.op == "avgpool")
+      add_pooling_step(i, src);
+    else if (node.op == "affine" && node_type[i] == dt::u8)
+      add_int8_affine_step(i, src);
+    else if (node.op == "affine")
+      add_affine_step(i, src);
+    else if (node.op == "add")
+      add_sum_step(i, src);
+    else if (node.op == "concat")
+      add_concat_step(i);
   }
   label_steps();
 }
@@ -832,12 +860,13 @@ void PretrainedEncoder::Plan::Builder::add_int8_affine_step(int i, int src) {
   po.append_binary(algorithm::binary_add, c_md);
   po.append_eltwise(1.f, algorithm::eltwise_relu, 0.f, 0.f);
   attr.set_post_ops(po);
-  binary::primitive_desc pd(
-      binary::desc(algorithm::binary_mul, P.out[src].get_desc(), c_md, P.out[i].get_desc()), attr, eng);
-  P.steps.push_back({binary(pd), {{DNNL_ARG_SRC_0, P.out[src]},
-                                  {DNNL_ARG_SRC_1, P.scale[i]},
-                                  {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, P.shift[i]},
-                                  {DNNL_ARG_DST, P.out[i]}}});
+  binary::primitive_desc pd(binary::desc(algorithm::binary_mul, P.out[src].get_desc(), c_md, P.out[i].get_desc()), attr,
+                            eng);
+  P.steps.push_back({binary(pd),
+                     {{DNNL_ARG_SRC_0, P.out[src]},
+                      {DNNL_ARG_SRC_1, P.scale[i]},
+                      {DNNL_ARG_ATTR_MULTIPLE_POST_OP(0) | DNNL_ARG_SRC_1, P.shift[i]},
+                      {DNNL_ARG_DST, P.out[i]}}});
 }
 
 void PretrainedEncoder::Plan::Builder::add_affine_step(int i, int src) {
@@ -853,20 +882,20 @@ void PretrainedEncoder::Plan::Builder::add_affine_step(int i, int src) {
   P.shift[i] = memory(c_md, eng, E.shift_.at(i).data());
   P.mean[i] = memory(c_md, eng, E.zeros_.data());
   P.variance[i] = memory(c_md, eng, E.ones_.data());
-  P.steps.push_back({batch_normalization_forward(pd), {{DNNL_ARG_SRC, P.out[src]},
-                                                       {DNNL_ARG_MEAN, P.mean[i]},
-                                                       {DNNL_ARG_VARIANCE, P.variance[i]},
-                                                       {DNNL_ARG_SCALE, P.scale[i]},
-                                                       {DNNL_ARG_SHIFT, P.shift[i]},
-                                                       {DNNL_ARG_DST, P.out[i]}}});
+  P.steps.push_back({batch_normalization_forward(pd),
+                     {{DNNL_ARG_SRC, P.out[src]},
+                      {DNNL_ARG_MEAN, P.mean[i]},
+                      {DNNL_ARG_VARIANCE, P.variance[i]},
+                      {DNNL_ARG_SCALE, P.scale[i]},
+                      {DNNL_ARG_SHIFT, P.shift[i]},
+                      {DNNL_ARG_DST, P.out[i]}}});
 }
 
 void PretrainedEncoder::Plan::Builder::add_sum_step(int i, int src) {
   if (B.fused[i] >= 0) return;  // the deferred convolution added itself into the shortcut's buffer
   const int other = at.at(nodes[i].inputs[1]);
-  binary::primitive_desc pd(binary::desc(algorithm::binary_add, P.out[src].get_desc(), P.out[other].get_desc(),
-                                         P.out[i].get_desc()),
-                            eng);
+  binary::primitive_desc pd(
+      binary::desc(algorithm::binary_add, P.out[src].get_desc(), P.out[other].get_desc(), P.out[i].get_desc()), eng);
   P.steps.push_back(
       {binary(pd), {{DNNL_ARG_SRC_0, P.out[src]}, {DNNL_ARG_SRC_1, P.out[other]}, {DNNL_ARG_DST, P.out[i]}}});
 }
@@ -964,7 +993,7 @@ void PretrainedEncoder::Plan::Builder::build_conv(const ConvJob& job, FloatBuffe
   convolution_forward::primitive_desc pd(cs.desc, cs.attr, eng);
   convolution_forward conv(pd);
   memory user_w({{s.c, CI, node.kh, node.kw}, dt::f32, folded ? tag::oihw : tag::ohwi}, eng, w_data);
-  FloatBuffer q;  // int8: the quantized weights in the user's layout, until reordered
+  FloatBuffer q;    // int8: the quantized weights in the user's layout, until reordered
   if (int8_conv) {  // quantized here, in the user's layout (O outermost in both), then reordered like floats
     q.resize(floats_for((size_t)s.c * per_out));
     auto* wq = reinterpret_cast<int8_t*>(q.data());
@@ -978,10 +1007,11 @@ void PretrainedEncoder::Plan::Builder::build_conv(const ConvJob& job, FloatBuffe
   }
   reorder_weights(i, user_w, pd.weights_desc(), strm);
   P.conv_b[i] = memory(pd.bias_desc(), eng, b_data);
-  P.steps[job.step] = {conv, {{DNNL_ARG_SRC, job.conv_src},
-                              {DNNL_ARG_WEIGHTS, P.conv_w[i]},
-                              {DNNL_ARG_BIAS, P.conv_b[i]},
-                              {DNNL_ARG_DST, P.out[dst_node]}}};
+  P.steps[job.step] = {conv,
+                       {{DNNL_ARG_SRC, job.conv_src},
+                        {DNNL_ARG_WEIGHTS, P.conv_w[i]},
+                        {DNNL_ARG_BIAS, P.conv_b[i]},
+                        {DNNL_ARG_DST, P.out[dst_node]}}};
 }
 
 // The convolutions, two threads taking the next one in turn: a fresh process's first encode with the default
@@ -1010,8 +1040,7 @@ void PretrainedEncoder::Plan::Builder::build_convs() {
 void PretrainedEncoder::Plan::Builder::add_grid_reorder() {
   const int last_node = count - 1;
   P.grid = memory({{n, E.channels_, E.grid_h_, E.grid_w_}, dt::f32, tag::nhwc}, eng, nullptr);
-  P.steps.push_back(
-      {reorder(P.out[last_node], P.grid), {{DNNL_ARG_FROM, P.out[last_node]}, {DNNL_ARG_TO, P.grid}}});
+  P.steps.push_back({reorder(P.out[last_node], P.grid), {{DNNL_ARG_FROM, P.out[last_node]}, {DNNL_ARG_TO, P.grid}}});
   P.step_node.push_back(-1);
 }
 
@@ -1036,7 +1065,8 @@ int PretrainedEncoder::images_per_pass(int n) const {
 }
 
 void PretrainedEncoder::forward(const float* images, int n, std::vector<float>& grid) {
-  const size_t image_floats = (size_t)3 * input_size_ * input_size_, grid_floats = (size_t)grid_h_ * grid_w_ * channels_;
+  const size_t image_floats = (size_t)3 * input_size_ * input_size_,
+               grid_floats = (size_t)grid_h_ * grid_w_ * channels_;
   grid.resize((size_t)n * grid_floats);
   const int pass = images_per_pass(n);
   for (int first = 0; first < n; first += pass) {

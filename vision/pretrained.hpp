@@ -56,9 +56,8 @@ class PretrainedEncoder : public ImageEncoder {
   // float32), and `overlay` holding the tensors a node names that `shared` lacks (fine-tuned units written back,
   // TunableBlocks::write_back): each node reads all of its tensors from the overlay when it holds its kernel (or
   // scale), else from the shared weights.
-  PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, TensorFile overlay,
-                    int input_size, const std::string& where, Precision precision = Precision::f32,
-                    Int8Ranges int8_ranges = {});
+  PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, TensorFile overlay, int input_size,
+                    const std::string& where, Precision precision = Precision::f32, Int8Ranges int8_ranges = {});
   ~PretrainedEncoder() override;
   PretrainedEncoder(const PretrainedEncoder&) = delete;
   PretrainedEncoder& operator=(const PretrainedEncoder&) = delete;
@@ -96,7 +95,7 @@ class PretrainedEncoder : public ImageEncoder {
   double macs_;
   Precision precision_;
   Int8Ranges int8_ranges_;
-  std::vector<int> int8_nodes_;  // int8_activation_nodes of graph_
+  std::vector<int> int8_nodes_;                 // int8_activation_nodes of graph_
   std::map<int, FloatBuffer> conv_w_, conv_b_;  // node index -> folded OIHW weights and bias
   std::map<int, FloatBuffer> scale_, shift_;    // affine node index -> per-channel scale and offset
   FloatBuffer zeros_, ones_;                    // the fixed statistics an affine runs batch norm with
@@ -105,11 +104,11 @@ class PretrainedEncoder : public ImageEncoder {
 
 // The encoder model file ("sat-encoder"): an imported network, the input it expects, where it came from.
 struct PretrainedNet {
-  NetGraph graph;       // the whole imported trunk; users cut it (mixed5 by default for InceptionV3)
-  TensorFile weights;   // as imported (uint8-quantized tensors stay quantized)
+  NetGraph graph;      // the whole imported trunk; users cut it (mixed5 by default for InceptionV3)
+  TensorFile weights;  // as imported (uint8-quantized tensors stay quantized)
   int input_size = 299;
   float mean[3] = {0.f, 0.f, 0.f}, stdev[3] = {1.f, 1.f, 1.f};  // planes = (RGB / 255 - mean) / std
-  nlohmann::json info = nlohmann::json::object();                 // provenance: source, licence, command
+  nlohmann::json info = nlohmann::json::object();               // provenance: source, licence, command
   // Set when the weights are a file of someone else's (a TF-slim ResNet v2 safetensors): models built on it name
   // the file and its sha256 instead of holding a copy of the weights.
   std::string external_file, external_sha256;

@@ -67,8 +67,9 @@ NetGraph resnet_v2_graph(const TensorFile& tf, const std::string& where) {
   std::string x = "pool1";  // the residual stream: the last unit's sum
   int expected_block = 1;
   for (auto& [b, count] : units) {
-    if (b != expected_block) fail(where, "ResNet blocks out of order: block" + std::to_string(b) + " follows block" +
-                                             std::to_string(expected_block - 1));
+    if (b != expected_block)
+      fail(where, "ResNet blocks out of order: block" + std::to_string(b) + " follows block" +
+                      std::to_string(expected_block - 1));
     ++expected_block;
     for (int u = 1; u <= count; ++u) {
       const std::string unit = "block" + std::to_string(b) + "/unit_" + std::to_string(u);

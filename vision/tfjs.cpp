@@ -43,11 +43,21 @@ struct JsParser {
       if (i >= s.size()) break;
       char e = s[i++];
       switch (e) {
-        case 'n': out += '\n'; break;
-        case 't': out += '\t'; break;
-        case 'r': out += '\r'; break;
-        case 'b': out += '\b'; break;
-        case 'f': out += '\f'; break;
+        case 'n':
+          out += '\n';
+          break;
+        case 't':
+          out += '\t';
+          break;
+        case 'r':
+          out += '\r';
+          break;
+        case 'b':
+          out += '\b';
+          break;
+        case 'f':
+          out += '\f';
+          break;
         case 'u': {
           if (i + 4 > s.size()) bad("short \\u escape");
           const int32_t cp = json_hex4(s.data() + i);
@@ -56,7 +66,8 @@ struct JsParser {
           append_utf8(out, (uint32_t)cp);
           break;
         }
-        default: out += e;
+        default:
+          out += e;
       }
     }
     if (i >= s.size()) bad("unterminated string");
@@ -241,7 +252,8 @@ static std::vector<std::string> inbound_names(const json& layer, const std::stri
   std::vector<std::string> out;
   const json& nodes = layer.at("inbound_nodes");
   if (nodes.empty()) return out;
-  if (nodes.size() != 1) fail(where, "layer '" + layer.value("name", "?") + "' is used more than once (shared layers are not supported)");
+  if (nodes.size() != 1)
+    fail(where, "layer '" + layer.value("name", "?") + "' is used more than once (shared layers are not supported)");
   for (auto& in : nodes[0]) {
     if (!in.is_array() || in.empty() || !in[0].is_string())
       fail(where, "layer '" + layer.value("name", "?") + "' has inbound nodes in an unsupported format");
@@ -282,7 +294,7 @@ static void import_layers(const json& layers, const std::string& path, ImportedN
     if (!cfg.contains("trainable") || cfg["trainable"] != false) trained.insert(l.at("name").get<std::string>());
   }
 
-  std::map<std::string, int> node_of;     // Keras layer name -> node index producing its output
+  std::map<std::string, int> node_of;       // Keras layer name -> node index producing its output
   std::map<std::string, std::string> head;  // dropped layer -> its class
   NetGraph& g = net.graph;
   for (auto& l : layers) {
@@ -296,9 +308,10 @@ static void import_layers(const json& layers, const std::string& path, ImportedN
       if (head.count(in)) {
         from_head = true;
         if (unsupported_input.empty()) unsupported_input = "'" + in + "' (" + head[in] + ")";
-      }
-      else if (!node_of.count(in)) fail(path, "layer '" + name + "' reads unknown layer '" + in + "'");
-      else in_nodes.push_back(node_of[in]);
+      } else if (!node_of.count(in))
+        fail(path, "layer '" + name + "' reads unknown layer '" + in + "'");
+      else
+        in_nodes.push_back(node_of[in]);
     }
     auto new_node = [&](const std::string& op) -> NetNode& {
       NetNode n;
@@ -314,9 +327,8 @@ static void import_layers(const json& layers, const std::string& path, ImportedN
       if (in_nodes.size() != 1 || consumers[ins[0]] != 1) return -1;
       return g.nodes[in_nodes[0]].op == "conv" ? in_nodes[0] : -1;
     };
-    bool spatial = kind == "InputLayer" || kind == "Conv2D" || kind == "BatchNormalization" ||
-                   kind == "Activation" || kind == "ReLU" || kind == "MaxPooling2D" ||
-                   kind == "AveragePooling2D" || kind == "Concatenate";
+    bool spatial = kind == "InputLayer" || kind == "Conv2D" || kind == "BatchNormalization" || kind == "Activation" ||
+                   kind == "ReLU" || kind == "MaxPooling2D" || kind == "AveragePooling2D" || kind == "Concatenate";
     if (from_head || !spatial) {
       if (spatial && from_head)
         fail(path, "layer '" + name + "' (" + kind + ") reads layer " + unsupported_input +
@@ -337,10 +349,12 @@ static void import_layers(const json& layers, const std::string& path, ImportedN
     } else if (kind == "Conv2D") {
       if (cfg.value("data_format", "channels_last") != "channels_last")
         fail(path, "layer '" + name + "' is channels_first (not supported)");
-      if (pair_of(cfg.value("dilation_rate", json::array({1, 1}))) != std::make_pair(1, 1) || cfg.value("groups", 1) != 1)
+      if (pair_of(cfg.value("dilation_rate", json::array({1, 1}))) != std::make_pair(1, 1) ||
+          cfg.value("groups", 1) != 1)
         fail(path, "layer '" + name + "' uses dilation or groups (not supported)");
       std::string act = cfg.value("activation", "linear");
-      if (act != "linear" && act != "relu") fail(path, "layer '" + name + "' has activation '" + act + "' (not supported)");
+      if (act != "linear" && act != "relu")
+        fail(path, "layer '" + name + "' has activation '" + act + "' (not supported)");
       NetNode& n = new_node("conv");
       std::tie(n.kh, n.kw) = pair_of(cfg.at("kernel_size"));
       std::tie(n.sh, n.sw) = pair_of(cfg.at("strides"));
@@ -354,7 +368,8 @@ static void import_layers(const json& layers, const std::string& path, ImportedN
       int axis = cfg.value("axis", -1);
       if (axis != 3 && axis != -1) fail(path, "layer '" + name + "' normalizes axis " + std::to_string(axis));
       if (c < 0 || !g.nodes[c].bn.empty() || g.nodes[c].relu)
-        fail(path, "layer '" + name + "' does not directly follow a convolution (only conv -> batch norm is supported)");
+        fail(path,
+             "layer '" + name + "' does not directly follow a convolution (only conv -> batch norm is supported)");
       if (!cfg.value("center", true)) fail(path, "layer '" + name + "' has center=false (not supported)");
       NetNode& n = g.nodes[c];
       n.bn = name;

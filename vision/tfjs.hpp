@@ -17,8 +17,8 @@ namespace sat {
 
 struct ImportedNet {
   NetGraph graph;
-  TensorFile weights;  // uint8-quantized tensors stay quantized (lossless, 4x smaller); the rest float32
-  int input_h = 0, input_w = 0;  // the model's declared input size (0 when free)
+  TensorFile weights;                // uint8-quantized tensors stay quantized (lossless, 4x smaller); the rest float32
+  int input_h = 0, input_w = 0;      // the model's declared input size (0 when free)
   std::vector<std::string> dropped;  // head layers after the trunk (Flatten, Dense, ...), not imported
   // Keras records which layers were frozen (trainable: false) when the model was last trained. For a model
   // fine-tuned from pretrained weights (nsfwjs: InceptionV3 from ImageNet), the frozen layers still hold the

@@ -12,8 +12,8 @@ using namespace dnnl;
 using tag = memory::format_tag;
 using dt = memory::data_type;
 
-TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, const std::string& from,
-                             int input_size, const std::string& where)
+TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, const std::string& from, int input_size,
+                             const std::string& where)
     : from_(from) {
   const int start = graph.index_of(from);
   if (start < 0) fail(where, "the network has no layer '" + from + "' to tune from");
@@ -33,7 +33,8 @@ TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, c
     const NetNode& n = graph.nodes[i];
     for (auto& in : n.inputs)
       if (graph_.index_of(in) < 0)
-        fail(where, "layer '" + n.name + "' after '" + from + "' reads '" + in + "' from before it (tune from a layer " +
+        fail(where, "layer '" + n.name + "' after '" + from + "' reads '" + in +
+                        "' from before it (tune from a layer " +
                         "that all later layers build on, such as a mixedN concatenation)");
     graph_.nodes.push_back(n);
     shapes_.push_back(all[i]);
@@ -56,7 +57,8 @@ TunableBlocks::TunableBlocks(const NetGraph& graph, const TensorFile& weights, c
     const NetNode& n = graph_.nodes[i];
     if (n.op == "affine") {
       param_of_[i] = (int)params_.size();
-      Param scale("encoder." + n.name + ".scale", {shapes_[i].c}), offset("encoder." + n.name + ".offset", {shapes_[i].c});
+      Param scale("encoder." + n.name + ".scale", {shapes_[i].c}),
+          offset("encoder." + n.name + ".offset", {shapes_[i].c});
       scale.value = pretrained_tensor(weights, n.scale, expected.at(n.scale), where);
       offset.value = pretrained_tensor(weights, n.offset, expected.at(n.offset), where);
       params_.push_back(std::move(scale));
@@ -176,8 +178,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
       N.w_reorder = reorder(N.w_user, N.w);
       N.bias = memory(b_md, eng, B.value.data());
       N.fwd = convolution_forward(pd);
-      N.fwd_args = {{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_WEIGHTS, N.w}, {DNNL_ARG_BIAS, N.bias},
-                    {DNNL_ARG_DST, N.out}};
+      N.fwd_args = {
+          {DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_WEIGHTS, N.w}, {DNNL_ARG_BIAS, N.bias}, {DNNL_ARG_DST, N.out}};
       if (!training) continue;
       if (node.relu) {
         eltwise_forward::primitive_desc hint(
@@ -201,7 +203,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
       N.diff_b = memory(b_md, eng);
       if (src != 0) {  // no gradient for the cached input
         convolution_backward_data::primitive_desc bd_pd(
-            convolution_backward_data::desc(algorithm::convolution_direct, src_md, w_any, dst_md, strides, pad_l, pad_r),
+            convolution_backward_data::desc(algorithm::convolution_direct, src_md, w_any, dst_md, strides, pad_l,
+                                            pad_r),
             eng, pd);
         N.bwd_data = convolution_backward_data(bd_pd);
         N.separate_bwd_data_w = bd_pd.weights_desc() != pd.weights_desc();
@@ -212,8 +215,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
       // Keras averages over the valid (unpadded) inputs only; max pooling never picks padding.
       auto alg = node.op == "maxpool" ? algorithm::pooling_max : algorithm::pooling_avg_exclude_padding;
       const memory::dims kernel{node.kh, node.kw};
-      pooling_forward::primitive_desc pd(pooling_forward::desc(prop, alg, src_md, dst_md, strides, kernel, pad_l, pad_r),
-                                         eng);
+      pooling_forward::primitive_desc pd(
+          pooling_forward::desc(prop, alg, src_md, dst_md, strides, kernel, pad_l, pad_r), eng);
       N.fwd = pooling_forward(pd);
       N.fwd_args = {{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_DST, N.out}};
       if (training && alg == algorithm::pooling_max) {
@@ -232,8 +235,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
         N.fwd_args[DNNL_ARG_MULTIPLE_SRC + (int)k] = P.nodes[j].out;
         if (training) {  // backward: the input's gradient is its channel slice of this layer's (any input's
           // diff and scratch buffers share one layout, so one reorder serves both)
-          memory::desc slice = N.diff.get_desc().submemory_desc({n, shapes_[j].c, shapes_[j].h, shapes_[j].w},
-                                                                {0, offset, 0, 0});
+          memory::desc slice =
+              N.diff.get_desc().submemory_desc({n, shapes_[j].c, shapes_[j].h, shapes_[j].w}, {0, offset, 0, 0});
           N.diff_slices.emplace_back(slice, eng, N.diff.get_data_handle());
           N.slice_reorders.push_back(j != 0 ? reorder(N.diff_slices.back(), P.nodes[j].diff) : reorder());
         }
@@ -246,7 +249,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
       Param& scale = params_[param_of_[i]];
       Param& offset = params_[param_of_[i] + 1];
       memory::desc c_md({s.c}, dt::f32, tag::x);
-      auto flags = normalization_flags::use_global_stats | normalization_flags::use_scale | normalization_flags::use_shift;
+      auto flags =
+          normalization_flags::use_global_stats | normalization_flags::use_scale | normalization_flags::use_shift;
       if (node.relu) flags |= normalization_flags::fuse_norm_relu;
       batch_normalization_forward::primitive_desc pd(batch_normalization_forward::desc(prop, src_md, 0.f, flags), eng);
       N.scale = memory(c_md, eng, scale.value.data());
@@ -327,15 +331,17 @@ void TunableBlocks::backward(const float* dgrid_out) {
       Param& B = params_[param_of_[i] + 1];
       if (node.relu)
         N.relu_bwd.execute(s, {{DNNL_ARG_DST, N.out}, {DNNL_ARG_DIFF_DST, N.diff}, {DNNL_ARG_DIFF_SRC, N.diff_pre}});
-      N.bwd_w.execute(s, {{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_DIFF_DST, N.diff_pre},
-                          {DNNL_ARG_DIFF_WEIGHTS, N.diff_w}, {DNNL_ARG_DIFF_BIAS, N.diff_b}});
+      N.bwd_w.execute(s, {{DNNL_ARG_SRC, P.nodes[src].out},
+                          {DNNL_ARG_DIFF_DST, N.diff_pre},
+                          {DNNL_ARG_DIFF_WEIGHTS, N.diff_w},
+                          {DNNL_ARG_DIFF_BIAS, N.diff_b}});
       N.diff_w_reorder.execute(s, N.diff_w, N.diff_w_user);
       if (src != 0) {
         if (N.separate_bwd_data_w) N.bwd_data_w_reorder.execute(s, N.w_user, N.bwd_data_w);
         bool add;
         memory& dst = target(src, add);
-        N.bwd_data.execute(s, {{DNNL_ARG_DIFF_DST, N.diff_pre}, {DNNL_ARG_WEIGHTS, N.bwd_data_w},
-                               {DNNL_ARG_DIFF_SRC, dst}});
+        N.bwd_data.execute(
+            s, {{DNNL_ARG_DIFF_DST, N.diff_pre}, {DNNL_ARG_WEIGHTS, N.bwd_data_w}, {DNNL_ARG_DIFF_SRC, dst}});
         if (add) accumulate(src);
       }
       s.wait();
@@ -357,10 +363,10 @@ void TunableBlocks::backward(const float* dgrid_out) {
       Param& offset = params_[param_of_[i] + 1];
       bool add = false;
       memory& dst = src != 0 ? target(src, add) : N.diff_src_scratch;
-      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, P.nodes[src].out}, {DNNL_ARG_MEAN, N.mean},
-                                           {DNNL_ARG_VARIANCE, N.variance},  {DNNL_ARG_SCALE, N.scale},
-                                           {DNNL_ARG_SHIFT, N.shift},        {DNNL_ARG_DIFF_DST, N.diff},
-                                           {DNNL_ARG_DIFF_SRC, dst},         {DNNL_ARG_DIFF_SCALE, N.diff_scale},
+      std::unordered_map<int, memory> args{{DNNL_ARG_SRC, P.nodes[src].out},   {DNNL_ARG_MEAN, N.mean},
+                                           {DNNL_ARG_VARIANCE, N.variance},    {DNNL_ARG_SCALE, N.scale},
+                                           {DNNL_ARG_SHIFT, N.shift},          {DNNL_ARG_DIFF_DST, N.diff},
+                                           {DNNL_ARG_DIFF_SRC, dst},           {DNNL_ARG_DIFF_SCALE, N.diff_scale},
                                            {DNNL_ARG_DIFF_SHIFT, N.diff_shift}};
       if (node.relu) args[DNNL_ARG_WORKSPACE] = N.workspace;
       N.affine_bwd.execute(s, args);

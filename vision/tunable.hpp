@@ -56,10 +56,10 @@ class TunableBlocks {
  private:
   struct Plan;
   Plan& plan_for(int n, bool training);
-  NetGraph graph_;               // `from` as an input node, then the blocks
-  std::vector<NodeShape> shapes_;  // per node of graph_
-  std::vector<int> param_of_;      // node -> index of its weight (conv) or scale (affine) in params_, else -1
-  FloatBuffer zeros_, ones_;       // the fixed statistics an affine runs batch norm with
+  NetGraph graph_;                        // `from` as an input node, then the blocks
+  std::vector<NodeShape> shapes_;         // per node of graph_
+  std::vector<int> param_of_;             // node -> index of its weight (conv) or scale (affine) in params_, else -1
+  FloatBuffer zeros_, ones_;              // the fixed statistics an affine runs batch norm with
   std::vector<std::vector<int>> inputs_;  // node -> the graph_ indices of the layers it reads
   std::string from_;
   int h_ = 0, w_ = 0, c_in_ = 0, c_out_ = 0;

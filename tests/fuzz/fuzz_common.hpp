@@ -23,7 +23,10 @@ inline const std::string& scratch_dir() {
     std::string base = access("/dev/shm", W_OK) == 0 ? "/dev/shm" : "/tmp";
     auto* made = new std::string(base + "/sat-fuzz-XXXXXX");
     if (!mkdtemp(made->data())) abort();
-    std::atexit([] { std::string cmd = "rm -rf '" + scratch_dir() + "'"; (void)!std::system(cmd.c_str()); });
+    std::atexit([] {
+      std::string cmd = "rm -rf '" + scratch_dir() + "'";
+      (void)!std::system(cmd.c_str());
+    });
     return made;
   }();
   return *dir;

@@ -13,7 +13,9 @@ namespace sat {
 
 namespace {
 
-Mat filled(int64_t rows, int64_t cols, float v) { return Mat::Constant(rows, cols, v); }
+Mat filled(int64_t rows, int64_t cols, float v) {
+  return Mat::Constant(rows, cols, v);
+}
 
 double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
@@ -43,16 +45,16 @@ double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids) {
   const double forward = TB * decoder_row_step_macs(c)  // every row's step (the words' part of the gates at once)
                          + G * L * D * A                // the grid's attention projection, once
                          + 2 * G * D * n;               // the initial h and c
-  const double backward = 2 * TB * E * V          // the output layer's weight and input gradients
-                          + 2 * TB * (n + Z) * E  // the deep output's
-                          + TB * 4 * n * (n + Z)  // the gates' gradient into h and the context, step by step
-                          + TB * Z * L            // into the attention weights (dz F^T)
-                          + TB * L * A            // the score vector v's gradient
-                          + 2 * TB * n * A        // the query projection's weight and input gradients
-                          + TB * 4 * n * (E + Z + n)  // the LSTM's weight gradients, all steps at once
-                          + TB * 4 * n * E        // into the words' embeddings
-                          + G * L * D * A         // the grid projection's weight gradient
-                          + 2 * G * D * n;        // the initial state's weights
+  const double backward = 2 * TB * E * V                // the output layer's weight and input gradients
+                          + 2 * TB * (n + Z) * E        // the deep output's
+                          + TB * 4 * n * (n + Z)        // the gates' gradient into h and the context, step by step
+                          + TB * Z * L                  // into the attention weights (dz F^T)
+                          + TB * L * A                  // the score vector v's gradient
+                          + 2 * TB * n * A              // the query projection's weight and input gradients
+                          + TB * 4 * n * (E + Z + n)    // the LSTM's weight gradients, all steps at once
+                          + TB * 4 * n * E              // into the words' embeddings
+                          + G * L * D * A               // the grid projection's weight gradient
+                          + 2 * G * D * n;              // the initial state's weights
   return 2 * (forward + backward);
 }
 
@@ -66,8 +68,9 @@ ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, 
   Mat gWemb = Wemb, gWctx = Wctx, gWhh = Whh, gWq = Wq, gU = U, gWoh = Woh, gWoc = Woc, gWout = Wout, gWinit = Winit;
   Mat F = filled(G * L, D, 0.5f), emb = filled(TB, E, 0.1f), hd = filled(TB, n, 0.1f), zall = filled(TB, Z, 0.1f),
       od = filled(TB, E, 0.1f), hall = filled(TB, n, 0.1f), mean = filled(G, D, 0.1f);
-  Mat gates_emb(TB, 4 * n), UA(G * L, A), pre(TB, E), probs(TB, V), init(G, n), dlogits = filled(TB, V, 1e-4f),
-      dpre(TB, E), dout(TB, n), dz_out(TB, Z), dgates_all = filled(TB, 4 * n, 1e-3f), demb(TB, E), dUA = UA;
+  Mat gates_emb(TB, 4 * n), UA(G * L, A), pre(TB, E), probs(TB, V), init(G, n),
+      dlogits = filled(TB, V, 1e-4f), dpre(TB, E), dout(TB, n), dz_out(TB, Z), dgates_all = filled(TB, 4 * n, 1e-3f),
+      demb(TB, E), dUA = UA;
   Mat h = filled(B, n, 0.1f), x = filled(B, Z, 0.1f), g(B, 4 * n), q(B, A), e(B, L), alpha = filled(B, L, 1.f / L),
       z(B, Z), dh(B, n), dz(B, Z), dalpha(B, L), dq = filled(B, A, 1e-3f), dv(B, A), Tact = filled(B * L, A, 0.5f);
   Eigen::VectorXf v = Eigen::VectorXf::Constant(A, 1e-3f);

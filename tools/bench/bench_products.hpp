@@ -1,4 +1,5 @@
-// The matrix products of one decoder training step alone (tools/bench/bench_products.cpp): sat bench decoder --products.
+// The matrix products of one decoder training step alone (tools/bench/bench_products.cpp): sat bench decoder
+// --products.
 #pragma once
 #include "seq/decoder.hpp"
 

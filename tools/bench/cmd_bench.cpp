@@ -78,7 +78,7 @@ struct RankShare {
 
 RankShare rank_share(const DecoderBenchArgs& d, const DecoderConfig& cfg, const Collective& ranks, Rng& rng) {
   const int L = cfg.locations(), K = cfg.hard() ? d.hard_samples : 1;  // hard: K rows per caption
-  const Share mine = share_of(d.batch, ranks.size(), ranks.rank());  // this rank's captions of the batch
+  const Share mine = share_of(d.batch, ranks.size(), ranks.rank());    // this rank's captions of the batch
   const int first_grid = mine.size() ? mine.begin / d.per_image : 0;
   RankShare share;
   share.captions = mine.size();
@@ -159,41 +159,50 @@ void report_decoder_bench(const DecoderBenchArgs& d, const DecoderConfig& cfg, c
   const double flops = decoder_step_flops(cfg, d.batch * K, d.steps, (d.batch + d.per_image - 1) / d.per_image);
   const int threads = omp_get_max_threads();
   if (d.json) {
-    std::printf("{\"ranks\": %d, \"threads\": %d, \"batch\": %d, \"compute_ms\": %.3f, \"compute_best_ms\": %.3f, "
-                "\"wait_ms\": %.3f, \"allreduce_ms\": %.3f, \"allreduce_bytes\": %lld, \"gradient_floats\": %lld, "
-                "\"captions_per_s\": %.3f, \"flops_per_step\": %.0f}\n",
-                ranks.size(), threads, d.batch, t.compute * 1e3, t.compute_best * 1e3, t.wait * 1e3, t.sum * 1e3,
-                (long long)bytes, (long long)exchange.gradient_floats(), d.batch / step, flops);
+    std::printf(
+        "{\"ranks\": %d, \"threads\": %d, \"batch\": %d, \"compute_ms\": %.3f, \"compute_best_ms\": %.3f, "
+        "\"wait_ms\": %.3f, \"allreduce_ms\": %.3f, \"allreduce_bytes\": %lld, \"gradient_floats\": %lld, "
+        "\"captions_per_s\": %.3f, \"flops_per_step\": %.0f}\n",
+        ranks.size(), threads, d.batch, t.compute * 1e3, t.compute_best * 1e3, t.wait * 1e3, t.sum * 1e3,
+        (long long)bytes, (long long)exchange.gradient_floats(), d.batch / step, flops);
     return;
   }
-  std::printf("decoder train step (%s attention, %s score, %s order%s%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
-              "dropout=%.2f\n", cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(),
-              K > 1 ? (", " + std::to_string(K) + " glimpse samples per caption").c_str() : "",
-              d.per_image > 1 ? (", " + std::to_string(d.per_image) + " captions per image").c_str() : "", d.batch,
-              L, cfg.feature_dim, d.embed, d.hidden, d.attn, d.vocab, d.steps, d.dropout);
+  std::printf(
+      "decoder train step (%s attention, %s score, %s order%s%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
+      "dropout=%.2f\n",
+      cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(),
+      K > 1 ? (", " + std::to_string(K) + " glimpse samples per caption").c_str() : "",
+      d.per_image > 1 ? (", " + std::to_string(d.per_image) + " captions per image").c_str() : "", d.batch, L,
+      cfg.feature_dim, d.embed, d.hidden, d.attn, d.vocab, d.steps, d.dropout);
   if (parallel) {
     std::printf("  %d ranks x %d threads, %d captions each (rank 0)\n", ranks.size(), threads, share.captions);
-    std::printf("  compute %.1f ms (best %.1f)  wait for the slowest rank %.1f ms  allreduce %.1f ms for %.2f MB "
-                "(%.2f GB/s)\n", t.compute * 1e3, t.compute_best * 1e3, t.wait * 1e3, t.sum * 1e3, bytes / 1e6,
-                bytes / 1e9 / std::max(t.sum, 1e-9));
+    std::printf(
+        "  compute %.1f ms (best %.1f)  wait for the slowest rank %.1f ms  allreduce %.1f ms for %.2f MB "
+        "(%.2f GB/s)\n",
+        t.compute * 1e3, t.compute_best * 1e3, t.wait * 1e3, t.sum * 1e3, bytes / 1e6,
+        bytes / 1e9 / std::max(t.sum, 1e-9));
     std::printf("  step %.1f ms  ->  %.1f captions/s\n", step * 1e3, d.batch / step);
   } else {
-    std::printf("  1 process x %d threads: compute mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f "
-                "captions/s (best)\n", threads, t.compute * 1e3, t.compute_best * 1e3, d.batch / t.compute,
-                d.batch / t.compute_best);
+    std::printf(
+        "  1 process x %d threads: compute mean %.1f ms  best %.1f ms  ->  %.1f captions/s (mean), %.1f "
+        "captions/s (best)\n",
+        threads, t.compute * 1e3, t.compute_best * 1e3, d.batch / t.compute, d.batch / t.compute_best);
     std::printf("  allreduce: none in one process; a data-parallel step sums %.2f MB (%lld gradient floats)\n",
                 bytes / 1e6, (long long)exchange.gradient_floats());
   }
   if (flops > 0)
-    std::printf("  matrix products: %.2f GFLOP per step (2*M*N*K, elementwise work not counted) -> %.1f GFLOPS "
-                "(mean), %.1f (best)\n", flops / 1e9, flops / step / 1e9, flops / best_step / 1e9);
+    std::printf(
+        "  matrix products: %.2f GFLOP per step (2*M*N*K, elementwise work not counted) -> %.1f GFLOPS "
+        "(mean), %.1f (best)\n",
+        flops / 1e9, flops / step / 1e9, flops / best_step / 1e9);
   if (d.products && flops > 0 && !parallel) {
     const ProductTimes pt = time_decoder_products(cfg, d.batch, d.steps, share.grids, d.iters);
     const double floor = pt.whole + pt.recurrent;
-    std::printf("  the matrix products alone (best of %d): %.1f ms = %.1f ms over all T*B rows + %.1f ms in the time "
-                "loop -> at most %.1f captions/s, %.1f GFLOPS; the rest of the step takes %.1f ms (%.0f%%)\n",
-                d.iters, floor * 1e3, pt.whole * 1e3, pt.recurrent * 1e3, d.batch / floor, flops / floor / 1e9,
-                (t.compute_best - floor) * 1e3, 100 * (t.compute_best - floor) / t.compute_best);
+    std::printf(
+        "  the matrix products alone (best of %d): %.1f ms = %.1f ms over all T*B rows + %.1f ms in the time "
+        "loop -> at most %.1f captions/s, %.1f GFLOPS; the rest of the step takes %.1f ms (%.0f%%)\n",
+        d.iters, floor * 1e3, pt.whole * 1e3, pt.recurrent * 1e3, d.batch / floor, flops / floor / 1e9,
+        (t.compute_best - floor) * 1e3, 100 * (t.compute_best - floor) / t.compute_best);
   }
   if (d.peak) {
     const double peak = measure_peak_gflops();
@@ -202,8 +211,9 @@ void report_decoder_bench(const DecoderBenchArgs& d, const DecoderConfig& cfg, c
       std::printf("  share of the peak: %.0f%% (mean), %.0f%% (best)\n", 100 * flops / step / 1e9 / peak,
                   100 * flops / best_step / 1e9 / peak);
     else
-      std::printf("  share of the peak: not counted for this attention kind (the count covers the additive score "
-                  "in Bahdanau order)\n");
+      std::printf(
+          "  share of the peak: not counted for this attention kind (the count covers the additive score "
+          "in Bahdanau order)\n");
   }
 }
 
@@ -224,9 +234,10 @@ void bench_decoder(const DecoderBenchArgs& d) {
 
 void add_bench_decoder(CLI::App& bench) {
   auto d = std::make_shared<DecoderBenchArgs>();
-  auto* dec = bench.add_subcommand("decoder", "Time a decoder training step (forward, backward, Adam) of any attention "
-                                              "kind; under mpirun, each rank's share of the batch and the gradients' "
-                                              "sum");
+  auto* dec = bench.add_subcommand("decoder",
+                                   "Time a decoder training step (forward, backward, Adam) of any attention "
+                                   "kind; under mpirun, each rank's share of the batch and the gradients' "
+                                   "sum");
   dec->add_option("--batch", d->batch, "Captions per step")->capture_default_str();
   dec->add_option("--grid", d->grid, "Grid side (locations = grid^2)")->capture_default_str();
   dec->add_option("--features", d->features, "Feature channels D")->capture_default_str();
@@ -243,14 +254,19 @@ void add_bench_decoder(CLI::App& bench) {
   dec->add_option("--coverage", d->coverage, "Coverage-aware additive score")->capture_default_str();
   dec->add_option("--hard-window", d->hard_window, "Hard attention: glimpse window side")->capture_default_str();
   dec->add_option("--hard-samples", d->hard_samples, "Hard attention: glimpse samples per caption (rows per caption)")
-      ->capture_default_str()->check(CLI::PositiveNumber);
-  dec->add_option("--per-image", d->per_image, "Captions per image: that many consecutive captions read one feature "
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  dec->add_option("--per-image", d->per_image,
+                  "Captions per image: that many consecutive captions read one feature "
                   "grid (sat train's 5 captions per photo); 1 = every caption its own grid, as in the PyTorch peer")
-      ->capture_default_str()->check(CLI::PositiveNumber);
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   dec->add_flag("--json", d->json, "One JSON line (tools/mpi-scaling.sh reads it)");
-  dec->add_flag("--peak", d->peak, "Also count the step's matrix-product FLOPs and print their rate as a share of the "
+  dec->add_flag("--peak", d->peak,
+                "Also count the step's matrix-product FLOPs and print their rate as a share of the "
                 "machine's FP32 peak (oneDNN sgemm, measured first)");
-  dec->add_flag("--products", d->products, "Also time the step's matrix products alone (same shapes, Eigen calls and "
+  dec->add_flag("--products", d->products,
+                "Also time the step's matrix products alone (same shapes, Eigen calls and "
                 "threads, no elementwise work): the floor of the step's time");
   dec->callback([d] { bench_decoder(*d); });
 }
@@ -355,19 +371,20 @@ void bench_cache(const CacheBenchArgs& ca) {
                       std::to_string(h.channels) + " grids, not the " + std::to_string(ca.grid) + "x" +
                       std::to_string(ca.grid) + "x" + std::to_string(ca.channels) + " asked (--grid, --channels)");
   const CacheTraining run = train_from_cache(ca, cache, rng);
-  std::printf("cache %s: %d images, %.1f GB on disk; %d steps of %d captions: %.1f captions/s (reading features "
-              "%.1f%% of the time); peak RSS %.0f MB (%.0f MB before training)\n",
-              ca.path.c_str(), cache.size(), (double)h.record_bytes() * cache.size() / 1e9, ca.steps, ca.batch,
-              ca.steps * ca.batch / run.seconds, 100 * run.read_seconds / run.seconds, peak_resident_mb(),
-              run.rss_before);
+  std::printf(
+      "cache %s: %d images, %.1f GB on disk; %d steps of %d captions: %.1f captions/s (reading features "
+      "%.1f%% of the time); peak RSS %.0f MB (%.0f MB before training)\n",
+      ca.path.c_str(), cache.size(), (double)h.record_bytes() * cache.size() / 1e9, ca.steps, ca.batch,
+      ca.steps * ca.batch / run.seconds, 100 * run.read_seconds / run.seconds, peak_resident_mb(), run.rss_before);
   if (generated && !ca.keep) std::remove(ca.path.c_str());
 }
 
 void add_bench_cache(CLI::App& bench) {
   auto ca = std::make_shared<CacheBenchArgs>();
   auto* cache_cmd = bench.add_subcommand(
-      "cache", "Train the decoder from a memory-mapped feature cache larger than RAM (COCO size by default): "
-               "captions/s and peak resident memory");
+      "cache",
+      "Train the decoder from a memory-mapped feature cache larger than RAM (COCO size by default): "
+      "captions/s and peak resident memory");
   cache_cmd->add_option("--images", ca->images, "Feature grids in the generated cache")->capture_default_str();
   cache_cmd->add_option("--grid", ca->grid, "Grid side")->capture_default_str();
   cache_cmd->add_option("--channels", ca->channels, "Feature channels")->capture_default_str();

@@ -1,6 +1,6 @@
-// What the files of sat bench share: tools/bench/cmd_bench.cpp (the command itself, and the decoder and cache benches) and
-// the benches in files of their own, which add_bench_commands registers: tools/bench/cmd_bench_eval.cpp (search, metrics)
-// and tools/bench/cmd_bench_encoder.cpp (cnn, encoder, tune).
+// What the files of sat bench share: tools/bench/cmd_bench.cpp (the command itself, and the decoder and cache benches)
+// and the benches in files of their own, which add_bench_commands registers: tools/bench/cmd_bench_eval.cpp (search,
+// metrics) and tools/bench/cmd_bench_encoder.cpp (cnn, encoder, tune).
 #pragma once
 #include <CLI/CLI.hpp>
 #include <chrono>

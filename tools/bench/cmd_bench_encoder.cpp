@@ -46,10 +46,10 @@ void bench_cnn(const CnnBenchArgs& e) {
     if (it > 0) fwd += f, bwd += b, inf += i;
   }
   fwd /= e.iters, bwd /= e.iters, inf /= e.iters;
-  std::printf("cnn %s at %d, batch %d: train forward %.1f ms, backward %.1f ms (%.0f images/s); inference %.1f ms "
-              "(%.0f images/s)\n",
-              e.blocks.c_str(), e.size, e.batch, fwd * 1e3, bwd * 1e3, e.batch / (fwd + bwd), inf * 1e3,
-              e.batch / inf);
+  std::printf(
+      "cnn %s at %d, batch %d: train forward %.1f ms, backward %.1f ms (%.0f images/s); inference %.1f ms "
+      "(%.0f images/s)\n",
+      e.blocks.c_str(), e.size, e.batch, fwd * 1e3, bwd * 1e3, e.batch / (fwd + bwd), inf * 1e3, e.batch / inf);
 }
 
 struct EncoderBenchArgs {
@@ -82,12 +82,13 @@ void print_encoder_header(const EncoderBenchArgs& pa, const PretrainedNet& net, 
                           Precision precision, const MachinePeaks& peaks) {
   const double gmac = enc.macs_per_image() / 1e9;
   const std::string name = net.external_file.empty() ? "InceptionV3" : "ResNet v2 (" + net.external_file + ")";
-  std::printf("%s -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s, %s %s activations%s)\n",
-              name.c_str(), pa.cut.c_str(), pa.size, pa.size, enc.grid_h(), enc.grid_w(), enc.channels(), gmac,
+  std::printf("%s -> %s at %dx%d: grid %dx%dx%d, %.2f GMAC per image (oneDNN %s, %s %s activations%s)\n", name.c_str(),
+              pa.cut.c_str(), pa.size, pa.size, enc.grid_h(), enc.grid_w(), enc.channels(), gmac,
               dnnl_version()->cpu_runtime == DNNL_RUNTIME_OMP ? "OpenMP" : "threads", precision_name(precision),
               activation_layout_name(precision),
-              precision == Precision::bf16
-                  ? (cpu_has_amx() ? ", AMX" : cpu_has_native_bf16() ? ", AVX512-BF16" : ", emulated")
+              precision == Precision::bf16   ? (cpu_has_amx()           ? ", AMX"
+                                                : cpu_has_native_bf16() ? ", AVX512-BF16"
+                                                                        : ", emulated")
               : precision == Precision::int8 ? (cpu_has_vnni() ? ", AVX512-VNNI" : ", no VNNI")
                                              : "");
   if (peaks.fp32 > 0) std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peaks.fp32, kPeakMethod);
@@ -123,22 +124,25 @@ void print_encoder_batch(bool json, int n, const BatchTimes& t, double gmac, Pre
                          const MachinePeaks& peaks) {
   const double mean = t.mean, best = t.best, ips = n / mean;
   if (json)
-    std::printf("{\"peer\": \"sat\", \"batch\": %d, \"images_per_s\": %.3f, \"best_images_per_s\": %.3f, "
-                "\"gflops\": %.2f, \"gmac_per_image\": %.4f, \"peak_gflops\": %.2f, \"bf16_peak_gflops\": %.2f, "
-                "\"int8_peak_gops\": %.2f, \"precision\": \"%s\"}\n",
-                n, ips, n / best, 2 * gmac * ips, gmac, peaks.fp32, peaks.bf16, peaks.int8,
-                precision_name(precision));
+    std::printf(
+        "{\"peer\": \"sat\", \"batch\": %d, \"images_per_s\": %.3f, \"best_images_per_s\": %.3f, "
+        "\"gflops\": %.2f, \"gmac_per_image\": %.4f, \"peak_gflops\": %.2f, \"bf16_peak_gflops\": %.2f, "
+        "\"int8_peak_gops\": %.2f, \"precision\": \"%s\"}\n",
+        n, ips, n / best, 2 * gmac * ips, gmac, peaks.fp32, peaks.bf16, peaks.int8, precision_name(precision));
   else if (peaks.fp32 > 0)
-    std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS, %.0f%% of the FP32 peak%s\n",
-                n, mean * 1e3, ips, n / best, 2 * gmac * ips, 100 * 2 * gmac * ips / peaks.fp32,
-                peaks.bf16 > 0   ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / peaks.bf16)) +
-                                    "% of the bf16 peak").c_str()
-                : peaks.int8 > 0 ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / peaks.int8)) +
-                                    "% of the int8 peak").c_str()
-                                 : "");
+    std::printf(
+        "  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS, %.0f%% of the FP32 peak%s\n", n,
+        mean * 1e3, ips, n / best, 2 * gmac * ips, 100 * 2 * gmac * ips / peaks.fp32,
+        peaks.bf16 > 0
+            ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / peaks.bf16)) + "% of the bf16 peak")
+                  .c_str()
+        : peaks.int8 > 0
+            ? (", " + std::to_string((int)std::lround(100 * 2 * gmac * ips / peaks.int8)) + "% of the int8 peak")
+                  .c_str()
+            : "");
   else
-    std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS\n", n, mean * 1e3, ips,
-                n / best, 2 * gmac * ips);
+    std::printf("  batch %d: %.1f ms per batch, %.2f images/s (best %.2f), %.1f GFLOPS\n", n, mean * 1e3, ips, n / best,
+                2 * gmac * ips);
 }
 
 void bench_encoder(const EncoderBenchArgs& pa) {
@@ -200,13 +204,16 @@ void bench_tune(const TuneBenchArgs& ta) {
   size_t weights = 0;
   for (auto& p : blocks.params()) weights += p.value.size();
   if (ta.json)
-    std::printf("{\"peer\": \"sat\", \"batch\": %d, \"forward_ms\": %.2f, \"backward_ms\": %.2f, "
-                "\"images_per_s\": %.3f}\n", n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd));
+    std::printf(
+        "{\"peer\": \"sat\", \"batch\": %d, \"forward_ms\": %.2f, \"backward_ms\": %.2f, "
+        "\"images_per_s\": %.3f}\n",
+        n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd));
   else
-    std::printf("%s..%s after %s at %dx%d (%.2f GMAC per image, %zu weights), batch %d: forward %.1f ms, backward "
-                "%.1f ms -> %.1f images/s (about %.0f GFLOPS)\n",
-                net.graph.nodes[net.graph.index_of(ta.from) + 1].name.c_str(), ta.to.c_str(), ta.from.c_str(),
-                ta.size, ta.size, gmac, weights, n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd), gflops);
+    std::printf(
+        "%s..%s after %s at %dx%d (%.2f GMAC per image, %zu weights), batch %d: forward %.1f ms, backward "
+        "%.1f ms -> %.1f images/s (about %.0f GFLOPS)\n",
+        net.graph.nodes[net.graph.index_of(ta.from) + 1].name.c_str(), ta.to.c_str(), ta.from.c_str(), ta.size, ta.size,
+        gmac, weights, n, fwd * 1e3, bwd * 1e3, n / (fwd + bwd), gflops);
 }
 
 }  // namespace
@@ -223,10 +230,12 @@ void add_bench_cnn(CLI::App& bench) {
 
 void add_bench_encoder(CLI::App& bench) {
   auto pa = std::make_shared<EncoderBenchArgs>();
-  auto* pre = bench.add_subcommand("encoder", "Time a pretrained encoder (InceptionV3, ResNet v2) on oneDNN at batch 1 "
-                                              "and 8");
-  pre->add_option("--encoder", pa->encoder, "Encoder file: a sat encoder or a ResNet v2 safetensors (default: the "
-                                            "bundled InceptionV3)");
+  auto* pre = bench.add_subcommand("encoder",
+                                   "Time a pretrained encoder (InceptionV3, ResNet v2) on oneDNN at batch 1 "
+                                   "and 8");
+  pre->add_option("--encoder", pa->encoder,
+                  "Encoder file: a sat encoder or a ResNet v2 safetensors (default: the "
+                  "bundled InceptionV3)");
   pre->add_option("--cut", pa->cut, "Layer that gives the grid")->capture_default_str();
   pre->add_option("--size", pa->size, "Input side")->capture_default_str();
   pre->add_option("--batches", pa->batches, "Comma-separated batch sizes")->capture_default_str();

@@ -71,8 +71,8 @@ struct SearchTimes {
 // Whole searches: beam search's candidate lists as the model's settings make them (no reranking), for half of
 // `seconds` (at least 3 searches, after one whose captions give the words).
 SearchTimes time_beam_search(Decoder& dec, const CaptionModel& model, const Mat& F, int n, int beam, double seconds) {
-  std::vector<std::vector<Hypothesis>> found = beam_search_nbest(dec, F, n, beam, model.max_len, model.length_norm,
-                                                                 model.no_repeat_ngram);
+  std::vector<std::vector<Hypothesis>> found =
+      beam_search_nbest(dec, F, n, beam, model.max_len, model.length_norm, model.no_repeat_ngram);
   double words = 0;
   for (auto& f : found) words += (double)f.front().tokens.size() / n;
   double search_best = 1e30, search_total = 0;
@@ -92,19 +92,20 @@ void print_search_times(bool json, int n, int beam, const DecoderConfig& c, cons
   const int L = c.locations();
   const double flops = 2.0 * n * beam * decoder_row_step_macs(c);  // 0 but for additive, Bahdanau
   if (json) {
-    std::printf("{\"images\": %d, \"beam\": %d, \"rows\": %d, \"step_ms\": %.4f, \"step_best_ms\": %.4f, "
-                "\"step_gflops\": %.2f, \"search_ms\": %.3f, \"search_best_ms\": %.3f, \"images_per_s\": %.2f, "
-                "\"words\": %.2f, \"flops_per_step\": %.0f, \"L\": %d, \"D\": %d, \"E\": %d, \"H\": %d, \"A\": %d, "
-                "\"V\": %d, \"attention\": \"%s\", \"score\": \"%s\", \"order\": \"%s\"}\n",
-                n, beam, n * beam, step.mean * 1e3, step.best * 1e3, flops / step.mean / 1e9, search.time.mean * 1e3,
-                search.time.best * 1e3, n / search.time.mean, search.words, flops, L, c.feature_dim, c.embed_dim,
-                c.hidden_dim, c.attn_dim, c.vocab_size, c.attention.c_str(), c.score.c_str(), c.order.c_str());
+    std::printf(
+        "{\"images\": %d, \"beam\": %d, \"rows\": %d, \"step_ms\": %.4f, \"step_best_ms\": %.4f, "
+        "\"step_gflops\": %.2f, \"search_ms\": %.3f, \"search_best_ms\": %.3f, \"images_per_s\": %.2f, "
+        "\"words\": %.2f, \"flops_per_step\": %.0f, \"L\": %d, \"D\": %d, \"E\": %d, \"H\": %d, \"A\": %d, "
+        "\"V\": %d, \"attention\": \"%s\", \"score\": \"%s\", \"order\": \"%s\"}\n",
+        n, beam, n * beam, step.mean * 1e3, step.best * 1e3, flops / step.mean / 1e9, search.time.mean * 1e3,
+        search.time.best * 1e3, n / search.time.mean, search.words, flops, L, c.feature_dim, c.embed_dim, c.hidden_dim,
+        c.attn_dim, c.vocab_size, c.attention.c_str(), c.score.c_str(), c.order.c_str());
   } else {
     std::printf("  %d image%s (%d rows): decoder step %.3f ms (best %.3f)", n, n == 1 ? "" : "s", n * beam,
                 step.mean * 1e3, step.best * 1e3);
     if (flops > 0) std::printf(", %.2f GFLOP -> %.1f GFLOPS", flops / 1e9, flops / step.mean / 1e9);
-    std::printf("; beam search %.1f ms (best %.1f) -> %.1f images/s, captions of %.1f words\n",
-                search.time.mean * 1e3, search.time.best * 1e3, n / search.time.mean, search.words);
+    std::printf("; beam search %.1f ms (best %.1f) -> %.1f images/s, captions of %.1f words\n", search.time.mean * 1e3,
+                search.time.best * 1e3, n / search.time.mean, search.words);
   }
 }
 
@@ -116,9 +117,11 @@ void bench_search(const SearchBenchArgs& sa) {
   const DecoderConfig& c = dec.config();
   const int beam = sa.beam > 0 ? sa.beam : std::max(2, model->beam), L = c.locations();
   if (!sa.json)
-    std::printf("caption search with %s's decoder (%s attention, %s score): L=%d D=%d E=%d H=%d A=%d V=%d, beam %d, "
-                "max %d words, %d threads\n", path.c_str(), c.attention.c_str(), c.score.c_str(), L, c.feature_dim,
-                c.embed_dim, c.hidden_dim, c.attn_dim, c.vocab_size, beam, model->max_len, omp_get_max_threads());
+    std::printf(
+        "caption search with %s's decoder (%s attention, %s score): L=%d D=%d E=%d H=%d A=%d V=%d, beam %d, "
+        "max %d words, %d threads\n",
+        path.c_str(), c.attention.c_str(), c.score.c_str(), L, c.feature_dim, c.embed_dim, c.hidden_dim, c.attn_dim,
+        c.vocab_size, beam, model->max_len, omp_get_max_threads());
   for (const int n : batches) {
     Rng rng(5);
     Mat F((int64_t)n * L, c.feature_dim);  // non-negative, as the grids after the last ReLU
@@ -194,9 +197,10 @@ void time_cider_d_tables(const std::vector<std::vector<Tokens>>& r, int images) 
     CiderDScorer built(r, 6.0, CiderDScorer::ReferenceVectors::on_demand);
     from_tokens = std::min(from_tokens, seconds_since(t0));
   }
-  std::printf("  caption memory's CIDEr-D table (document frequencies of %d images' references): %.1f ms from "
-              "space-joined captions, %.1f ms from split words (1 thread, best of 5)\n",
-              images, 1000 * table, 1000 * from_tokens);
+  std::printf(
+      "  caption memory's CIDEr-D table (document frequencies of %d images' references): %.1f ms from "
+      "space-joined captions, %.1f ms from split words (1 thread, best of 5)\n",
+      images, 1000 * table, 1000 * from_tokens);
 }
 
 void bench_metrics(const MetricsBenchArgs& m) {
@@ -233,9 +237,10 @@ void bench_metrics(const MetricsBenchArgs& m) {
   double meteor = seconds_since(t0);
   std::printf("scored %d images x %d references, all metrics: %.3f s (CIDEr %.3f)\n", m.images, m.refs, total,
               sc.cider_d);
-  std::printf("  tokenize %.3f s (1 thread)  BLEU %.3f s  ROUGE-L %.3f s  CIDEr-D %.3f s  METEOR %.3f s%s; WordNet "
-              "load %.3f s (once)\n",
-              tok, bleu, rouge, cider, meteor, have_meteor ? "" : (" (unavailable: " + why + ")").c_str(), load);
+  std::printf(
+      "  tokenize %.3f s (1 thread)  BLEU %.3f s  ROUGE-L %.3f s  CIDEr-D %.3f s  METEOR %.3f s%s; WordNet "
+      "load %.3f s (once)\n",
+      tok, bleu, rouge, cider, meteor, have_meteor ? "" : (" (unavailable: " + why + ")").c_str(), load);
   time_cider_d_tables(r, m.images);
 }
 
@@ -244,8 +249,9 @@ void bench_metrics(const MetricsBenchArgs& m) {
 void add_bench_search(CLI::App& bench) {
   auto sa = std::make_shared<SearchBenchArgs>();
   auto* search = bench.add_subcommand(
-      "search", "Time caption search (the decoder's inference step and beam search) with a model's decoder on random "
-                "grids of its shape");
+      "search",
+      "Time caption search (the decoder's inference step and beam search) with a model's decoder on random "
+      "grids of its shape");
   search->add_option("--model", sa->model, "Model file (default: the default model)");
   search->add_option("--batches", sa->batches, "Comma-separated numbers of images searched together")
       ->capture_default_str();

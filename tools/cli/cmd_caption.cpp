@@ -43,7 +43,6 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
   return out;
 }
 
-
 // The first `shown` candidates (and the kept one, wherever it ranks), one per line under the image's caption.
 void print_candidates(const CaptionModel& model, const CandidateList& list, int shown) {
   const char* header = list.reranked ? "  #  log p    score   agree   total  caption" : "  #  log p    score  caption";
@@ -83,7 +82,8 @@ nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& l
 template <typename T>
 CLI::Option* add_search_option(CLI::App* command, const std::string& name, std::optional<T>& to,
                                const std::string& help) {
-  return command->add_option_function<T>(name, [&to](const T& value) { to = value; }, help);
+  return command->add_option_function<T>(
+      name, [&to](const T& value) { to = value; }, help);
 }
 
 void SearchFlags::add_to(CLI::App* command) {
@@ -170,7 +170,8 @@ void add_caption_commands(CLI::App& app) {
     const size_t plane = (size_t)3 * S * S;
     size_t failed = 0, done = 0;
     for (size_t s = 0; s < files.size(); s += std::max(1, a->batch)) {
-      std::vector<std::string> chunk(files.begin() + s, files.begin() + std::min(files.size(), s + std::max(1, a->batch)));
+      std::vector<std::string> chunk(files.begin() + s,
+                                     files.begin() + std::min(files.size(), s + std::max(1, a->batch)));
       auto t0 = clock::now();
       std::vector<std::string> good;
       std::vector<float> planes(chunk.size() * plane);
@@ -211,8 +212,10 @@ void add_caption_commands(CLI::App& app) {
           out.push_back(one);
           continue;
         }
-        if (files.size() == 1) std::printf("%s\n", caption.c_str());
-        else std::printf("%s\t%s\n", good[i].c_str(), caption.c_str());
+        if (files.size() == 1)
+          std::printf("%s\n", caption.c_str());
+        else
+          std::printf("%s\t%s\n", good[i].c_str(), caption.c_str());
         if (a->candidates > 0) print_candidates(*model, lists[i], a->candidates);
       }
       std::fflush(stdout);
@@ -226,12 +229,12 @@ void add_caption_commands(CLI::App& app) {
     if (a->json) std::printf("%s\n", out.dump(2).c_str());
     if (a->timing) {
       const double total = seconds(start), n = (double)files.size();
-      std::fprintf(stderr,
-                   "%zu image(s) in %.3f s: model load %.3f s, image codecs %.3f s, image decode %.3f s, encode %.3f s, "
-                   "beam %d search %.3f s; %.1f ms per image, %.2f images/s after loading\n",
-                   files.size(), total, t_model, t_codecs, t_images, timing.encode_seconds, search.beam,
-                   timing.search_seconds, 1000 * total / n,
-                   n / std::max(1e-9, total - t_load));
+      std::fprintf(
+          stderr,
+          "%zu image(s) in %.3f s: model load %.3f s, image codecs %.3f s, image decode %.3f s, encode %.3f s, "
+          "beam %d search %.3f s; %.1f ms per image, %.2f images/s after loading\n",
+          files.size(), total, t_model, t_codecs, t_images, timing.encode_seconds, search.beam, timing.search_seconds,
+          1000 * total / n, n / std::max(1e-9, total - t_load));
     }
     if (failed > 0)  // the summary is the last line, and the exit status says some images were not captioned
       throw Error("caption: " + std::to_string(files.size() - failed) + " captioned, " + std::to_string(failed) +

@@ -14,9 +14,10 @@ void add_data_commands(CLI::App& app) {
     std::string in, out, format = "auto", split, images;
   };
   auto a = std::make_shared<Args>();
-  auto* conv = data->add_subcommand(
-      "convert", "Write COCO captions JSON, Karpathy split files (dataset_*.json), Flickr8k.token.txt or "
-                 "captions.csv as COCO-style captions JSON (what sat train/eval read fastest)");
+  auto* conv =
+      data->add_subcommand("convert",
+                           "Write COCO captions JSON, Karpathy split files (dataset_*.json), Flickr8k.token.txt or "
+                           "captions.csv as COCO-style captions JSON (what sat train/eval read fastest)");
   conv->add_option("input", a->in, "Caption file")->required();
   conv->add_option("--out", a->out, "COCO-style JSON to write")->required();
   conv->add_option("--format", a->format, "auto, coco, karpathy, flickr-token or flickr-csv")->capture_default_str();

@@ -69,16 +69,17 @@ void add_encoder_commands(CLI::App& app) {
     save_pretrained_net(a->out, net);
     size_t convs = 0;
     for (auto& n : net.graph.nodes) convs += n.op == "conv";
-    std::printf("imported %zu layers (%zu convolutions with batch norm and ReLU folded in), %zu uint8 + %zu float32 "
-                "tensors; dropped the head: %zu layers\n",
-                net.graph.nodes.size(), convs, net.weights.quantized.size(), net.weights.tensors.size(),
-                imp.dropped.size());
+    std::printf(
+        "imported %zu layers (%zu convolutions with batch norm and ReLU folded in), %zu uint8 + %zu float32 "
+        "tensors; dropped the head: %zu layers\n",
+        net.graph.nodes.size(), convs, net.weights.quantized.size(), net.weights.tensors.size(), imp.dropped.size());
     std::printf("cut points: ");
     for (auto& c : net.graph.cut_points()) std::printf("%s ", c.c_str());
     if (!imp.first_trained.empty())
-      std::printf("\nwhen the source model was last trained, layers from %s on were trained and every convolution "
-                  "up to %s was frozen (still the weights it started from)",
-                  imp.first_trained.c_str(), imp.frozen_through.empty() ? "(none)" : imp.frozen_through.c_str());
+      std::printf(
+          "\nwhen the source model was last trained, layers from %s on were trained and every convolution "
+          "up to %s was frozen (still the weights it started from)",
+          imp.first_trained.c_str(), imp.frozen_through.empty() ? "(none)" : imp.frozen_through.c_str());
     std::printf("\nat %dx%d the last layer gives %dx%dx%d; wrote %s\n", net.input_size, net.input_size, check.grid_h(),
                 check.grid_w(), check.channels(), a->out.c_str());
   });
@@ -90,23 +91,31 @@ void add_encoder_commands(CLI::App& app) {
     ExtractOptions opt;
   };
   auto x = std::make_shared<ExArgs>();
-  auto* ex = app.add_subcommand("extract", "Encode a dataset's images once into a feature cache (resumable) that "
-                                           "training and evaluation read instead of images");
+  auto* ex = app.add_subcommand("extract",
+                                "Encode a dataset's images once into a feature cache (resumable) that "
+                                "training and evaluation read instead of images");
   ex->add_option("--data", x->data, "Data dir, COCO captions JSON or captions.csv")->required();
   ex->add_option("--image-dir", x->image_dir, "Image folder when --data is a file (default: next to it)");
   ex->add_option("--images", x->images, "List of image file names to encode, one per line (default: all)");
   ex->add_option("--out", x->out, "Feature cache to write")->required();
-  ex->add_option("--encoder", x->encoder, "Encoder file: a sat encoder or a ResNet v2 safetensors (default: the bundled InceptionV3)");
-  ex->add_option("--cut", x->cut, "Layer that gives the grid (mixed0..mixed7 in the bundled file; ResNet v2: block1..block3, block3/unit_22, ...)")->capture_default_str();
+  ex->add_option("--encoder", x->encoder,
+                 "Encoder file: a sat encoder or a ResNet v2 safetensors (default: the bundled InceptionV3)");
+  ex->add_option("--cut", x->cut,
+                 "Layer that gives the grid (mixed0..mixed7 in the bundled file; ResNet v2: block1..block3, "
+                 "block3/unit_22, ...)")
+      ->capture_default_str();
   ex->add_option("--size", x->size, "Input side (0: the encoder file's default, 299)")->capture_default_str();
   ex->add_option("--model", x->model, "Use this caption model's encoder instead of --encoder/--cut/--size");
-  ex->add_flag("--raw", x->raw, "The cut layer's output as it is, not normalized for attention by the next unit's "
-                                "pre-activation (ResNet v2): the cache sat train --tune-from CUT reads");
+  ex->add_flag("--raw", x->raw,
+               "The cut layer's output as it is, not normalized for attention by the next unit's "
+               "pre-activation (ResNet v2): the cache sat train --tune-from CUT reads");
   ex->add_option("--batch", x->opt.batch, "Images per encoder call")->capture_default_str();
-  ex->add_flag("--skip-bad", x->opt.skip_bad, "Leave out images that cannot be read (each named on stderr, all listed "
-                                              "in the cache header) instead of stopping at the first");
-  ex->add_flag("--mirror", x->opt.mirror, "Encode each photo mirrored left to right: the augmentation cache that "
-                                          "sat train --mirror-features reads (its header says so)");
+  ex->add_flag("--skip-bad", x->opt.skip_bad,
+               "Leave out images that cannot be read (each named on stderr, all listed "
+               "in the cache header) instead of stopping at the first");
+  ex->add_flag("--mirror", x->opt.mirror,
+               "Encode each photo mirrored left to right: the augmentation cache that "
+               "sat train --mirror-features reads (its header says so)");
   ex->add_option("--dtype", x->opt.dtype, "Stored precision: f16 (half the size) or f32")->capture_default_str();
   ex->callback([x] {
     std::unique_ptr<CaptionModel> model =

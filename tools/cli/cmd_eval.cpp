@@ -14,8 +14,9 @@ void add_eval_commands(CLI::App& app) {
     bool json = false;
   };
   auto g = std::make_shared<GroundArgs>();
-  auto* gr = app.add_subcommand("eval-grounding",
-                                "Grounding accuracy on a synthetic set: how often the attention argmax falls on the object a word names");
+  auto* gr = app.add_subcommand(
+      "eval-grounding",
+      "Grounding accuracy on a synthetic set: how often the attention argmax falls on the object a word names");
   gr->add_option("--model", g->model, "Model file")->capture_default_str();
   gr->add_option("--data", g->data, "Synthetic data directory (from `sat synth`) or its captions JSON")->required();
   gr->add_option("--images", g->images, "Image folder when --data is a JSON file");
@@ -33,7 +34,8 @@ void add_eval_commands(CLI::App& app) {
     }
     std::printf("grounding accuracy %.4f (%lld of %lld object words)\n", r.accuracy(), (long long)r.hits,
                 (long long)r.words);
-    for (auto& [w, c] : r.by_word) std::printf("  %-10s %.4f  (%lld)\n", w.c_str(), (double)c.first / c.second, (long long)c.second);
+    for (auto& [w, c] : r.by_word)
+      std::printf("  %-10s %.4f  (%lld)\n", w.c_str(), (double)c.first / c.second, (long long)c.second);
   });
 
   struct EvalArgs {
@@ -47,17 +49,20 @@ void add_eval_commands(CLI::App& app) {
       "Score captions with coco-caption metrics: a results file against references (--results, --refs), or a "
       "model on a data set (--model, --data)");
   ev->add_option("--results", e->results, "COCO results file [{\"image_id\", \"caption\"}] to score");
-  ev->add_option("--refs", e->refs, "References for --results: COCO captions JSON, Flickr8k captions.csv or a data dir");
+  ev->add_option("--refs", e->refs,
+                 "References for --results: COCO captions JSON, Flickr8k captions.csv or a data dir");
   ev->add_option("--model", e->model, "Model file (when captioning --data)")->capture_default_str();
   ev->add_option("--data", e->data, "Data to caption and score: a data dir, COCO captions JSON or captions.csv");
   ev->add_option("--images", e->images, "Image folder when --data is a JSON/CSV file");
   ev->add_option("--split", e->split, "Only these image file names (one per line)");
-  ev->add_option("--features", e->features, "Read the images' features from this cache (sat extract) instead of encoding them");
+  ev->add_option("--features", e->features,
+                 "Read the images' features from this cache (sat extract) instead of encoding them");
   e->search.add_to(ev);
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
-  ev->add_flag("--record", e->record, "Also store the scores and this command in the model file (sat model info "
-                                     "prints them; the file is replaced atomically)");
+  ev->add_flag("--record", e->record,
+               "Also store the scores and this command in the model file (sat model info "
+               "prints them; the file is replaced atomically)");
   ev->callback([e] {
     CaptionScores scores;
     if (!e->results.empty()) {
@@ -88,8 +93,10 @@ void add_eval_commands(CLI::App& app) {
         stored->save(e->model);
       }
     }
-    if (e->json) std::printf("%s\n", scores.to_json().dump(2).c_str());
-    else std::printf("%s", scores.table().c_str());
+    if (e->json)
+      std::printf("%s\n", scores.to_json().dump(2).c_str());
+    else
+      std::printf("%s", scores.table().c_str());
   });
 }
 

@@ -29,12 +29,13 @@ long long file_bytes(const std::string& path) {
 std::string consensus_text(const CaptionModel& m) {
   if (!m.memory) return "";
   char text[240];
-  std::snprintf(text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s)",
-                m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos(),
-                key_pooling_name(m.memory->pooling),
-                m.consensus.memory_candidates > 0
-                    ? (", the " + std::to_string(m.consensus.memory_candidates) + " nearest's captions as candidates").c_str()
-                    : "");
+  std::snprintf(
+      text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s)",
+      m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos(),
+      key_pooling_name(m.memory->pooling),
+      m.consensus.memory_candidates > 0
+          ? (", the " + std::to_string(m.consensus.memory_candidates) + " nearest's captions as candidates").c_str()
+          : "");
   return text;
 }
 
@@ -55,7 +56,9 @@ nlohmann::json model_summary(const std::string& path) {
   auto m = CaptionModel::load(path);
   const EncoderConfig& e = m->encoder_config;
   const DecoderConfig& d = m->decoder_config;
-  nlohmann::json enc = {{"kind", e.kind}, {"input_size", e.input_size}, {"grid", {e.grid_h(), e.grid_w()}},
+  nlohmann::json enc = {{"kind", e.kind},
+                        {"input_size", e.input_size},
+                        {"grid", {e.grid_h(), e.grid_w()}},
                         {"feature_dim", e.feature_dim()}};
   if (e.pretrained()) {
     enc["cut"] = e.cut;
@@ -89,10 +92,10 @@ nlohmann::json model_summary(const std::string& path) {
           {"beam_groups", m->beam_diversity.groups},
           {"diversity", m->beam_diversity.penalty},
           {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
-                                                         {"neighbours", m->consensus.neighbours},
-                                                         {"consensus_weight", m->consensus.weight},
-                                                         {"memory_candidates", m->consensus.memory_candidates},
-                                                         {"key_pooling", key_pooling_name(m->memory->pooling)}}
+                                                        {"neighbours", m->consensus.neighbours},
+                                                        {"consensus_weight", m->consensus.weight},
+                                                        {"memory_candidates", m->consensus.memory_candidates},
+                                                        {"key_pooling", key_pooling_name(m->memory->pooling)}}
                                        : nlohmann::json(nullptr)},
           {"info", m->info}};
 }
@@ -121,44 +124,52 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
     std::printf("encoder fine-tuned after %s: %lld parameters trained with the decoder (feature caches hold %s)\n",
                 e["tune_from"].get<std::string>().c_str(), e["tuned_parameters"].get<long long>(),
                 e["tune_from"].get<std::string>().c_str());
-  std::printf("decoder: %s attention (%s score, %s order), embedding %d, hidden %d, attention %d; %lld parameters "
-              "stored as %s\n",
-              d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(),
-              d.value("order", "bahdanau").c_str(), d.value("embed_dim", 0), d.value("hidden_dim", 0),
-              d.value("attn_dim", 0), s["decoder_parameters"].get<long long>(),
-              s["decoder_storage"].get<std::string>().c_str());
+  std::printf(
+      "decoder: %s attention (%s score, %s order), embedding %d, hidden %d, attention %d; %lld parameters "
+      "stored as %s\n",
+      d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(), d.value("order", "bahdanau").c_str(),
+      d.value("embed_dim", 0), d.value("hidden_dim", 0), d.value("attn_dim", 0),
+      s["decoder_parameters"].get<long long>(), s["decoder_storage"].get<std::string>().c_str());
   if (s["decoders"].get<int>() > 1)
-    std::printf("ensemble of %d decoders over that encoder (word distributions averaged; the parameters above "
-                "count all of them)\n", s["decoders"].get<int>());
+    std::printf(
+        "ensemble of %d decoders over that encoder (word distributions averaged; the parameters above "
+        "count all of them)\n",
+        s["decoders"].get<int>());
   std::printf("vocabulary: %d words; captions up to %d words; beam search of width %d ranks by log p / words^%g%s%s\n",
-              s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(),
-              s["length_norm"].get<double>(), no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str(),
+              s["vocabulary"].get<int>(), s["max_len"].get<int>(), s["beam"].get<int>(), s["length_norm"].get<double>(),
+              no_repeat_text(s["no_repeat_ngram"].get<int>()).c_str(),
               diversity_text(s["beam_groups"].get<int>(), s["diversity"].get<double>()).c_str());
   if (!s["caption_memory"].is_null()) {
     const auto& c = s["caption_memory"];
     const int from_memory = c["memory_candidates"].get<int>();
-    std::printf("consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos (grids "
-                "%s-pooled)%s\n",
-                c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
-                c["neighbours"].get<int>(), c["photos"].get<int>(), c["key_pooling"].get<std::string>().c_str(),
-                from_memory > 0 ? ("; the " + std::to_string(from_memory) +
-                                   " nearest photos' captions join the beam's candidates").c_str()
-                                : "");
+    std::printf(
+        "consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos (grids "
+        "%s-pooled)%s\n",
+        c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
+        c["neighbours"].get<int>(), c["photos"].get<int>(), c["key_pooling"].get<std::string>().c_str(),
+        from_memory > 0
+            ? ("; the " + std::to_string(from_memory) + " nearest photos' captions join the beam's candidates").c_str()
+            : "");
   }
 }
 
 // What `sat model info` prints from a model's info object: how it was made and the scores on record.
 void print_provenance(const nlohmann::json& i) {
-  for (const char* key : {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged",
-                          "ensembled", "members", "member_of", "compacted", "search_set", "caption_memory", "rebased",
-                          "started_from"}) {
+  for (const char* key :
+       {"command", "recipe", "data", "train_split", "val_split", "git_commit", "epoch", "averaged", "ensembled",
+        "members", "member_of", "compacted", "search_set", "caption_memory", "rebased", "started_from"}) {
     if (!i.contains(key) || (i[key].is_string() && i[key].get<std::string>().empty())) continue;
     std::printf("%s: %s\n", key, i[key].is_string() ? i[key].get<std::string>().c_str() : i[key].dump().c_str());
   }
   if (i.contains("scores") && i["scores"].is_object()) {
     std::printf("scores:");
-    for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_2", "BLEU-2"}, {"Bleu_3", "BLEU-3"},
-                              {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"}, {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
+    for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"},
+                              {"Bleu_2", "BLEU-2"},
+                              {"Bleu_3", "BLEU-3"},
+                              {"Bleu_4", "BLEU-4"},
+                              {"METEOR", "METEOR"},
+                              {"ROUGE_L", "ROUGE-L"},
+                              {"CIDEr", "CIDEr-D"}})
       if (i["scores"].contains(key) && i["scores"][key].is_number())
         std::printf(" %s %.4f", label, i["scores"][key].get<double>());
     if (i["scores"].contains("images")) std::printf(" (%s images)", i["scores"]["images"].dump().c_str());
@@ -168,8 +179,11 @@ void print_provenance(const nlohmann::json& i) {
   }
   if (i.contains("val_scores") && i["val_scores"].is_object()) {
     std::printf("validation scores (greedy):");
-    for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"}, {"Bleu_4", "BLEU-4"}, {"METEOR", "METEOR"},
-                              {"ROUGE_L", "ROUGE-L"}, {"CIDEr", "CIDEr-D"}})
+    for (auto [key, label] : {std::pair{"Bleu_1", "BLEU-1"},
+                              {"Bleu_4", "BLEU-4"},
+                              {"METEOR", "METEOR"},
+                              {"ROUGE_L", "ROUGE-L"},
+                              {"CIDEr", "CIDEr-D"}})
       if (i["val_scores"].contains(key) && i["val_scores"][key].is_number())
         std::printf(" %s %.3f", label, i["val_scores"][key].get<double>());
     if (i["val_scores"].contains("images")) std::printf(" (%s images)", i["val_scores"]["images"].dump().c_str());
@@ -183,8 +197,9 @@ void add_model_info(CLI::App& model) {
     bool json = false;
   };
   auto a = std::make_shared<InfoArgs>();
-  auto* info = model.add_subcommand("info", "Print a model's encoder, decoder, vocabulary and provenance "
-                                            "(training command, data, git commit, validation scores)");
+  auto* info = model.add_subcommand("info",
+                                    "Print a model's encoder, decoder, vocabulary and provenance "
+                                    "(training command, data, git commit, validation scores)");
   info->add_option("model", a->in, "Model file (default: the bundled model)");
   info->add_flag("--json", a->json, "One JSON object instead of text");
   info->callback([a] {
@@ -204,9 +219,10 @@ void add_model_compact(CLI::App& model) {
     std::string in, out, recipe;
   };
   auto a = std::make_shared<CompactArgs>();
-  auto* compact = model.add_subcommand(
-      "compact", "Write a copy whose decoder weights are stored as float16 (about half the decoder's bytes; "
-                 "computation stays float32). The copy records the command that made it");
+  auto* compact =
+      model.add_subcommand("compact",
+                           "Write a copy whose decoder weights are stored as float16 (about half the decoder's bytes; "
+                           "computation stays float32). The copy records the command that made it");
   compact->add_option("model", a->in, "Model file")->required();
   compact->add_option("--out", a->out, "Compact model file to write")->required();
   compact->add_option("--recipe", a->recipe, "The project command that rebuilds this model (recorded in info.recipe)");
@@ -227,10 +243,11 @@ void add_model_rebase(CLI::App& model) {
   };
   auto a = std::make_shared<RebaseArgs>();
   auto* rebase = model.add_subcommand(
-      "rebase", "Write a copy whose recorded paths read from this folder: for a model trained (or averaged, compacted, "
-                "joined) in another folder, such as a run started inside runs/x, whose commands name paths from there. "
-                "Every relative path on record that names a file or folder under --ran-in is rewritten, and every "
-                "absolute path inside this folder becomes relative to it; the copy records the command");
+      "rebase",
+      "Write a copy whose recorded paths read from this folder: for a model trained (or averaged, compacted, "
+      "joined) in another folder, such as a run started inside runs/x, whose commands name paths from there. "
+      "Every relative path on record that names a file or folder under --ran-in is rewritten, and every "
+      "absolute path inside this folder becomes relative to it; the copy records the command");
   rebase->add_option("model", a->in, "Model file")->required();
   rebase->add_option("--ran-in", a->ran_in, "The folder the model's recorded commands ran in, from here")->required();
   rebase->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
@@ -250,10 +267,10 @@ void add_model_rebase(CLI::App& model) {
 
 struct SetArgs {
   std::string in, out;
-  double length_norm = -1;  // < 0: unchanged
-  int beam = 0;             // 0: unchanged
-  int no_repeat = -1;       // < 0: unchanged
-  std::string precision;    // "": unchanged
+  double length_norm = -1;       // < 0: unchanged
+  int beam = 0;                  // 0: unchanged
+  int no_repeat = -1;            // < 0: unchanged
+  std::string precision;         // "": unchanged
   double consensus_weight = -1;  // < 0: unchanged
   int memory_candidates = -1;    // < 0: unchanged
   int neighbours = 0;            // 0: unchanged
@@ -265,14 +282,16 @@ struct SetArgs {
 void set_search_settings(const SetArgs& a) {
   if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.consensus_weight < 0 &&
       a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 && a.diversity < 0)
-    throw CLI::RequiredError("--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
-                             "--neighbours, --memory-candidates, --beam-groups or --diversity");
+    throw CLI::RequiredError(
+        "--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
+        "--neighbours, --memory-candidates, --beam-groups or --diversity");
   std::optional<PrecisionChoice> precision;
   if (!a.precision.empty()) precision = parse_precision(a.precision);
   auto m = CaptionModel::load(a.in);
   if ((a.consensus_weight >= 0 || a.neighbours > 0 || a.memory_candidates >= 0) && !m->memory)
-    fail(a.in, "has no caption memory (sat model memory builds one; --consensus-weight, --neighbours and "
-               "--memory-candidates set its use)");
+    fail(a.in,
+         "has no caption memory (sat model memory builds one; --consensus-weight, --neighbours and "
+         "--memory-candidates set its use)");
   if (a.neighbours > m->memory_photos())
     fail(a.in, "its caption memory holds " + std::to_string(m->memory_photos()) + " photos: --neighbours " +
                    std::to_string(a.neighbours) + " is more");
@@ -309,36 +328,44 @@ void set_search_settings(const SetArgs& a) {
 
 void add_model_set(CLI::App& model) {
   auto a = std::make_shared<SetArgs>();
-  auto* set = model.add_subcommand("set", "Write a copy with different search settings (the weights are unchanged); "
-                                          "the copy records the command that set them");
+  auto* set = model.add_subcommand("set",
+                                   "Write a copy with different search settings (the weights are unchanged); "
+                                   "the copy records the command that set them");
   set->add_option("model", a->in, "Model file")->required();
   set->add_option("--out", a->out, "Model file to write (may be the input: it is replaced atomically)")->required();
-  set->add_option("--length-norm", a->length_norm, "Beam search ranks finished captions by log p / words^A (1: "
-                                                   "per-word mean, 0: plain log-probability); choose it on dev data")
+  set->add_option("--length-norm", a->length_norm,
+                  "Beam search ranks finished captions by log p / words^A (1: "
+                  "per-word mean, 0: plain log-probability); choose it on dev data")
       ->check(CLI::Range(0.0, 2.0));
-  set->add_option("--beam", a->beam, "The beam width captioning uses when none is asked for (1: greedy); choose it "
-                                     "on dev data")
+  set->add_option("--beam", a->beam,
+                  "The beam width captioning uses when none is asked for (1: greedy); choose it "
+                  "on dev data")
       ->check(CLI::Range(1, kMaxBeam));
   set->add_option("--no-repeat", a->no_repeat, "Captions never repeat an N-word phrase (0: off); choose it on dev data")
       ->check(CLI::Range(0, kMaxNoRepeat));
-  set->add_option("--encoder-precision", a->precision, "A pretrained encoder's arithmetic: f32, bf16, int8 (needs sat "
-                                                      "model calibrate) or auto (bf16 where the CPU computes it "
-                                                      "natively); choose it on dev data");
-  set->add_option("--consensus-weight", a->consensus_weight, "Consensus reranking's weight W (0: off; the model "
-                                                              "needs a caption memory); choose it on dev data")
+  set->add_option("--encoder-precision", a->precision,
+                  "A pretrained encoder's arithmetic: f32, bf16, int8 (needs sat "
+                  "model calibrate) or auto (bf16 where the CPU computes it "
+                  "natively); choose it on dev data");
+  set->add_option("--consensus-weight", a->consensus_weight,
+                  "Consensus reranking's weight W (0: off; the model "
+                  "needs a caption memory); choose it on dev data")
       ->check(CLI::Range(0.0, kMaxConsensusWeight));
-  set->add_option("--neighbours", a->neighbours, "Consensus reranking: how many nearest training photos' captions a "
-                                                 "candidate is compared with; choose it on dev data")
+  set->add_option("--neighbours", a->neighbours,
+                  "Consensus reranking: how many nearest training photos' captions a "
+                  "candidate is compared with; choose it on dev data")
       ->check(CLI::PositiveNumber);
   set->add_option("--memory-candidates", a->memory_candidates,
                   "Consensus reranking: the captions of the M nearest training photos join the beam's candidates "
                   "(0: the beam's alone); choose it on dev data")
       ->check(CLI::Range(0, kMaxMemoryCandidates));
-  set->add_option("--beam-groups", a->beam_groups, "Diverse beam search: the beam in G groups kept apart by the "
-                                                   "diversity penalty (G divides the beam; 1: plain beam search)")
+  set->add_option("--beam-groups", a->beam_groups,
+                  "Diverse beam search: the beam in G groups kept apart by the "
+                  "diversity penalty (G divides the beam; 1: plain beam search)")
       ->check(CLI::Range(1, kMaxBeam));
-  set->add_option("--diversity", a->diversity, "Diverse beam search: what a word an earlier group took at the same "
-                                               "step costs a later group (log p units)")
+  set->add_option("--diversity", a->diversity,
+                  "Diverse beam search: what a word an earlier group took at the same "
+                  "step costs a later group (log p units)")
       ->check(CLI::Range(0.0, kMaxDiversityPenalty));
   set->callback([a] { set_search_settings(*a); });
 }
@@ -381,26 +408,32 @@ void write_caption_memory(const MemoryArgs& mem) {
 void add_model_memory(CLI::App& model) {
   auto mem = std::make_shared<MemoryArgs>();
   auto* memory = model.add_subcommand(
-      "memory", "Write a copy holding a caption memory for consensus reranking: each training photo's pooled grid "
-                "vector and its captions. Beam search then keeps the candidate with the best score + W x CIDEr-D "
-                "against the captions of the photo's K nearest memory photos (Devlin et al. 2015). Build it from the "
-                "training split only, and choose W and K on dev data");
+      "memory",
+      "Write a copy holding a caption memory for consensus reranking: each training photo's pooled grid "
+      "vector and its captions. Beam search then keeps the candidate with the best score + W x CIDEr-D "
+      "against the captions of the photo's K nearest memory photos (Devlin et al. 2015). Build it from the "
+      "training split only, and choose W and K on dev data");
   memory->add_option("model", mem->in, "Model file")->required();
-  memory->add_option("--data", mem->data, "The photos and their captions: a data dir, COCO captions JSON or "
-                                          "captions.csv")
+  memory
+      ->add_option("--data", mem->data,
+                   "The photos and their captions: a data dir, COCO captions JSON or "
+                   "captions.csv")
       ->required();
   memory->add_option("--images", mem->images, "Image folder when --data is a JSON/CSV file");
   memory->add_option("--split", mem->split, "Only these image file names (one per line): the training split")
       ->required();
-  memory->add_option("--features", mem->features, "Read the photos' grids from this cache (sat extract; the one the "
-                                                   "model trained on) instead of encoding them");
+  memory->add_option("--features", mem->features,
+                     "Read the photos' grids from this cache (sat extract; the one the "
+                     "model trained on) instead of encoding them");
   memory->add_option("--neighbours", mem->neighbours, "K")->capture_default_str()->check(CLI::PositiveNumber);
   memory->add_option("--consensus-weight", mem->weight, "W (0: stored but off)")
       ->capture_default_str()
       ->check(CLI::Range(0.0, kMaxConsensusWeight));
-  memory->add_option("--pooling", mem->pooling, "How a photo's grid becomes its memory key: mean (over the grid's "
-                                                "cells), max, or gem (the generalized mean of order 3); the search "
-                                                "pools each photo the same way")
+  memory
+      ->add_option("--pooling", mem->pooling,
+                   "How a photo's grid becomes its memory key: mean (over the grid's "
+                   "cells), max, or gem (the generalized mean of order 3); the search "
+                   "pools each photo the same way")
       ->capture_default_str();
   memory->add_option("--out", mem->out, "Model file to write (may be the input: it is replaced atomically)")
       ->required();
@@ -436,24 +469,27 @@ void calibrate_int8(const CalibrateArgs& cal) {
   m->encoder_int8_ranges = choose_int8_ranges(samples);
   m->info["int8_calibration"] = command_line();
   m->save(cal.out);
-  std::printf("%s -> %s: int8 ranges of %zu activations from %d photos of %s (use: --encoder-precision int8, or "
-              "sat model set --encoder-precision int8)\n",
-              cal.in.c_str(), cal.out.c_str(), m->encoder_int8_ranges.size(), photos,
-              (cal.split.empty() ? cal.data : cal.split).c_str());
+  std::printf(
+      "%s -> %s: int8 ranges of %zu activations from %d photos of %s (use: --encoder-precision int8, or "
+      "sat model set --encoder-precision int8)\n",
+      cal.in.c_str(), cal.out.c_str(), m->encoder_int8_ranges.size(), photos,
+      (cal.split.empty() ? cal.data : cal.split).c_str());
 }
 
 void add_model_calibrate(CLI::App& model) {
   auto cal = std::make_shared<CalibrateArgs>();
   auto* calibrate = model.add_subcommand(
-      "calibrate", "Write a copy that can run its pretrained encoder in int8 (--encoder-precision int8): the range of "
-                   "each 8-bit activation, chosen from the float32 encoder's activations on photos (for each, the "
-                   "clip that quantizes its sampled values with the least squared error). Calibrate on training "
-                   "photos");
+      "calibrate",
+      "Write a copy that can run its pretrained encoder in int8 (--encoder-precision int8): the range of "
+      "each 8-bit activation, chosen from the float32 encoder's activations on photos (for each, the "
+      "clip that quantizes its sampled values with the least squared error). Calibrate on training "
+      "photos");
   calibrate->add_option("model", cal->in, "Model file (a pretrained encoder: ResNet v2)")->required();
   calibrate->add_option("--data", cal->data, "The photos: a data dir, COCO captions JSON or captions.csv")->required();
   calibrate->add_option("--images", cal->images, "Image folder when --data is a JSON/CSV file");
-  calibrate->add_option("--split", cal->split, "Only these image file names (one per line): training photos (default: "
-                                               "all of --data's)");
+  calibrate->add_option("--split", cal->split,
+                        "Only these image file names (one per line): training photos (default: "
+                        "all of --data's)");
   calibrate->add_option("--photos", cal->photos, "How many photos, spread evenly over the split")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
@@ -465,8 +501,9 @@ void add_model_calibrate(CLI::App& model) {
 }  // namespace
 
 void add_model_commands(CLI::App& app) {
-  auto* model = app.add_subcommand("model", "Model file tools: what a model holds, a compact copy for shipping, search "
-                                            "settings, averages, ensembles and their members, differences");
+  auto* model = app.add_subcommand("model",
+                                   "Model file tools: what a model holds, a compact copy for shipping, search "
+                                   "settings, averages, ensembles and their members, differences");
   model->require_subcommand(1);
   // in this order in the help
   add_model_info(*model);

@@ -107,17 +107,24 @@ bool compare_weights(const DiffArgs& a) {
   }
   const bool same = worst_relative <= a.tolerance;
   if (a.json) {
-    std::printf("%s\n", nlohmann::json{{"a", path_a}, {"b", path_b}, {"tensors", tensors.size()}, {"weights", weights},
-                                       {"worst_tensor", worst}, {"relative", worst_relative},
-                                       {"absolute", worst_absolute}, {"tolerance", a.tolerance},
-                                       {"within_tolerance", same}, {"by_tensor", tensors}}
-                             .dump(1)
-                             .c_str());
+    std::printf("%s\n", nlohmann::json{{"a", path_a},
+                                       {"b", path_b},
+                                       {"tensors", tensors.size()},
+                                       {"weights", weights},
+                                       {"worst_tensor", worst},
+                                       {"relative", worst_relative},
+                                       {"absolute", worst_absolute},
+                                       {"tolerance", a.tolerance},
+                                       {"within_tolerance", same},
+                                       {"by_tensor", tensors}}
+                            .dump(1)
+                            .c_str());
   } else {
-    std::printf("%s vs %s: %zu tensors, %lld weights; largest difference %.3g of the tensor's largest weight, in %s "
-                "(absolute %.3g): %s the tolerance %g\n",
-                path_a.c_str(), path_b.c_str(), tensors.size(), (long long)weights, worst_relative, worst.c_str(),
-                worst_absolute, same ? "within" : "BEYOND", a.tolerance);
+    std::printf(
+        "%s vs %s: %zu tensors, %lld weights; largest difference %.3g of the tensor's largest weight, in %s "
+        "(absolute %.3g): %s the tolerance %g\n",
+        path_a.c_str(), path_b.c_str(), tensors.size(), (long long)weights, worst_relative, worst.c_str(),
+        worst_absolute, same ? "within" : "BEYOND", a.tolerance);
   }
   return same;
 }
@@ -127,8 +134,9 @@ bool compare_weights(const DiffArgs& a) {
 void add_model_average(CLI::App& model) {
   auto a = std::make_shared<JoinArgs>();
   auto* average = model.add_subcommand(
-      "average", "Write a model whose weights are the mean of several models' weights (checkpoint averaging: "
-                 "e.g. the last epochs of one run, kept with sat train --keep-epochs); the result records the command");
+      "average",
+      "Write a model whose weights are the mean of several models' weights (checkpoint averaging: "
+      "e.g. the last epochs of one run, kept with sat train --keep-epochs); the result records the command");
   average->add_option("models", a->inputs, "Model files that differ only in their weights")
       ->required()
       ->expected(2, -1);
@@ -147,9 +155,10 @@ void add_model_average(CLI::App& model) {
 void add_model_ensemble(CLI::App& model) {
   auto a = std::make_shared<JoinArgs>();
   auto* ensemble = model.add_subcommand(
-      "ensemble", "Write one model whose decoders are those of several models over the same encoder and vocabulary "
-                  "(members trained with sat train --init-from M --fresh-decoder --tune-lr 0); captioning averages "
-                  "their word distributions. The result records the command and each member's provenance");
+      "ensemble",
+      "Write one model whose decoders are those of several models over the same encoder and vocabulary "
+      "(members trained with sat train --init-from M --fresh-decoder --tune-lr 0); captioning averages "
+      "their word distributions. The result records the command and each member's provenance");
   ensemble->add_option("models", a->inputs, "Model files (the first one's encoder and settings are kept)")
       ->required()
       ->expected(2, -1);
@@ -165,9 +174,10 @@ void add_model_ensemble(CLI::App& model) {
 void add_model_member(CLI::App& model) {
   auto a = std::make_shared<MemberArgs>();
   auto* member = model.add_subcommand(
-      "member", "Write one decoder of an ensemble as a model of its own (the shared encoder, vocabulary and search "
-                "settings): to score a member alone, or to ship one faster decoder. The result records where it came "
-                "from, with the member's own provenance");
+      "member",
+      "Write one decoder of an ensemble as a model of its own (the shared encoder, vocabulary and search "
+      "settings): to score a member alone, or to ship one faster decoder. The result records where it came "
+      "from, with the member's own provenance");
   member->add_option("model", a->in, "Ensemble model file")->required();
   member->add_option("k", a->k, "Which member, from 1 (the first model joined)")->required();
   member->add_option("--out", a->out, "Model file to write")->required();
@@ -177,9 +187,10 @@ void add_model_member(CLI::App& model) {
 void add_model_diff(CLI::App& model) {
   auto a = std::make_shared<DiffArgs>();
   auto* diff = model.add_subcommand(
-      "diff", "Compare the weights of two model or checkpoint files, e.g. a data-parallel run against one process: "
-              "each tensor's largest difference relative to its largest weight. Exit status 1 beyond --tolerance. The "
-              "optimizer's state in checkpoints is left out");
+      "diff",
+      "Compare the weights of two model or checkpoint files, e.g. a data-parallel run against one process: "
+      "each tensor's largest difference relative to its largest weight. Exit status 1 beyond --tolerance. The "
+      "optimizer's state in checkpoints is left out");
   diff->add_option("models", a->inputs, "The two files")->required()->expected(2);
   diff->add_option("--tolerance", a->tolerance, "Largest relative difference still taken as the same weights")
       ->capture_default_str()

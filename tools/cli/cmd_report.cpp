@@ -19,18 +19,21 @@ void add_report_command(CLI::App& app) {
   };
   auto a = std::make_shared<ReportArgs>();
   auto* rep = app.add_subcommand(
-      "report", "Write one self-contained HTML page: corpus scores, and per photo its caption, references, scores and "
-                "word-by-word attention maps (sortable, filterable; no network needed)");
+      "report",
+      "Write one self-contained HTML page: corpus scores, and per photo its caption, references, scores and "
+      "word-by-word attention maps (sortable, filterable; no network needed)");
   rep->add_option("--model", a->model, "Model file")->capture_default_str();
   rep->add_option("--data", a->data, "Data to caption: a data dir, COCO captions JSON or captions.csv")->required();
   rep->add_option("--images", a->images, "Image folder when --data is a JSON/CSV file");
   rep->add_option("--split", a->split, "Only these image file names (one per line)");
-  rep->add_option("--features", a->features, "Caption from this feature cache (sat extract); the photos are still read "
-                                             "for their thumbnails");
+  rep->add_option("--features", a->features,
+                  "Caption from this feature cache (sat extract); the photos are still read "
+                  "for their thumbnails");
   rep->add_option("--limit", a->limit, "Only the first N photos (0: all)")->check(CLI::NonNegativeNumber);
   a->search.add_to(rep);
   rep->add_option("--thumbnail", a->thumbnail, "Long side of the embedded photos in pixels")
-      ->capture_default_str()->check(CLI::Range(32, 1024));
+      ->capture_default_str()
+      ->check(CLI::Range(32, 1024));
   rep->add_option("--out", a->out, "HTML file to write (replaced atomically)")->required();
   rep->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal)");
   rep->callback([a] {

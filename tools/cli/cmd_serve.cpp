@@ -15,24 +15,40 @@ void add_serve_command(CLI::App& app) {
   };
   auto a = std::make_shared<ServeArgs>();
   auto* serve_cmd = app.add_subcommand(
-      "serve", "Caption over HTTP: POST /caption (image bytes or a multipart file; ?beam=&length_norm=&no_repeat=&consensus_weight=&memory_candidates=&beam_groups=&diversity=&candidates=N&attention=1), "
-               "GET /health, GET /metrics (Prometheus). Requests that arrive together are captioned as one batch; "
-               "SIGTERM finishes the accepted requests and exits");
+      "serve",
+      "Caption over HTTP: POST /caption (image bytes or a multipart file; "
+      "?beam=&length_norm=&no_repeat=&consensus_weight=&memory_candidates=&beam_groups=&diversity=&candidates=N&"
+      "attention=1), "
+      "GET /health, GET /metrics (Prometheus). Requests that arrive together are captioned as one batch; "
+      "SIGTERM finishes the accepted requests and exits");
   serve_cmd->add_option("--model", a->model, "Model file")->capture_default_str();
   serve_cmd->add_option("--weights-dir", a->weights_dir, "Folder holding encoder weights the model names");
-  serve_cmd->add_option("--host", a->server.host, "Address to listen on (loopback unless told otherwise)")->capture_default_str();
-  serve_cmd->add_option("--port", a->server.port, "Port (0: any free one, printed)")->capture_default_str()->check(CLI::Range(0, 65535));
-  serve_cmd->add_option("--max-batch", a->server.max_batch, "Images captioned by one network call at most (1: one at a time)")
-      ->capture_default_str()->check(CLI::Range(1, 256));
-  serve_cmd->add_option("--batch-wait-ms", a->server.batch_wait_ms, "After a batch's first image, wait this long for more")
-      ->capture_default_str()->check(CLI::Range(0, 10000));
+  serve_cmd->add_option("--host", a->server.host, "Address to listen on (loopback unless told otherwise)")
+      ->capture_default_str();
+  serve_cmd->add_option("--port", a->server.port, "Port (0: any free one, printed)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 65535));
+  serve_cmd
+      ->add_option("--max-batch", a->server.max_batch,
+                   "Images captioned by one network call at most (1: one at a time)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  serve_cmd
+      ->add_option("--batch-wait-ms", a->server.batch_wait_ms, "After a batch's first image, wait this long for more")
+      ->capture_default_str()
+      ->check(CLI::Range(0, 10000));
   serve_cmd->add_option("--queue", a->server.queue, "Images waiting for the network at most; beyond it, 503 at once")
-      ->capture_default_str()->check(CLI::Range(1, 100000));
-  serve_cmd->add_option("--max-bytes", a->server.max_bytes, "Largest request body (413 beyond)")->capture_default_str()
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  serve_cmd->add_option("--max-bytes", a->server.max_bytes, "Largest request body (413 beyond)")
+      ->capture_default_str()
       ->check(CLI::Range((size_t)1, (size_t)1 << 31));
-  serve_cmd->add_option("--http-threads", a->server.http_threads, "Requests served at once (the rest wait for a thread)")
-      ->capture_default_str()->check(CLI::Range(1, 1024));
-  serve_cmd->add_option("--threads", a->threads, "Threads of the network (0: all cores)")->check(CLI::NonNegativeNumber);
+  serve_cmd
+      ->add_option("--http-threads", a->server.http_threads, "Requests served at once (the rest wait for a thread)")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 1024));
+  serve_cmd->add_option("--threads", a->threads, "Threads of the network (0: all cores)")
+      ->check(CLI::NonNegativeNumber);
   serve_cmd->callback([a] {
     install_stop_handler();  // a SIGTERM while the model loads still ends in a clean stop
     LoadOptions load;

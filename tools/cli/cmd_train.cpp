@@ -13,91 +13,137 @@ void add_train_command(CLI::App& app) {
   auto stop_after = std::make_shared<int64_t>(0);
   auto mpi_timeout = std::make_shared<double>(300);
   auto* cmd = app.add_subcommand("train", "Train a captioner (encoder and decoder end to end)");
-  cmd->add_option("--data", o->data, "Training data: a directory with captions.json and images/, or a COCO captions JSON");
+  cmd->add_option("--data", o->data,
+                  "Training data: a directory with captions.json and images/, or a COCO captions JSON");
   cmd->add_option("--images", o->images, "Image folder when --data is a JSON file (default: the JSON's folder)");
   cmd->add_option("--train-split", o->train_split, "File listing the training image file names, one per line");
   cmd->add_option("--val-data", o->val_data, "Validation data (directory or JSON; default: --data)");
   cmd->add_option("--val-images", o->val_images, "Image folder for --val-data when it is a JSON file");
   cmd->add_option("--val-split", o->val_split, "File listing the validation image file names");
   cmd->add_option("--out", o->out, "Output directory: model.sat (best) and checkpoint.sat")->capture_default_str();
-  cmd->add_option("--encoder", o->encoder, "Pretrained encoder file (e.g. models/inception_v3.sat): frozen, features "
+  cmd->add_option("--encoder", o->encoder,
+                  "Pretrained encoder file (e.g. models/inception_v3.sat): frozen, features "
                   "cached once; without it a small CNN is trained end to end");
   cmd->add_option("--cut", o->cut, "With --encoder: layer that gives the grid")->capture_default_str();
-  cmd->add_option("--tune-from", o->tune_from,
-                  "With --encoder: fine-tune the layers after this one up to --cut (e.g. --cut mixed7 --tune-from "
-                  "mixed5); the feature cache holds this layer's grids. With --init-from a frozen ResNet model: its top units "
-                  "start fine-tuning; from one fine-tuned after a later layer: more units tune, the tuned ones kept");
-  cmd->add_option("--tune-lr", o->tune_lr, "Learning rate of the fine-tuned encoder layers (decays like --lr; 0: they stay as they are)")
+  cmd->add_option(
+      "--tune-from", o->tune_from,
+      "With --encoder: fine-tune the layers after this one up to --cut (e.g. --cut mixed7 --tune-from "
+      "mixed5); the feature cache holds this layer's grids. With --init-from a frozen ResNet model: its top units "
+      "start fine-tuning; from one fine-tuned after a later layer: more units tune, the tuned ones kept");
+  cmd->add_option("--tune-lr", o->tune_lr,
+                  "Learning rate of the fine-tuned encoder layers (decays like --lr; 0: they stay as they are)")
       ->capture_default_str();
-  cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")->capture_default_str();
-  cmd->add_option("--features", o->features, "With --encoder: feature cache of the images (default: <out>/features.feat, "
+  cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")
+      ->capture_default_str();
+  cmd->add_option("--features", o->features,
+                  "With --encoder: feature cache of the images (default: <out>/features.feat, "
                   "made if missing)");
   cmd->add_option("--val-features", o->val_features, "With --encoder: validation feature cache (default: --features)");
-  cmd->add_option("--mirror-features", o->mirror_features, "Augmentation: a cache of the training photos mirrored "
+  cmd->add_option("--mirror-features", o->mirror_features,
+                  "Augmentation: a cache of the training photos mirrored "
                   "(sat extract --mirror, same encoder and cut as --features); each step reads a photo's mirrored grid "
                   "with probability --mirror-prob, its captions with left and right swapped");
   cmd->add_option("--mirror-prob", o->mirror_prob, "With --mirror-features: the probability a photo is read mirrored")
       ->capture_default_str();
-  cmd->add_option("--blocks", o->blocks, "Encoder conv blocks: output channels, each 3x3 conv+BN+ReLU+2x2 max pool")->capture_default_str();
+  cmd->add_option("--blocks", o->blocks, "Encoder conv blocks: output channels, each 3x3 conv+BN+ReLU+2x2 max pool")
+      ->capture_default_str();
   cmd->add_option("--input-size", o->input_size, "Encoder input side in pixels")->capture_default_str();
-  cmd->add_option("--coord-channels", o->coord_channels, "Append (row, column) channels to the feature grid")->capture_default_str();
+  cmd->add_option("--coord-channels", o->coord_channels, "Append (row, column) channels to the feature grid")
+      ->capture_default_str();
   cmd->add_option("--embed", o->embed_dim, "Word embedding size")->capture_default_str();
   cmd->add_option("--hidden", o->hidden_dim, "LSTM hidden size")->capture_default_str();
   cmd->add_option("--attn", o->attn_dim, "Attention projection size")->capture_default_str();
-  cmd->add_option("--dropout", o->dropout, "Dropout on the LSTM output and the deep output layer")->capture_default_str();
-  cmd->add_option("--coverage", o->coverage, "Coverage-aware attention: the score also sees how much each location was attended so far")->capture_default_str();
-  cmd->add_option("--attention", o->attention, "soft, hard (sampled glimpse, REINFORCE), local (window around a "
-                  "predicted centre) or none (Show and Tell)")->capture_default_str();
-  cmd->add_option("--score", o->score, "Attention score: additive, dot, general, cosine or location")->capture_default_str();
-  cmd->add_option("--order", o->order, "bahdanau (attend with the previous state, context into the LSTM) or luong (LSTM first, "
-                  "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back) or updown (two LSTMs: the "
-                  "first attends with its new state, the second reads the context and speaks; Anderson et al. 2018)")->capture_default_str();
-  cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")->capture_default_str();
-  cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")->capture_default_str();
-  cmd->add_option("--hard-soft-prob", o->hard_soft_prob, "Hard attention: probability that a training step takes the expected (soft) context")->capture_default_str();
-  cmd->add_option("--hard-soft-warmup", o->hard_soft_warmup, "Hard attention: epochs over which that probability falls from 1 (all soft) to --hard-soft-prob")->capture_default_str();
-  cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")->capture_default_str();
-  cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")->capture_default_str();
-  cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")->capture_default_str();
-  cmd->add_option("--init-from", o->init_from, "Start from this trained model file (weights, vocabulary, sizes; "
-                                              "the model options above are then ignored, but for the sizes given with --fresh-decoder)");
-  cmd->add_flag("--fresh-decoder", o->fresh_decoder, "With --init-from: keep that model's encoder, vocabulary and "
-                "sizes, but start the decoder from --seed: with a pretrained encoder and --tune-lr 0 (its fine-tuned "
-                "layers stay as they are), another member for sat model ensemble (a small CNN encoder trains on, so "
-                "its members differ in their encoders); from an ensemble, another member over its encoder, its "
-                "first member's sizes; --embed, --hidden, --attn, --dropout and --order given with it set the new decoder's");
-  cmd->add_option("--objective", o->objective, "xe: cross-entropy on the references; cider: self-critical training "
-                                               "(needs --init-from): sampled captions rewarded by CIDEr-D")
+  cmd->add_option("--dropout", o->dropout, "Dropout on the LSTM output and the deep output layer")
+      ->capture_default_str();
+  cmd->add_option("--coverage", o->coverage,
+                  "Coverage-aware attention: the score also sees how much each location was attended so far")
+      ->capture_default_str();
+  cmd->add_option("--attention", o->attention,
+                  "soft, hard (sampled glimpse, REINFORCE), local (window around a "
+                  "predicted centre) or none (Show and Tell)")
+      ->capture_default_str();
+  cmd->add_option("--score", o->score, "Attention score: additive, dot, general, cosine or location")
+      ->capture_default_str();
+  cmd->add_option(
+         "--order", o->order,
+         "bahdanau (attend with the previous state, context into the LSTM) or luong (LSTM first, "
+         "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back) or updown (two LSTMs: the "
+         "first attends with its new state, the second reads the context and speaks; Anderson et al. 2018)")
+      ->capture_default_str();
+  cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")
+      ->capture_default_str();
+  cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")
+      ->capture_default_str();
+  cmd->add_option("--hard-soft-prob", o->hard_soft_prob,
+                  "Hard attention: probability that a training step takes the expected (soft) context")
+      ->capture_default_str();
+  cmd->add_option("--hard-soft-warmup", o->hard_soft_warmup,
+                  "Hard attention: epochs over which that probability falls from 1 (all soft) to --hard-soft-prob")
+      ->capture_default_str();
+  cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")
+      ->capture_default_str();
+  cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")
+      ->capture_default_str();
+  cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")
+      ->capture_default_str();
+  cmd->add_option("--init-from", o->init_from,
+                  "Start from this trained model file (weights, vocabulary, sizes; "
+                  "the model options above are then ignored, but for the sizes given with --fresh-decoder)");
+  cmd->add_flag(
+      "--fresh-decoder", o->fresh_decoder,
+      "With --init-from: keep that model's encoder, vocabulary and "
+      "sizes, but start the decoder from --seed: with a pretrained encoder and --tune-lr 0 (its fine-tuned "
+      "layers stay as they are), another member for sat model ensemble (a small CNN encoder trains on, so "
+      "its members differ in their encoders); from an ensemble, another member over its encoder, its "
+      "first member's sizes; --embed, --hidden, --attn, --dropout and --order given with it set the new decoder's");
+  cmd->add_option("--objective", o->objective,
+                  "xe: cross-entropy on the references; cider: self-critical training "
+                  "(needs --init-from): sampled captions rewarded by CIDEr-D")
       ->capture_default_str()
       ->check(CLI::IsMember({"xe", "cider"}));
-  cmd->add_option("--scst-samples", o->scst_samples, "Self-critical: captions sampled per image (the baseline of each "
-                                                     "is the mean reward of the others)")
+  cmd->add_option("--scst-samples", o->scst_samples,
+                  "Self-critical: captions sampled per image (the baseline of each "
+                  "is the mean reward of the others)")
       ->capture_default_str();
   cmd->add_option("--max-len", o->max_len, "Longest caption in words (longer ones are cut)")->capture_default_str();
-  cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")->capture_default_str();
-  cmd->add_option("--epochs", o->epochs, "Maximum number of epochs (0: write the initialized, untrained model)")->capture_default_str();
+  cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")
+      ->capture_default_str();
+  cmd->add_option("--epochs", o->epochs, "Maximum number of epochs (0: write the initialized, untrained model)")
+      ->capture_default_str();
   cmd->add_option("--batch", o->batch_images, "Images per batch (each brings its captions)")->capture_default_str();
-  cmd->add_option("--captions-per-image", o->captions_per_image, "Captions used per image and step (0 = all)")->capture_default_str();
+  cmd->add_option("--captions-per-image", o->captions_per_image, "Captions used per image and step (0 = all)")
+      ->capture_default_str();
   cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();
   cmd->add_option("--lr-decay", o->lr_decay, "Learning rate factor per epoch")->capture_default_str();
   cmd->add_option("--clip", o->clip, "Gradient-norm clipping threshold (0 = off)")->capture_default_str();
-  cmd->add_option("--label-smoothing", o->label_smoothing, "Cross-entropy training: put this much of the target's "
+  cmd->add_option("--label-smoothing", o->label_smoothing,
+                  "Cross-entropy training: put this much of the target's "
                   "probability evenly over the vocabulary instead of on the reference word (0: off; 0.1 is usual)")
       ->capture_default_str();
   cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")->capture_default_str();
-  cmd->add_option("--patience", o->patience, "Stop after this many epochs without a better validation score (--metric); with --resume, overrides the checkpoint's")->capture_default_str();
+  cmd->add_option("--patience", o->patience,
+                  "Stop after this many epochs without a better validation score (--metric); with --resume, overrides "
+                  "the checkpoint's")
+      ->capture_default_str();
   cmd->add_option("--val-limit", o->val_limit, "Validate on at most this many images (0 = all)")->capture_default_str();
-  cmd->add_option("--metric", o->metric, "Validation score that picks the best model and stops early: bleu4 or cider")->capture_default_str();
-  cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")->capture_default_str();
+  cmd->add_option("--metric", o->metric, "Validation score that picks the best model and stops early: bleu4 or cider")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")
+      ->capture_default_str();
   cmd->add_option("--seed", o->seed, "Random seed (initialization, order, dropout)")->capture_default_str();
-  cmd->add_option("--threads", o->threads, "Worker threads (0 = all cores; under mpirun, the rank's share of its machine's "
-                                           "cores); with --resume, overrides the checkpoint's")->capture_default_str();
+  cmd->add_option("--threads", o->threads,
+                  "Worker threads (0 = all cores; under mpirun, the rank's share of its machine's "
+                  "cores); with --resume, overrides the checkpoint's")
+      ->capture_default_str();
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
   cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs");
-  cmd->add_flag("--keep-epochs", o->keep_epochs, "Also write each epoch's model as model-epochN.sat (to choose an epoch "
-                "by other scores, such as beam search on all dev photos); with --resume at an epoch's end, that epoch's too");
+  cmd->add_flag(
+      "--keep-epochs", o->keep_epochs,
+      "Also write each epoch's model as model-epochN.sat (to choose an epoch "
+      "by other scores, such as beam search on all dev photos); with --resume at an epoch's end, that epoch's too");
   cmd->add_option("--stop-after", *stop_after, "End this run after N steps with a checkpoint (continue with --resume)");
-  cmd->add_option("--mpi-timeout", *mpi_timeout, "Under mpirun: seconds a rank waits for the others in one exchange "
+  cmd->add_option("--mpi-timeout", *mpi_timeout,
+                  "Under mpirun: seconds a rank waits for the others in one exchange "
                   "before it gives up, naming the exchange (a rank that hangs; 0: wait forever)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
@@ -108,7 +154,8 @@ void add_train_command(CLI::App& app) {
     if (o->command.empty()) {
       command = "sat train";
       for (auto* opt : cmd->get_options())
-        if (opt->count() > 0 && opt->get_name() != "--help") command += " " + opt->get_name() + " " + opt->as<std::string>();
+        if (opt->count() > 0 && opt->get_name() != "--help")
+          command += " " + opt->get_name() + " " + opt->as<std::string>();
       o->command = command;
     }
     for (const char* size : {"--embed", "--hidden", "--attn"})

@@ -32,9 +32,9 @@ void add_report_command(CLI::App& app);    // report (HTML page of captions, sco
 void add_serve_command(CLI::App& app);     // serve (HTTP server, tools/cli/server.hpp)
 std::string default_model_path();
 std::string default_encoder_path();  // the imported InceptionV3 (tools/import-inception.sh writes it)
-// The ranks of a data-parallel run (tools/cli/ranks.cpp): those mpirun started, when it started this process (each rank's
-// OpenMP threads then share the node's cores), else this process alone. Under mpirun, a sat built without MPI is an
-// error. watchdog_seconds: how long a rank waits in one exchange before it gives up (0: forever).
+// The ranks of a data-parallel run (tools/cli/ranks.cpp): those mpirun started, when it started this process (each
+// rank's OpenMP threads then share the node's cores), else this process alone. Under mpirun, a sat built without MPI is
+// an error. watchdog_seconds: how long a rank waits in one exchange before it gives up (0: forever).
 std::unique_ptr<Collective> join_ranks(double watchdog_seconds);
 // main, after an error: under mpirun, prints it naming the rank and ends the whole run (never returns then).
 void abort_ranks_after(const std::string& message);

@@ -17,8 +17,9 @@ std::unique_ptr<Collective> join_ranks(double watchdog_seconds) {
   if (ranks->size() > 1) omp_set_num_threads(threads_per_rank(ranks->ranks_on_this_node()));
   return ranks;
 #else
-  throw Error("mpirun started this sat, but it was built without MPI (cmake -DSAT_MPI=ON, with libopenmpi-dev): every "
-              "rank would train alone and write the same files");
+  throw Error(
+      "mpirun started this sat, but it was built without MPI (cmake -DSAT_MPI=ON, with libopenmpi-dev): every "
+      "rank would train alone and write the same files");
 #endif
 }
 

@@ -20,7 +20,9 @@ std::string default_encoder_path() {
   return join_path(shipped_models_dir(), "inception_v3.sat");
 }
 static std::string g_command_line;
-const std::string& command_line() { return g_command_line; }
+const std::string& command_line() {
+  return g_command_line;
+}
 }  // namespace sat
 
 // The sanitizer builds exit normally: LeakSanitizer checks at exit.
@@ -54,14 +56,16 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   app.fallthrough();  // --weights-dir may come after the command
-  app.add_option("--weights-dir", "Folder holding encoder weights that models name but do not contain (ResNet v2: "
-                                  "resnet_v2_101.safetensors, or a resnet_v2_101/ folder with it); then $SAT_WEIGHTS, "
-                                  "then ../shared/models beside the source checkout")
+  app.add_option("--weights-dir",
+                 "Folder holding encoder weights that models name but do not contain (ResNet v2: "
+                 "resnet_v2_101.safetensors, or a resnet_v2_101/ folder with it); then $SAT_WEIGHTS, "
+                 "then ../shared/models beside the source checkout")
       ->each([](const std::string& dir) { sat::set_weights_dir(dir); });
-  app.add_option("--encoder-precision", "A pretrained encoder's arithmetic: f32, bf16 (bfloat16 with float32 "
-                                        "accumulation: AMX on CPUs that have it), int8 (8-bit activations and "
-                                        "weights, ranges calibrated by sat model calibrate) or auto (bf16 where the "
-                                        "CPU computes it natively, else f32); default: what the model file stores (f32 if nothing)")
+  app.add_option("--encoder-precision",
+                 "A pretrained encoder's arithmetic: f32, bf16 (bfloat16 with float32 "
+                 "accumulation: AMX on CPUs that have it), int8 (8-bit activations and "
+                 "weights, ranges calibrated by sat model calibrate) or auto (bf16 where the "
+                 "CPU computes it natively, else f32); default: what the model file stores (f32 if nothing)")
       ->each([](const std::string& p) { sat::set_encoder_precision(sat::parse_precision(p)); });
   sat::add_synth_command(app);
   sat::add_train_command(app);

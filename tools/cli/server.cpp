@@ -51,7 +51,8 @@ std::vector<CaptionJob*> BatchQueue::next_batch(int max_batch, std::chrono::mill
   const auto deadline = std::chrono::steady_clock::now() + wait;
   const CaptionOptions first = jobs_.front()->options;
   auto matching = [&] {
-    return (int)std::count_if(jobs_.begin(), jobs_.end(), [&](CaptionJob* j) { return same_search(j->options, first); });
+    return (int)std::count_if(jobs_.begin(), jobs_.end(),
+                              [&](CaptionJob* j) { return same_search(j->options, first); });
   };
   while (!closed_ && matching() < max_batch && cv_.wait_until(lock, deadline) != std::cv_status::timeout) {
   }
@@ -84,7 +85,8 @@ const std::vector<double> ServerMetrics::kBatchBounds = {1, 2, 4, 8, 16, 32};
 void ServerMetrics::request(int status, double seconds) {
   std::lock_guard<std::mutex> lock(mu_);
   ++by_status_[status];
-  const size_t bucket = std::lower_bound(kLatencyBounds.begin(), kLatencyBounds.end(), seconds) - kLatencyBounds.begin();
+  const size_t bucket =
+      std::lower_bound(kLatencyBounds.begin(), kLatencyBounds.end(), seconds) - kLatencyBounds.begin();
   ++latency_counts_[bucket];
   latency_sum_ += seconds;
   ++latency_count_;
@@ -164,7 +166,8 @@ static bool parse_double(const std::string& s, double& out) {
 // error naming the parameter.
 static std::string whole_number(const std::string& key, const std::string& value, int lo, int hi, int& out) {
   if (parse_int(value, out) && out >= lo && out <= hi) return "";
-  return key + " must be a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + value + "'";
+  return key + " must be a whole number in [" + std::to_string(lo) + ", " + std::to_string(hi) + "], got '" + value +
+         "'";
 }
 static std::string number(const std::string& key, const std::string& value, int lo, int hi, double& out) {
   if (parse_double(value, out) && out >= lo && out <= hi) return "";
@@ -200,7 +203,8 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       out.attention = value == "1" || value == "true";
     } else {
       return "unknown parameter '" + key +
-             "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, beam_groups, diversity, candidates, "
+             "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, beam_groups, diversity, "
+             "candidates, "
              "include, attention)";
     }
     if (!bad.empty()) return bad;
@@ -212,7 +216,8 @@ std::string caption_json(const CaptionResult& r, bool attention) {
   json j = {{"caption", r.text}, {"words", r.words}, {"logprob", r.logprob}};
   if (attention) {
     json grids = json::array();
-    for (const AttentionGrid& g : r.attention) grids.push_back({{"rows", g.rows}, {"cols", g.cols}, {"weights", g.weights}});
+    for (const AttentionGrid& g : r.attention)
+      grids.push_back({{"rows", g.rows}, {"cols", g.cols}, {"weights", g.weights}});
     j["attention"] = std::move(grids);
     if (!r.glimpses.empty()) {
       json glimpses = json::array();
@@ -223,8 +228,8 @@ std::string caption_json(const CaptionResult& r, bool attention) {
   if (!r.candidates.empty()) {
     json list = json::array();
     for (const CaptionCandidate& c : r.candidates) {
-      json one = {{"rank", c.rank},   {"caption", c.text}, {"logprob", c.logprob}, {"score", c.score},
-                  {"agreement", c.agreement}, {"total", c.total}, {"chosen", c.chosen}};
+      json one = {{"rank", c.rank},           {"caption", c.text}, {"logprob", c.logprob}, {"score", c.score},
+                  {"agreement", c.agreement}, {"total", c.total},  {"chosen", c.chosen}};
       if (c.memory_photo >= 0) one["memory_photo"] = c.memory_photo;
       list.push_back(std::move(one));
     }
@@ -237,7 +242,9 @@ namespace {
 // Set by the signal handler (any thread may receive the signal); a lock-free atomic is async-signal-safe.
 std::atomic<int> stop_signal{0};
 static_assert(std::atomic<int>::is_always_lock_free);
-extern "C" void on_stop_signal(int signal) { stop_signal = signal; }
+extern "C" void on_stop_signal(int signal) {
+  stop_signal = signal;
+}
 }  // namespace
 
 void install_stop_handler() {
@@ -323,7 +330,8 @@ void answer_caption(const Captioner& captioner, BatchQueue& queue, const ServerO
 
 void serve(const Captioner& captioner, const std::string& model_path, const ServerOptions& opt) {
   if (opt.max_batch < 1 || opt.queue < 1 || opt.batch_wait_ms < 0 || opt.http_threads < 1 || opt.max_bytes < 1)
-    throw Error("serve: --max-batch, --queue, --threads and --max-bytes must be positive, --batch-wait-ms not negative");
+    throw Error(
+        "serve: --max-batch, --queue, --threads and --max-bytes must be positive, --batch-wait-ms not negative");
   install_stop_handler();
   load_image_codecs();  // now, not at the first request (and an install without them is refused at start)
 
@@ -447,7 +455,8 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
   std::thread stopper([&] {
     while (!stop_signal && !listening_ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
     if (stop_signal)
-      std::fprintf(stderr, "sat serve: %s: finishing the requests already accepted\n", stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
+      std::fprintf(stderr, "sat serve: %s: finishing the requests already accepted\n",
+                   stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
     http.stop();
   });
   std::fprintf(stderr, "sat serve: listening on http://%s:%d (model %s, batches of up to %d, queue %d)\n",

@@ -19,10 +19,10 @@ struct ServerOptions {
   std::string host = "127.0.0.1";
   int port = 8080;  // 0: any free port (printed when listening)
   int max_batch = 8;
-  int batch_wait_ms = 5;   // after the first image of a batch, how long to wait for more
-  int queue = 64;          // images waiting for the network at most; more get 503
+  int batch_wait_ms = 5;  // after the first image of a batch, how long to wait for more
+  int queue = 64;         // images waiting for the network at most; more get 503
   size_t max_bytes = 20u << 20;
-  int http_threads = 16;   // connections served at once
+  int http_threads = 16;  // connections served at once
 };
 
 // One image waiting for the network, and where its caption goes.

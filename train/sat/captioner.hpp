@@ -58,8 +58,8 @@ struct CaptionOptions {
   // A word every caption must say (constrained beam search: the best caption with it, chosen among those as the model
   // chooses among a beam's); "": none. A word the model does not know throws sat::Error.
   std::string include;
-  bool attention = false;              // fill CaptionResult::attention (and ::glimpses for hard attention)
-  int candidates = 0;                  // fill CaptionResult::candidates with the N best (and the kept one); at most 100
+  bool attention = false;  // fill CaptionResult::attention (and ::glimpses for hard attention)
+  int candidates = 0;      // fill CaptionResult::candidates with the N best (and the kept one); at most 100
 };
 
 // Where the model looked while emitting one word: weights over the encoder's grid, row-major rows x cols, summing
@@ -78,20 +78,20 @@ struct Glimpse {
 // A caption the search considered (CaptionOptions::candidates): why the kept one was kept.
 struct CaptionCandidate {
   std::string text;
-  int rank = 0;            // 1: the best score
-  double logprob = 0;      // as CaptionResult::logprob
-  double score = 0;        // what the beam ranks by: logprob / (words + 1)^length_norm
-  double agreement = 0;    // consensus reranking: CIDEr-D against the nearest training photos' captions (else 0)
-  double total = 0;        // score + consensus weight x agreement: the kept candidate has the highest
-  bool chosen = false;     // the caption returned
-  int memory_photo = -1;   // a caption of this memory photo (CaptionOptions::memory_candidates); -1: the beam's
+  int rank = 0;           // 1: the best score
+  double logprob = 0;     // as CaptionResult::logprob
+  double score = 0;       // what the beam ranks by: logprob / (words + 1)^length_norm
+  double agreement = 0;   // consensus reranking: CIDEr-D against the nearest training photos' captions (else 0)
+  double total = 0;       // score + consensus weight x agreement: the kept candidate has the highest
+  bool chosen = false;    // the caption returned
+  int memory_photo = -1;  // a caption of this memory photo (CaptionOptions::memory_candidates); -1: the beam's
 };
 struct CaptionResult {
   std::vector<std::string> words;
-  std::string text;                     // the words joined by single spaces
-  double logprob = 0;                   // natural log of the caption's probability, its end included
-  std::vector<AttentionGrid> attention;  // with CaptionOptions::attention: one per word (none: attention "none")
-  std::vector<Glimpse> glimpses;         // with CaptionOptions::attention and a hard-attention model: one per word
+  std::string text;                          // the words joined by single spaces
+  double logprob = 0;                        // natural log of the caption's probability, its end included
+  std::vector<AttentionGrid> attention;      // with CaptionOptions::attention: one per word (none: attention "none")
+  std::vector<Glimpse> glimpses;             // with CaptionOptions::attention and a hard-attention model: one per word
   std::vector<CaptionCandidate> candidates;  // with CaptionOptions::candidates: best score first
 };
 
@@ -104,12 +104,12 @@ struct ModelInfo {
   int beam = 0;        // the stored search settings CaptionOptions falls back to
   double length_norm = 0;
   int no_repeat_ngram = 0;
-  int memory_photos = 0;        // the caption memory's photos (0: none)
-  double consensus_weight = 0;  // consensus reranking's stored weight (0: off)
-  int memory_candidates = 0;    // how many nearest memory photos' captions join the beam's candidates (0: none)
-  int beam_groups = 1;          // diverse beam search's groups (1: plain beam search)
-  double diversity = 0;         // and its penalty
-  std::string attention;  // "soft", "local", "hard" or "none"
+  int memory_photos = 0;          // the caption memory's photos (0: none)
+  double consensus_weight = 0;    // consensus reranking's stored weight (0: off)
+  int memory_candidates = 0;      // how many nearest memory photos' captions join the beam's candidates (0: none)
+  int beam_groups = 1;            // diverse beam search's groups (1: plain beam search)
+  double diversity = 0;           // and its penalty
+  std::string attention;          // "soft", "local", "hard" or "none"
   std::string encoder_precision;  // what the encoder computes in: "f32", "bf16" or "int8" ("f32" for a model's own CNN)
 };
 
@@ -138,7 +138,7 @@ class SAT_API Captioner {
   std::vector<CaptionResult> caption_files(const std::vector<std::string>& paths,
                                            const CaptionOptions& options = {}) const;
   std::vector<CaptionResult> caption_bytes(const std::vector<std::vector<uint8_t>>& images,
-                                     const CaptionOptions& options = {}) const;
+                                           const CaptionOptions& options = {}) const;
 
   ModelInfo info() const;
   // Throws sat::Error saying what is wrong with `options` (a value out of range, a setting the model cannot use, a
