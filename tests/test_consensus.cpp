@@ -16,7 +16,7 @@
 #include "train/consensus.hpp"
 #include "train/metrics.hpp"
 #include "train/model.hpp"
-#include "tests/search_with.hpp"
+#include "tests/model_fixtures.hpp"
 
 using namespace sat;
 using test::error_of;
@@ -619,17 +619,11 @@ TEST_CASE("consensus: the memory's scorer builds in the background; its errors c
 
 TEST_CASE("search options: resolved against the model in one place, unset fields taking its settings") {
   CaptionModel m;
-  m.encoder_config.input_size = 32;
-  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
-  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
-  m.decoder_config.embed_dim = 8;
-  m.decoder_config.hidden_dim = 12;
-  m.decoder_config.attn_dim = 6;
+  build_tiny_model(m);
   m.beam = 4;
   m.length_norm = 0.7;
   m.no_repeat_ngram = 3;
   m.beam_diversity = {2, 1.5};
-  m.build();
   auto error_of_options = [&](const SearchOptions& o, OptionSpelling spelling) -> std::string {
     try {
       resolve_search(m, o, "m.sat", spelling);

@@ -16,6 +16,7 @@
 #include "seq/search.hpp"
 #include "train/grounding.hpp"
 #include "train/metrics.hpp"
+#include "tests/model_fixtures.hpp"
 #include "train/model.hpp"
 #include "train/model_surgery.hpp"
 #include "train/recorded_paths.hpp"
@@ -28,17 +29,6 @@ namespace {
 using test::error_of;
 using test::TempDir;
 
-// A tiny CNN-encoder captioner (32x32 input, 8-channel blocks, three-word vocabulary), built but not initialized.
-void build_tiny_model(CaptionModel& m) {
-  m.encoder_config.input_size = 32;
-  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
-  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
-  m.decoder_config.embed_dim = 8;
-  m.decoder_config.hidden_dim = 12;
-  m.decoder_config.attn_dim = 6;
-  m.max_len = 6;
-  m.build();
-}
 }  // namespace
 
 TEST_CASE("tokenizer and vocabulary") {

@@ -1,10 +1,23 @@
-// The searches the tests run, as CaptionModel::search takes them: the model's stored settings with some replaced.
+// Models and searches the tests share: a tiny captioner, and the searches as CaptionModel::search takes them.
 #pragma once
 #include <optional>
 
 #include "train/model.hpp"
 
 namespace sat {
+
+// A tiny CNN-encoder captioner (32x32 input, 8-channel blocks, a five-word vocabulary), built but not initialized.
+inline void build_tiny_model(CaptionModel& m) {
+  m.encoder_config.input_size = 32;
+  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
+  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
+  m.decoder_config.embed_dim = 8;
+  m.decoder_config.hidden_dim = 12;
+  m.decoder_config.attn_dim = 6;
+  m.max_len = 6;
+  m.build();
+}
+
 
 // beam, length norm and no-repeat always; the consensus weight, memory candidates and diversity when given;
 // candidates > 0: every candidate the search considered, not only the kept one.
