@@ -205,20 +205,33 @@ cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name)
   return img;
 }
 
-void image_to_planes(const cv::Mat& bgr, int size, const float mean[3], const float stdev[3], float* out) {
+// The photo at size x size: as it is when it has that size, else shrunk by pixel area or enlarged bilinearly.
+static cv::Mat resized_to(const cv::Mat& bgr, int size) {
+  if (bgr.rows == size && bgr.cols == size) return bgr;
   cv::Mat resized;
-  if (bgr.rows == size && bgr.cols == size) {
-    resized = bgr;
-  } else {
-    bool shrink = bgr.rows > size || bgr.cols > size;
-    cv::resize(bgr, resized, cv::Size(size, size), 0, 0, shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
-  }
+  const bool shrink = bgr.rows > size || bgr.cols > size;
+  cv::resize(bgr, resized, cv::Size(size, size), 0, 0, shrink ? cv::INTER_AREA : cv::INTER_LINEAR);
+  return resized;
+}
+
+void image_to_planes(const cv::Mat& bgr, int size, const float mean[3], const float stdev[3], float* out) {
+  const cv::Mat resized = resized_to(bgr, size);
   const size_t plane = (size_t)size * size;
   for (int y = 0; y < size; ++y) {
     const cv::Vec3b* row = resized.ptr<cv::Vec3b>(y);
     for (int x = 0; x < size; ++x)
       for (int c = 0; c < 3; ++c)  // BGR -> RGB
         out[c * plane + (size_t)y * size + x] = (row[x][2 - c] / 255.f - mean[c]) / stdev[c];
+  }
+}
+
+void image_to_rgb255_planes(const cv::Mat& bgr, int size, float* out) {
+  const cv::Mat resized = resized_to(bgr, size);
+  const size_t plane = (size_t)size * size;
+  for (int y = 0; y < size; ++y) {
+    const cv::Vec3b* row = resized.ptr<cv::Vec3b>(y);
+    for (int x = 0; x < size; ++x)
+      for (int c = 0; c < 3; ++c) out[c * plane + (size_t)y * size + x] = row[x][2 - c];
   }
 }
 

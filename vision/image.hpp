@@ -19,5 +19,7 @@ cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name)
 
 // Resizes to size x size and writes planar RGB floats ((x/255 - mean) / std) into out (3*size*size).
 void image_to_planes(const cv::Mat& bgr, int size, const float mean[3], const float stdev[3], float* out);
+// The same without normalization: planar RGB values 0..255 as they are (what the object detector takes).
+void image_to_rgb255_planes(const cv::Mat& bgr, int size, float* out);
 
 }  // namespace sat

@@ -29,7 +29,8 @@ void add_encoder_commands(CLI::App& app);  // import-tfjs, extract
 void add_data_commands(CLI::App& app);     // data convert
 void add_model_commands(CLI::App& app);    // model info, model compact
 void add_report_command(CLI::App& app);    // report (HTML page of captions, scores, attention maps)
-void add_serve_command(CLI::App& app);     // serve (HTTP server, tools/cli/server.hpp)
+void add_serve_command(CLI::App& app);
+void add_detect_command(CLI::App& app);    // detect (the COCO objects in photos)     // serve (HTTP server, tools/cli/server.hpp)
 std::string default_model_path();
 std::string default_encoder_path();  // the imported InceptionV3 (tools/import-inception.sh writes it)
 // The ranks of a data-parallel run (tools/cli/ranks.cpp): those mpirun started, when it started this process (each

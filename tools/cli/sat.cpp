@@ -77,6 +77,7 @@ int main(int argc, char** argv) {
   sat::add_model_commands(app);
   sat::add_report_command(app);
   sat::add_serve_command(app);
+  sat::add_detect_command(app);
   try {
     app.parse(argc, argv);
     if (quick_exit_after(app)) {
