@@ -29,7 +29,7 @@ void CaptionModel::build(bool sync_encoder) {
 }
 
 std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut,
-                                                       int size, bool raw, bool build) {
+                                                       int size, bool raw, bool build, float object_scale) {
   PretrainedNet net = load_pretrained_net(encoder_file);
   auto m = std::make_unique<CaptionModel>();
   try {
@@ -37,6 +37,11 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
         EncoderConfig::make_pretrained(net.graph, cut, size > 0 ? size : net.input_size, net.mean, net.stdev, raw);
   } catch (const Error& e) {
     fail(encoder_file, e.what());
+  }
+  if (object_scale > 0.f) {
+    if (raw) fail(encoder_file, "object maps join the grid, not a raw layer's output (--raw)");
+    m->encoder_config.object_channels = (int)coco_class_names().size();
+    m->encoder_config.object_scale = object_scale;
   }
   if (!net.external_file.empty()) m->encoder_weights_path = encoder_file;
   m->encoder_config.weights_file = net.external_file;
@@ -77,6 +82,23 @@ void CaptionModel::sync_tuned() {
   pretrained = std::make_unique<PretrainedEncoder>(graph, encoder_weights, std::move(overlay),
                                                    encoder_config.input_size, "encoder weights", precision,
                                                    precision == Precision::int8 ? encoder_int8_ranges : Int8Ranges());
+  with_objects.reset();
+  if (encoder_config.object_channels == 0) {
+    detector.reset();
+    return;
+  }
+  if (tuned) throw Error("object maps with a fine-tuned encoder are not supported");
+  // the grid's arithmetic, except int8 (the grid's alone): then bf16 where the CPU has it natively, else f32
+  const Precision for_objects =
+      precision == Precision::f32 || !cpu_has_native_bf16() ? Precision::f32 : Precision::bf16;
+  if (!detector || detector->precision() != for_objects)
+    detector = load_object_detector(encoder_config.input_size, for_objects, "its object maps", weights_dir);
+  if (detector->classes() != encoder_config.object_channels)
+    throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes, the model takes " +
+                std::to_string(encoder_config.object_channels));
+  with_objects = std::make_unique<EncoderWithObjects>(
+      *pretrained, *detector, encoder_config.grid_h(), encoder_config.grid_w(), encoder_config.grid_channels(),
+      encoder_config.mean, encoder_config.stdev, encoder_config.object_scale);
 }
 
 void CaptionModel::drop_int8_ranges() {
@@ -160,6 +182,7 @@ void CaptionModel::load_plane(const std::string& path, float* out) const {
 }
 
 ImageEncoder* CaptionModel::image_encoder() const {
+  if (with_objects) return with_objects.get();
   if (pretrained) return pretrained.get();
   return cnn.get();
 }

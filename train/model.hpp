@@ -15,6 +15,8 @@
 #include "train/consensus.hpp"
 #include "train/search_policy.hpp"
 #include "vision/cnn.hpp"
+#include "vision/detector.hpp"
+#include "vision/objects_encoder.hpp"
 #include "vision/pretrained.hpp"
 #include "vision/tunable.hpp"
 
@@ -58,6 +60,11 @@ struct CaptionModel {
   std::string encoder_weights_path;               // where weights the model names (weights_file) were found
   std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained" (with the tuned blocks' current weights)
   std::unique_ptr<TunableBlocks> tuned;           // kind "pretrained" with tune_from: the layers being trained
+  // Object maps (EncoderConfig::object_channels): the COCO detector, found like the encoder weights (in
+  // weights_dir first), and the encoder that joins its maps to the grid (what image_encoder() then gives).
+  std::unique_ptr<ObjectDetector> detector;
+  std::unique_ptr<EncoderWithObjects> with_objects;
+  std::string weights_dir;
   std::unique_ptr<Decoder> decoder;
   // An ensemble (sat model ensemble): more decoders over the same encoder grid and vocabulary, each with its own
   // config and weights, stored as member2/..., member3/...; the searches average their word distributions with
@@ -113,7 +120,9 @@ struct CaptionModel {
 // (0: the file's default). What sat extract runs and sat train --encoder starts from. raw: the cut layer's own
 // output, not normalized for attention (ResNet v2) — what the layers fine-tuned after it read.
 // build=false leaves the encoder unbuilt for a caller that sets more of the model and builds it whole.
+// object_scale > 0: the grid is joined by the COCO detector's object maps times that (EncoderConfig::object_channels).
 std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut,
-                                                       int size, bool raw = false, bool build = true);
+                                                       int size, bool raw = false, bool build = true,
+                                                       float object_scale = 0.f);
 
 }  // namespace sat

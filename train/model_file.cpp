@@ -123,6 +123,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     fail(path, "model file version " + tf.meta("version", path) + " is not supported (expected " +
                    std::to_string(kModelVersion) + ")");
   auto m = std::make_unique<CaptionModel>();
+  m->weights_dir = weights_dir;
   m->encoder_precision_override = encoder_precision;
   std::shared_ptr<WeightsHashHeadStart> weights_hash;
   try {

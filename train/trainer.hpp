@@ -30,6 +30,7 @@ struct TrainOptions {
   std::string encoder;  // pretrained encoder file (empty: the small CNN below, trained end to end)
   std::string cut = "mixed5";
   int encoder_size = 0;      // pretrained input side (0: the encoder file's default)
+  float objects = 0.f;       // > 0: the COCO detector's object maps join the grid, times this (sat extract --objects)
   std::string features;      // feature cache for a pretrained encoder (default: <out>/features.feat, extracted)
   std::string val_features;  // validation feature cache (default: the same file)
   // Augmentation: a cache of the training photos mirrored left to right (sat extract --mirror). Each step reads a

@@ -60,6 +60,7 @@ nlohmann::json EncoderConfig::to_json() const {
                         {"graph", graph.to_json()}};
     if (!tune_from.empty()) j["tune_from"] = tune_from;  // absent when frozen: older files and caches keep their ids
     if (!weights_file.empty()) j["weights"] = {{"file", weights_file}, {"sha256", weights_sha256}};
+    if (object_channels > 0) j["objects"] = {{"channels", object_channels}, {"scale", object_scale}};  // else absent
     return j;
   }
   nlohmann::json bl = nlohmann::json::array();
@@ -92,6 +93,13 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
       }
       if (!p.tune_from.empty() && p.graph.index_of(p.tune_from) < 0)
         throw Error("encoder tune_from '" + p.tune_from + "' is not a layer of the encoder");
+      if (j.contains("objects")) {
+        p.object_channels = j.at("objects").at("channels").get<int>();
+        p.object_scale = j.at("objects").at("scale").get<float>();
+        if (p.object_channels != 80 || !(p.object_scale > 0.f && p.object_scale <= 1000.f))
+          throw Error("encoder objects need 80 channels and a scale in (0, 1000]");
+        if (!p.tune_from.empty()) throw Error("encoder object maps with a fine-tuned encoder are not supported");
+      }
       return p;
     } catch (const Error&) {
       throw;

@@ -43,6 +43,11 @@ struct EncoderConfig {
   // Weights kept outside the model file (ResNet v2 from ../shared/models, too large and not ours to copy): the
   // file's name and sha256. Empty: the encoder's weights are stored in the model file.
   std::string weights_file, weights_sha256;
+  // Object maps (vision/detector.hpp): the COCO detector's class heat on the same photo at input_size, max-pooled
+  // onto the grid and times object_scale, as object_channels (80) more features at each location after the grid's.
+  // 0: none. Frozen pretrained encoders only (a tuned one's caches hold the frozen part, not the grid).
+  int object_channels = 0;
+  float object_scale = 1.f;
 
   bool pretrained() const { return kind == "pretrained"; }
   bool tuned() const { return pretrained() && !tune_from.empty(); }
@@ -57,8 +62,9 @@ struct EncoderConfig {
   int grid_w() const;
   int locations() const { return grid_h() * grid_w(); }
   int feature_dim() const {
-    return pretrained() ? pretrained_channels : blocks.back().out_channels + (coord_channels ? 2 : 0);
+    return pretrained() ? pretrained_channels + object_channels : blocks.back().out_channels + (coord_channels ? 2 : 0);
   }
+  int grid_channels() const { return feature_dim() - object_channels; }  // the CNN's own, before the object maps
   nlohmann::json to_json() const;
   static EncoderConfig from_json(const nlohmann::json& j);  // throws Error on bad values
   // "16,32,64,128" -> 3x3 conv blocks with 2x2 pooling.

@@ -88,6 +88,7 @@ void add_encoder_commands(CLI::App& app) {
     std::string data, image_dir, images, out, encoder, cut = "mixed5", model;
     int size = 0;
     bool raw = false;
+    float objects = 0.f;
     ExtractOptions opt;
   };
   auto x = std::make_shared<ExArgs>();
@@ -109,6 +110,10 @@ void add_encoder_commands(CLI::App& app) {
   ex->add_flag("--raw", x->raw,
                "The cut layer's output as it is, not normalized for attention by the next unit's "
                "pre-activation (ResNet v2): the cache sat train --tune-from CUT reads");
+  ex->add_option("--objects", x->objects,
+                 "Join the COCO detector's class maps (sat detect) to the grid, times this (0: no); the cache then "
+                 "feeds models trained with sat train --objects")
+      ->check(CLI::Range(0.0, 1000.0));
   ex->add_option("--batch", x->opt.batch, "Images per encoder call")->capture_default_str();
   ex->add_flag("--skip-bad", x->opt.skip_bad,
                "Leave out images that cannot be read (each named on stderr, all listed "
@@ -120,7 +125,7 @@ void add_encoder_commands(CLI::App& app) {
   ex->callback([x] {
     std::unique_ptr<CaptionModel> model =
         x->model.empty() ? pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut,
-                                                    x->size, x->raw)
+                                                    x->size, x->raw, true, x->objects)
                          : CaptionModel::load(x->model);
     CaptionSet set = load_caption_set(x->data, x->image_dir, x->images);
     std::vector<std::string> paths, names;

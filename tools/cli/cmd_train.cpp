@@ -33,6 +33,10 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--tune-lr", o->tune_lr,
                   "Learning rate of the fine-tuned encoder layers (decays like --lr; 0: they stay as they are)")
       ->capture_default_str();
+  cmd->add_option("--objects", o->objects,
+                  "With --encoder: join the COCO detector's class maps (sat detect) to the grid, times this, as 80 "
+                  "more features per location (0: no; the cache: sat extract --objects with the same value)")
+      ->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")
       ->capture_default_str();
   cmd->add_option("--features", o->features,

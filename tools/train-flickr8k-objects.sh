@@ -1,0 +1,52 @@
+#!/usr/bin/env bash
+# The objects ablation on Flickr8k, like for like: one ResNet-101 v2 block3 grid at 448x448 (bf16, float16 cache) of
+# the 6000 training and 1000 dev photos, with the COCO detector's class maps joined to it (sat extract --objects
+# $SCALE: 80 more features per location), and the same grids without them (the first 1024 channels of each record,
+# copied by tools/feature-cache-slice.py into a cache whose header is a plain block3 extraction's): so the two arms
+# see bit-identical ResNet features. Each arm trains the first stage of tools/train-flickr8k-model.sh (soft additive
+# attention, 512 wide, Adam 4e-4 x 0.9 per epoch, batch 16, dropout 0.5) for $EPOCHS epochs with each seed in
+# $SEEDS, and ATTENTIONS adds arms with other attention flags (e.g. "hard" for --attention hard). Every epoch's
+# model is kept (RUN/model-epochN.sat); scores: sat eval ... --features CACHE (docs/results-flickr8k.md).
+# Resumable: rerun it after an interruption.
+# Usage: tools/train-flickr8k-objects.sh   (environment: SCALE, EPOCHS, SEEDS, ARMS, WORK, SAT)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+data=../shared/data/flickr8k
+weights=../shared/models/resnet_v2_101/resnet_v2_101.safetensors
+scale=${SCALE:-4}
+epochs=${EPOCHS:-4}
+seeds=${SEEDS:-1}
+arms=${ARMS:-objects resnet}  # objects: the grid and the class maps; resnet: the grid alone
+work=${WORK:-runs/objects}
+sat=${SAT:-build/sat}
+mkdir -p "$work"
+[ -f "$work/train_dev.txt" ] || cat "$data/train.txt" "$data/dev.txt" >"$work/train_dev.txt"
+with=$work/block3_448_objects$scale.feat
+without=$work/block3_448.feat
+if [ ! -f "$with" ]; then
+  "$sat" --encoder-precision bf16 extract --data "$data" --images "$work/train_dev.txt" --out "$with" \
+    --encoder "$weights" --cut block3 --size 448 --objects "$scale"
+fi
+if [ ! -f "$without" ]; then  # the header of a plain extraction (one photo), the records of the one above
+  head -1 "$work/train_dev.txt" >"$work/one.txt"
+  "$sat" --encoder-precision bf16 extract --data "$data" --images "$work/one.txt" --out "$work/one.feat" \
+    --encoder "$weights" --cut block3 --size 448
+  /usr/bin/python3 tools/feature-cache-slice.py "$with" "$work/one.feat" "$without"
+fi
+for seed in $seeds; do
+  for arm in $arms; do
+    run=$work/$arm-seed$seed
+    if [ -f "$run/model-epoch$epochs.sat" ]; then continue; fi
+    if [ -f "$run/checkpoint.sat" ]; then
+      "$sat" train --resume "$run/checkpoint.sat"
+      continue
+    fi
+    features=$without objects=()
+    [ "$arm" = objects ] && features=$with objects=(--objects "$scale")
+    "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
+      --encoder "$weights" --cut block3 --encoder-size 448 "${objects[@]}" --features "$features" \
+      --embed 512 --hidden 512 --attn 512 --dropout 0.5 --attention soft --score additive --min-count 5 \
+      --epochs "$epochs" --batch 16 --lr 4e-4 --lr-decay 0.9 --penalty 1 --patience "$epochs" --val-limit 200 \
+      --metric bleu4 --checkpoint-every 100 --seed "$seed" --keep-epochs --out "$run"
+  done
+done

@@ -1,0 +1,47 @@
+#include "vision/objects_encoder.hpp"
+
+#include <string>
+
+#include "datasets/io.hpp"
+
+namespace sat {
+
+EncoderWithObjects::EncoderWithObjects(ImageEncoder& grid, ObjectDetector& detector, int grid_h, int grid_w,
+                                       int grid_channels, const float mean[3], const float stdev[3], float scale)
+    : grid_(grid), detector_(detector), grid_h_(grid_h), grid_w_(grid_w), grid_channels_(grid_channels), scale_(scale) {
+  for (int c = 0; c < 3; ++c) mean_[c] = mean[c], stdev_[c] = stdev[c];
+  if (detector.map_size() % grid_h || detector.map_size() % grid_w)
+    throw Error("the detector's " + std::to_string(detector.map_size()) + "x" + std::to_string(detector.map_size()) +
+                " class maps do not pool onto the " + std::to_string(grid_h) + "x" + std::to_string(grid_w) + " grid");
+}
+
+void EncoderWithObjects::encode(const float* images, int n, std::vector<float>& grid) {
+  grid_.encode(images, n, base_);
+  // The detector takes RGB 0..255 as it is: the planes' normalization undone.
+  const size_t plane = (size_t)detector_.input_size() * detector_.input_size();
+  rgb_.resize((size_t)n * 3 * plane);
+  for (int b = 0; b < n; ++b)
+    for (int c = 0; c < 3; ++c) {
+      const float* from = images + ((size_t)b * 3 + c) * plane;
+      float* to = rgb_.data() + ((size_t)b * 3 + c) * plane;
+      const float a = 255.f * stdev_[c], o = 255.f * mean_[c];
+      for (size_t k = 0; k < plane; ++k) to[k] = from[k] * a + o;
+    }
+  detector_.forward(rgb_.data(), n, heat_);
+  const int L = grid_h_ * grid_w_, K = detector_.classes(), D = grid_channels_ + K;
+  const size_t map = (size_t)detector_.map_size() * detector_.map_size() * K;
+  pooled_.resize((size_t)L * K);
+  grid.resize((size_t)n * L * D);
+  for (int b = 0; b < n; ++b) {
+    pool_class_maps(heat_.data() + b * map, detector_.map_size(), detector_.map_size(), K, grid_h_, grid_w_,
+                    pooled_.data());
+    for (int l = 0; l < L; ++l) {
+      float* row = grid.data() + ((size_t)b * L + l) * D;
+      const float* g = base_.data() + ((size_t)b * L + l) * grid_channels_;
+      std::copy(g, g + grid_channels_, row);
+      for (int k = 0; k < K; ++k) row[grid_channels_ + k] = scale_ * pooled_[(size_t)l * K + k];
+    }
+  }
+}
+
+}  // namespace sat

@@ -1,0 +1,30 @@
+// A grid encoder and the object detector as one encoder: each location's features are the grid's, then the
+// detector's class heat on the same photo, max-pooled onto the grid (vision/detector.hpp: pool_class_maps) and
+// scaled. The decoder sees an object map as 80 more numbers per location that already mean "a dog is centred here".
+#pragma once
+#include <vector>
+
+#include "vision/detector.hpp"
+#include "vision/image_encoder.hpp"
+
+namespace sat {
+
+class EncoderWithObjects : public ImageEncoder {
+ public:
+  // grid: gives grid_h x grid_w x grid_channels per image from planes normalized with mean / stdev at the detector's
+  // input size. Both encoders are the caller's and outlive this one.
+  EncoderWithObjects(ImageEncoder& grid, ObjectDetector& detector, int grid_h, int grid_w, int grid_channels,
+                     const float mean[3], const float stdev[3], float scale);
+  void encode(const float* images, int n, std::vector<float>& grid) override;
+  Precision precision() const override { return grid_.precision(); }
+  int channels() const { return grid_channels_ + detector_.classes(); }
+
+ private:
+  ImageEncoder& grid_;
+  ObjectDetector& detector_;
+  int grid_h_, grid_w_, grid_channels_;
+  float mean_[3], stdev_[3], scale_;
+  std::vector<float> base_, rgb_, heat_, pooled_;
+};
+
+}  // namespace sat
