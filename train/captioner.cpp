@@ -78,11 +78,13 @@ struct __attribute__((visibility("hidden"))) Captioner::Impl {
   std::mutex network;
 
   SearchSettings resolve(const CaptionOptions& options) const {
+    if (!(options.object_threshold >= 0 && options.object_threshold <= 1))
+      throw Error("object_threshold must be in [0, 1], got " + std::to_string(options.object_threshold));
     return resolve_search(*model, search_options(options), path);
   }
   // n images' planes (n x 3 x S x S, in the model's normalization) to captions, through the one inference path.
   std::vector<CaptionResult> caption_planes(const std::vector<float>& planes, int n, const SearchSettings& search,
-                                            bool attention);
+                                            const CaptionOptions& options);
   CaptionResult to_caption(const Hypothesis& h, bool attention) const;
   // Decodes and resizes in the calling thread: `image(i, planes_i)` writes image i's planes.
   template <typename Image>
@@ -92,7 +94,7 @@ struct __attribute__((visibility("hidden"))) Captioner::Impl {
     const size_t plane = (size_t)3 * S * S;
     std::vector<float> planes(n * plane);
     for (size_t i = 0; i < n; ++i) image(i, planes.data() + i * plane);
-    return caption_planes(planes, (int)n, search, options.attention);
+    return caption_planes(planes, (int)n, search, options);
   }
   void to_planes(const cv::Mat& bgr, float* out) const {
     image_to_planes(bgr, model->encoder_config.input_size, model->encoder_config.mean, model->encoder_config.stdev,
@@ -101,17 +103,23 @@ struct __attribute__((visibility("hidden"))) Captioner::Impl {
 };
 
 std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<float>& planes, int n,
-                                                           const SearchSettings& search, bool attention) {
+                                                           const SearchSettings& search,
+                                                           const CaptionOptions& options) {
   std::vector<CandidateList> lists;
+  std::vector<std::vector<DetectedObject>> objects;
   {
     std::lock_guard<std::mutex> lock(network);
     ThreadCount team(threads);
     lists = sat::caption_planes(*model, planes.data(), n, search, kMaxBatch);
+    if (options.objects) objects = detect_planes(*model, planes.data(), n, (float)options.object_threshold);
   }
   std::vector<CaptionResult> out;
   out.reserve(lists.size());
   for (const CandidateList& list : lists) {
-    out.push_back(to_caption(list.kept(), attention));
+    out.push_back(to_caption(list.kept(), options.attention));
+    if (options.objects)
+      for (const DetectedObject& d : objects[out.size() - 1])
+        out.back().objects.push_back({coco_class_names()[d.cls], d.score, d.x, d.y});
     for (int k : search.candidates > 0 ? list.shown(search.candidates) : std::vector<int>{}) {
       const Candidate& c = list.candidates[k];
       CaptionCandidate one;

@@ -58,6 +58,21 @@ std::vector<CandidateList> caption_cached(CaptionModel& model, const float* grid
   return model.search(decoder_features(model, grids, n), n, search);
 }
 
+std::vector<std::vector<DetectedObject>> detect_planes(CaptionModel& model, const float* planes, int n,
+                                                       float threshold) {
+  ObjectDetector& detector = model.object_detector();
+  const EncoderConfig& e = model.encoder_config;
+  const size_t pixels = (size_t)e.input_size * e.input_size;
+  std::vector<float> rgb((size_t)n * 3 * pixels), heat;
+  planes_to_rgb255(planes, n, pixels, e.mean, e.stdev, rgb.data());
+  detector.forward(rgb.data(), n, heat);
+  const int side = detector.map_size(), K = detector.classes();
+  std::vector<std::vector<DetectedObject>> out;
+  for (int b = 0; b < n; ++b)
+    out.push_back(class_peaks(heat.data() + (size_t)b * side * side * K, side, side, K, threshold));
+  return out;
+}
+
 std::vector<std::vector<std::string>> kept_words(const CaptionModel& model, const std::vector<CandidateList>& lists) {
   std::vector<std::vector<std::string>> out;
   out.reserve(lists.size());

@@ -27,6 +27,10 @@ std::vector<CandidateList> caption_planes(CaptionModel& model, const float* plan
 // n cached grids (n records of model.encoder_config.cache_config(), as sat extract writes them): through the model's
 // tuned encoder blocks when it has them, then searched.
 std::vector<CandidateList> caption_cached(CaptionModel& model, const float* grids, int n, const SearchSettings& search);
+// The COCO objects in n images' planes (as caption_planes takes them), through the model's detector
+// (CaptionModel::object_detector): per image, each class whose heat peaks at or above `threshold`, best first.
+std::vector<std::vector<DetectedObject>> detect_planes(CaptionModel& model, const float* planes, int n,
+                                                       float threshold);
 // The kept caption's words of each list.
 std::vector<std::vector<std::string>> kept_words(const CaptionModel& model, const std::vector<CandidateList>& lists);
 

@@ -88,11 +88,7 @@ void CaptionModel::sync_tuned() {
     return;
   }
   if (tuned) throw Error("object maps with a fine-tuned encoder are not supported");
-  // the grid's arithmetic, except int8 (the grid's alone): then bf16 where the CPU has it natively, else f32
-  const Precision for_objects =
-      precision == Precision::f32 || !cpu_has_native_bf16() ? Precision::f32 : Precision::bf16;
-  if (!detector || detector->precision() != for_objects)
-    detector = load_object_detector(encoder_config.input_size, for_objects, "its object maps", weights_dir);
+  object_detector();
   if (detector->classes() != encoder_config.object_channels)
     throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes, the model takes " +
                 std::to_string(encoder_config.object_channels));
@@ -179,6 +175,18 @@ std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& pat
 
 void CaptionModel::load_plane(const std::string& path, float* out) const {
   image_to_planes(load_image_bgr(path), encoder_config.input_size, encoder_config.mean, encoder_config.stdev, out);
+}
+
+ObjectDetector& CaptionModel::object_detector() {
+  // the encoder's arithmetic, except int8 (the grid's alone): then bf16 where the CPU has it natively, else f32
+  const Precision for_objects =
+      encoder_precision_in_use() == Precision::f32 || !cpu_has_native_bf16() ? Precision::f32 : Precision::bf16;
+  if (encoder_config.input_size % 32)
+    throw Error("object detection needs an input side that is a multiple of 32; this model takes " +
+                std::to_string(encoder_config.input_size));
+  if (!detector || detector->precision() != for_objects)
+    detector = load_object_detector(encoder_config.input_size, for_objects, "object detection", weights_dir);
+  return *detector;
 }
 
 ImageEncoder* CaptionModel::image_encoder() const {

@@ -105,6 +105,9 @@ struct CaptionModel {
   void load_plane(const std::string& path, float* out) const;
   // The model's encoder, whichever kind it is (null before build()).
   ImageEncoder* image_encoder() const;
+  // The COCO detector at the model's input size: the model's own when it has object maps, else loaded now (found like
+  // encoder weights). An input size that is not a multiple of 32 is an Error.
+  ObjectDetector& object_detector();
   // Inference-mode encoder over n images' planes: N*L x D features.
   Mat encode(const float* planes, int n);
   Mat encode(const std::vector<float>& planes, int n) { return encode(planes.data(), n); }

@@ -448,6 +448,15 @@ std::vector<DetectedObject> class_peaks(const float* heat, int map_h, int map_w,
   return out;
 }
 
+nlohmann::json objects_to_json(const std::vector<DetectedObject>& found) {
+  const auto three = [](float v) { return std::round(v * 1000.0) / 1000.0; };
+  nlohmann::json out = nlohmann::json::array();
+  for (const DetectedObject& d : found)
+    out.push_back(
+        {{"class", coco_class_names()[d.cls]}, {"score", three(d.score)}, {"x", three(d.x)}, {"y", three(d.y)}});
+  return out;
+}
+
 void pool_class_maps(const float* heat, int map_h, int map_w, int classes, int grid_h, int grid_w, float* out) {
   if (grid_h < 1 || grid_w < 1 || map_h % grid_h || map_w % grid_w)
     throw Error("the class maps (" + std::to_string(map_h) + "x" + std::to_string(map_w) + ") do not pool onto a " +

@@ -10,6 +10,8 @@
 #include <string>
 #include <vector>
 
+#include <nlohmann/json.hpp>
+
 #include "vision/detector_net.hpp"
 #include "vision/onednn.hpp"
 
@@ -74,6 +76,8 @@ struct DetectedObject {
 };
 // Per class, its highest peak when at least `threshold`, best first. heat: one image's map_h x map_w x classes.
 std::vector<DetectedObject> class_peaks(const float* heat, int map_h, int map_w, int classes, float threshold);
+// As JSON for the front ends: [{"class": "dog", "score": 0.366, "x": 0.41, "y": 0.62}] (three decimals).
+nlohmann::json objects_to_json(const std::vector<DetectedObject>& found);
 // The heat max-pooled onto a grid_h x grid_w grid (each cell the largest value of the map cells it covers, the map's
 // side a multiple of the grid's): out is grid_h x grid_w x classes, cells in raster order.
 void pool_class_maps(const float* heat, int map_h, int map_w, int classes, int grid_h, int grid_w, float* out);

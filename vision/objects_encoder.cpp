@@ -6,6 +6,17 @@
 
 namespace sat {
 
+void planes_to_rgb255(const float* planes, int n, size_t pixels, const float mean[3], const float stdev[3],
+                      float* out) {
+  for (int b = 0; b < n; ++b)
+    for (int c = 0; c < 3; ++c) {
+      const float* from = planes + ((size_t)b * 3 + c) * pixels;
+      float* to = out + ((size_t)b * 3 + c) * pixels;
+      const float a = 255.f * stdev[c], o = 255.f * mean[c];
+      for (size_t k = 0; k < pixels; ++k) to[k] = from[k] * a + o;
+    }
+}
+
 EncoderWithObjects::EncoderWithObjects(ImageEncoder& grid, ObjectDetector& detector, int grid_h, int grid_w,
                                        int grid_channels, const float mean[3], const float stdev[3], float scale)
     : grid_(grid), detector_(detector), grid_h_(grid_h), grid_w_(grid_w), grid_channels_(grid_channels), scale_(scale) {
@@ -20,13 +31,7 @@ void EncoderWithObjects::encode(const float* images, int n, std::vector<float>& 
   // The detector takes RGB 0..255 as it is: the planes' normalization undone.
   const size_t plane = (size_t)detector_.input_size() * detector_.input_size();
   rgb_.resize((size_t)n * 3 * plane);
-  for (int b = 0; b < n; ++b)
-    for (int c = 0; c < 3; ++c) {
-      const float* from = images + ((size_t)b * 3 + c) * plane;
-      float* to = rgb_.data() + ((size_t)b * 3 + c) * plane;
-      const float a = 255.f * stdev_[c], o = 255.f * mean_[c];
-      for (size_t k = 0; k < plane; ++k) to[k] = from[k] * a + o;
-    }
+  planes_to_rgb255(images, n, plane, mean_, stdev_, rgb_.data());
   detector_.forward(rgb_.data(), n, heat_);
   const int L = grid_h_ * grid_w_, K = detector_.classes(), D = grid_channels_ + K;
   const size_t map = (size_t)detector_.map_size() * detector_.map_size() * K;

@@ -9,6 +9,9 @@
 
 namespace sat {
 
+// n images' planes normalized as (RGB / 255 - mean) / stdev, back to RGB 0..255 (what the detector takes).
+void planes_to_rgb255(const float* planes, int n, size_t pixels, const float mean[3], const float stdev[3], float* out);
+
 class EncoderWithObjects : public ImageEncoder {
  public:
   // grid: gives grid_h x grid_w x grid_channels per image from planes normalized with mean / stdev at the detector's

@@ -60,6 +60,17 @@ void print_candidates(const CaptionModel& model, const CandidateList& list, int 
   }
 }
 
+// Found objects as "person 0.479, dog 0.366" ("none" when nothing peaked above the threshold).
+std::string objects_text(const std::vector<DetectedObject>& found) {
+  std::string out;
+  for (const DetectedObject& d : found) {
+    char score[16];
+    std::snprintf(score, sizeof score, "%.3f", d.score);
+    out += (out.empty() ? "" : ", ") + coco_class_names()[d.cls] + " " + score;
+  }
+  return out.empty() ? "none" : out;
+}
+
 nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& list, int shown) {
   nlohmann::json out = nlohmann::json::array();
   for (int k : list.shown(shown)) {
@@ -129,7 +140,8 @@ void add_caption_commands(CLI::App& app) {
     std::string model = default_model_path();
     SearchFlags search;
     int batch = 16, candidates = 0;
-    bool json = false, timing = false, quiet = false;
+    bool json = false, timing = false, quiet = false, objects = false;
+    float object_threshold = 0.3f;
   };
   auto a = std::make_shared<CaptionArgs>();
   auto* cap = app.add_subcommand("caption", "Caption images (files or directories of images)");
@@ -143,6 +155,12 @@ void add_caption_commands(CLI::App& app) {
                   "one is marked *")
       ->check(CLI::Range(1, kMaxBeam));
   cap->add_flag("--json", a->json, "Print JSON: [{\"file\", \"caption\"}] (with --candidates, each image's list too)");
+  cap->add_flag("--objects", a->objects,
+                "Also name the COCO objects the detector finds (sat detect), with their peak scores: a line after "
+                "the caption, or \"objects\" in --json");
+  cap->add_option("--object-threshold", a->object_threshold, "With --objects: the lowest peak shown")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
   cap->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal, for more than one batch)");
   cap->callback([a] {
@@ -204,11 +222,14 @@ void add_caption_commands(CLI::App& app) {
       if (good.empty()) continue;
       const std::vector<CandidateList> lists =
           caption_planes(*model, planes.data(), (int)good.size(), search, (int)good.size(), &timing);
+      std::vector<std::vector<DetectedObject>> objects;
+      if (a->objects) objects = detect_planes(*model, planes.data(), (int)good.size(), a->object_threshold);
       for (size_t i = 0; i < good.size(); ++i) {
         std::string caption = join_words(model->vocab.decode(lists[i].kept().tokens));
         if (a->json) {
           nlohmann::json one = {{"file", good[i]}, {"caption", caption}};
           if (a->candidates > 0) one["candidates"] = candidates_json(*model, lists[i], a->candidates);
+          if (a->objects) one["objects"] = objects_to_json(objects[i]);
           out.push_back(one);
           continue;
         }
@@ -216,6 +237,7 @@ void add_caption_commands(CLI::App& app) {
           std::printf("%s\n", caption.c_str());
         else
           std::printf("%s\t%s\n", good[i].c_str(), caption.c_str());
+        if (a->objects) std::printf("  objects: %s\n", objects_text(objects[i]).c_str());
         if (a->candidates > 0) print_candidates(*model, lists[i], a->candidates);
       }
       std::fflush(stdout);

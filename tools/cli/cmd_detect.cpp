@@ -46,13 +46,7 @@ void run_detect(const DetectArgs& a) {
                                      detector->classes(), a.threshold);
       const std::string& path = a.images[first + k];
       if (a.json) {
-        nlohmann::json objects = nlohmann::json::array();
-        for (const DetectedObject& d : found)
-          objects.push_back({{"class", names[d.cls]},
-                             {"score", std::stod(score_text(d.score))},
-                             {"x", std::stod(score_text(d.x))},
-                             {"y", std::stod(score_text(d.y))}});
-        out.push_back({{"image", path}, {"objects", objects}});
+        out.push_back({{"image", path}, {"objects", objects_to_json(found)}});
         continue;
       }
       std::string line = path + ":";

@@ -76,7 +76,8 @@ bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
          a.consensus_weight == b.consensus_weight && a.memory_candidates == b.memory_candidates &&
          a.beam_groups == b.beam_groups && a.diversity == b.diversity && a.attention == b.attention &&
-         a.candidates == b.candidates && a.include == b.include;
+         a.candidates == b.candidates && a.include == b.include && a.objects == b.objects &&
+         a.object_threshold == b.object_threshold;
 }
 
 const std::vector<double> ServerMetrics::kLatencyBounds = {0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
@@ -201,18 +202,24 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       if (value != "0" && value != "1" && value != "true" && value != "false")
         return "attention must be 0 or 1, got '" + value + "'";
       out.attention = value == "1" || value == "true";
+    } else if (key == "objects") {
+      if (value != "0" && value != "1" && value != "true" && value != "false")
+        return "objects must be 0 or 1, got '" + value + "'";
+      out.objects = value == "1" || value == "true";
+    } else if (key == "object_threshold") {
+      if ((bad = number(key, value, 0, 1, x)).empty()) out.object_threshold = x;
     } else {
       return "unknown parameter '" + key +
              "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, beam_groups, diversity, "
              "candidates, "
-             "include, attention)";
+             "include, attention, objects, object_threshold)";
     }
     if (!bad.empty()) return bad;
   }
   return "";
 }
 
-std::string caption_json(const CaptionResult& r, bool attention) {
+std::string caption_json(const CaptionResult& r, bool attention, bool objects) {
   json j = {{"caption", r.text}, {"words", r.words}, {"logprob", r.logprob}};
   if (attention) {
     json grids = json::array();
@@ -224,6 +231,15 @@ std::string caption_json(const CaptionResult& r, bool attention) {
       for (const Glimpse& g : r.glimpses) glimpses.push_back({g.row, g.col});
       j["glimpses"] = std::move(glimpses);
     }
+  }
+  if (!r.objects.empty() || objects) {
+    json list = json::array();
+    for (const FoundObject& o : r.objects)
+      list.push_back({{"class", o.name},
+                      {"score", std::round(o.score * 1000) / 1000},
+                      {"x", std::round(o.x * 1000) / 1000},
+                      {"y", std::round(o.y * 1000) / 1000}});
+    j["objects"] = std::move(list);
   }
   if (!r.candidates.empty()) {
     json list = json::array();
@@ -320,7 +336,7 @@ void answer_caption(const Captioner& captioner, BatchQueue& queue, const ServerO
   if (!queue.push(&job))
     return answer_error(res, 503, "busy: " + std::to_string(opt.queue) + " images already wait; try again");
   try {
-    res.set_content(caption_json(result.get(), options.attention), "application/json");
+    res.set_content(caption_json(result.get(), options.attention, options.objects), "application/json");
   } catch (const std::exception& e) {
     answer_error(res, 500, e.what());
   }

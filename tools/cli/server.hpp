@@ -78,7 +78,7 @@ class ServerMetrics {
 // message.
 std::string parse_search_query(const std::multimap<std::string, std::string>& params, CaptionOptions& out);
 // The JSON answer for one caption.
-std::string caption_json(const CaptionResult& r, bool attention);
+std::string caption_json(const CaptionResult& r, bool attention, bool objects = false);
 
 // SIGTERM and SIGINT, from here on, ask serve() to stop (the process is not ended by them); serve() installs it too.
 void install_stop_handler();

@@ -59,7 +59,12 @@ struct CaptionOptions {
   // chooses among a beam's); "": none. A word the model does not know throws sat::Error.
   std::string include;
   bool attention = false;  // fill CaptionResult::attention (and ::glimpses for hard attention)
-  int candidates = 0;      // fill CaptionResult::candidates with the N best (and the kept one); at most 100
+  // Fill CaptionResult::objects: the COCO objects a detector finds in the image (CenterNet, found like encoder
+  // weights: LoadOptions::weights_dir, $SAT_WEIGHTS; the model's input side must be a multiple of 32), each class
+  // whose heat peaks at or above object_threshold (in [0, 1]).
+  bool objects = false;
+  double object_threshold = 0.3;
+  int candidates = 0;  // fill CaptionResult::candidates with the N best (and the kept one); at most 100
 };
 
 // Where the model looked while emitting one word: weights over the encoder's grid, row-major rows x cols, summing
@@ -86,6 +91,12 @@ struct CaptionCandidate {
   bool chosen = false;    // the caption returned
   int memory_photo = -1;  // a caption of this memory photo (CaptionOptions::memory_candidates); -1: the beam's
 };
+// A COCO object found in the image (CaptionOptions::objects): its class, its peak heat, and where that peak is
+// (x, y: fractions of the image's width and height).
+struct FoundObject {
+  std::string name;
+  double score = 0, x = 0, y = 0;
+};
 struct CaptionResult {
   std::vector<std::string> words;
   std::string text;                          // the words joined by single spaces
@@ -93,6 +104,7 @@ struct CaptionResult {
   std::vector<AttentionGrid> attention;      // with CaptionOptions::attention: one per word (none: attention "none")
   std::vector<Glimpse> glimpses;             // with CaptionOptions::attention and a hard-attention model: one per word
   std::vector<CaptionCandidate> candidates;  // with CaptionOptions::candidates: best score first
+  std::vector<FoundObject> objects;          // with CaptionOptions::objects: highest peak first
 };
 
 struct ModelInfo {
