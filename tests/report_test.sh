@@ -148,11 +148,27 @@ PAGE="$WORK/soft.html"
   && [ -s "$PAGE" ] && pass "report: $(cat "$WORK/report.out")" || fail "report: $(cat "$WORK/report.err")"
 echo "report size: $(stat -c %s "$PAGE") bytes for 40 photos"
 # the corpus scores are sat eval's, and the per-photo CIDEr-D terms average to the corpus CIDEr-D
-EVAL_CIDER=$("$SAT" eval --model "$WORK/soft/model.sat" --data "$WORK/val" --json | python3 -c 'import json, sys; print("%.4f" % json.load(sys.stdin)["CIDEr"])')
+"$SAT" eval --model "$WORK/soft/model.sat" --data "$WORK/val" --json >"$WORK/eval.json"
+EVAL_CIDER=$(python3 -c 'import json, sys; print("%.4f" % json.load(open(sys.argv[1]))["CIDEr"])' "$WORK/eval.json")
 grep -q "<tr><th>CIDEr-D</th><td>$EVAL_CIDER</td></tr>" "$PAGE" && pass "corpus CIDEr-D as sat eval: $EVAL_CIDER" \
   || fail "corpus CIDEr-D differs from sat eval's $EVAL_CIDER: $(grep -o '<tr><th>CIDEr-D</th><td>[^<]*' "$PAGE")"
 MEAN=$(cards_in "$PAGE" | grep -o 'data-cider="[^"]*"' | cut -d'"' -f2 | python3 -c 'import sys; v = [float(x) for x in sys.stdin]; print("%.4f" % (sum(v) / len(v)))')
 python3 -c "import sys; sys.exit(0 if abs($MEAN - $EVAL_CIDER) < 2e-4 else 1)" && pass "the photos' CIDEr-D average to the corpus score" || fail "mean per-photo CIDEr-D $MEAN, corpus $EVAL_CIDER"
+# the object table's rows are sat eval's counts (photos, named, false mentions, photos no reference names it in)
+python3 - "$WORK/eval.json" "$PAGE" <<'PY' && pass "object table as sat eval's" || fail "object table differs from sat eval's"
+import json, re, sys
+objects = json.load(open(sys.argv[1]))["objects"]
+page = open(sys.argv[2]).read()
+table = re.search(r'<div class="objects">(.*?)</table>', page, re.S).group(1)
+names = re.findall(r'<th(?: class="pool")? data-object="([^"]+)">', table)
+count = lambda key: [int(v) for v in re.findall(r"<td[^>]*>(\d+)</td>",
+                                                re.search(r'<tr data-count="%s">(.*?)</tr>' % key, table).group(1))]
+rows = {name: list(v) for name, v in zip(names, zip(count("photos"), count("named"), count("false"), count("none")))}
+expected = {g["name"]: [g["photos"], g["named"], g["false_mentions"], g["unnamed_photos"]]
+            for g in objects["groups"] + [objects["rare"]]}
+sys.exit(0 if len(rows) == 13 and all(len(count(k)) == 13 for k in ("photos", "named", "false", "none"))
+         and rows == expected else 1)
+PY
 if grep -Eq 'https?://|(src|href)="//' "$PAGE"; then fail "the page names an external address"; else pass "self-contained: no external address"; fi
 ls "$WORK"/soft.html.tmp* >/dev/null 2>&1 && fail "a temporary file was left behind" || pass "written atomically, nothing left behind"
 

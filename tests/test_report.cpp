@@ -172,3 +172,31 @@ TEST_CASE("report: without attention the page says there is no map and embeds no
   const json data = embedded_data(html);
   CHECK(data["photos"][0]["maps"].empty());
 }
+
+TEST_CASE("report: the object table as sat eval counts it, and none for scores recorded without one") {
+  Report r = hostile_report("soft");
+  CHECK(report_html(r).find("class=\"objects\"") == std::string::npos);
+  // both photos: four references name the dog, and so does the caption
+  const std::vector<std::string> captions(2, "a dog");
+  const std::vector<std::vector<std::string>> references(2, {"a dog runs", "the dog", "dogs", "a dog"});
+  r.scores.objects = object_table(captions, references);
+  const std::string html = report_html(r);
+  CHECK(count(html, "<div class=\"objects\">") == 1);
+  // on its side: a column per group, then the rarer objects pooled; a row per count
+  CHECK(html.find("<thead><tr><th></th><th data-object=\"person\">person</th><th data-object=\"dog\">dog</th><th "
+                  "data-object=\"bicycle\">bicycle</th>") != std::string::npos);
+  CHECK(html.find("<th data-object=\"snow sports\">snow sports</th><th class=\"pool\" data-object=\"rarer "
+                  "objects\">rarer objects</th></tr></thead>") != std::string::npos);
+  auto cells = [](const std::string& person, const std::string& dog, const std::string& rarer,
+                  const std::string& pool) {
+    std::string h = "<td>" + person + "</td><td>" + dog + "</td>";
+    for (int g = 0; g < 10; ++g) h += "<td>" + rarer + "</td>";
+    return h + "<td class=\"pool\">" + pool + "</td></tr>";
+  };
+  CHECK(html.find("<tr data-count=\"photos\"><th title=\"photos at least 3 references name it in\">photos</th>" +
+                  cells("0", "2", "0", "0")) != std::string::npos);
+  CHECK(html.find(">named</th>" + cells("0", "2", "0", "0")) != std::string::npos);
+  CHECK(html.find(">recall</th>" + cells("&ndash;", "1.000", "&ndash;", "&ndash;")) != std::string::npos);
+  CHECK(html.find(">false</th>" + cells("0", "0", "0", "0")) != std::string::npos);
+  CHECK(html.find(">none</th>" + cells("2", "0", "2", "20")) != std::string::npos);
+}

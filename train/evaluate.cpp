@@ -18,6 +18,7 @@ json CaptionScores::to_json() const {
             {"Bleu_3", bleu[2]},  {"Bleu_4", bleu[3]}, {"length_ratio", length_ratio},
             {"ROUGE_L", rouge_l}, {"CIDEr", cider_d}};
   if (meteor >= 0) j["METEOR"] = meteor;
+  if (!objects.rows.empty()) j["objects"] = objects.to_json();
   return j;
 }
 
@@ -29,6 +30,7 @@ CaptionScores CaptionScores::from_json(const json& j) {
   s.rouge_l = j.at("ROUGE_L");
   s.cider_d = j.at("CIDEr");
   s.meteor = j.value("METEOR", -1.0);
+  if (j.contains("objects")) s.objects = ObjectTable::from_json(j["objects"]);
   return s;
 }
 
@@ -49,7 +51,7 @@ std::string CaptionScores::table() const {
   std::snprintf(buf, sizeof buf, "ROUGE_L  %.4f\nCIDEr    %.4f  (CIDEr-D)\n", rouge_l, cider_d);
   s += buf;
   std::snprintf(buf, sizeof buf, "images   %d\n", images);
-  return s + buf;
+  return s + buf + objects.text();
 }
 
 CaptionScores score_captions(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs) {
@@ -63,6 +65,7 @@ CaptionScores score_captions(const std::vector<std::string>& hyps, const std::ve
   }
   CaptionScores s;
   s.images = (int)hyps.size();
+  s.objects = object_table_of_tokens(h, r);
   if (hyps.empty()) return s;
   BleuResult bleu = corpus_bleu(h, r);
   s.bleu = bleu.bleu;

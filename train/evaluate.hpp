@@ -7,6 +7,7 @@
 
 #include "datasets/coco.hpp"
 #include "train/metrics.hpp"
+#include "train/object_mentions.hpp"
 
 namespace sat {
 
@@ -18,12 +19,13 @@ struct CaptionScores {
   double meteor = -1;  // < 0: not computed
   double rouge_l = 0;
   double cider_d = 0;
+  ObjectTable objects;  // object naming: recall and false mentions per object group (train/object_mentions.hpp)
   nlohmann::json to_json() const;
   static CaptionScores from_json(const nlohmann::json& j);  // what to_json wrote
-  std::string table() const;                                // aligned, one metric per line
+  std::string table() const;                                // aligned, one metric per line, then the object table
 };
 
-// Raw text in; tokenization as the toolkit's PTBTokenizer step.
+// Raw text in; tokenization as the toolkit's PTBTokenizer step. The object table is made from the same tokens.
 CaptionScores score_captions(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs);
 
 // A COCO results file: [{"image_id": ..., "caption": "..."}]. image_id may be a number or a file name.

@@ -30,6 +30,11 @@ caption { text-align: left; font-weight: 600; padding-bottom: 2px; }
 th, td { padding: 2px 12px 2px 0; text-align: left; vertical-align: top; }
 .scores th { color: var(--muted); font-weight: normal; }
 .scores td { font-weight: 600; font-variant-numeric: tabular-nums; }
+.objects { max-width: 100%; overflow-x: auto; }
+.objects th { color: var(--muted); font-weight: normal; }
+.objects thead th, .objects td { text-align: right; white-space: nowrap; }
+.objects td { font-variant-numeric: tabular-nums; }
+.objects .pool { border-left: 1px solid var(--line); padding-left: 12px; }
 .settings { max-width: 900px; }
 .settings th { color: var(--muted); font-weight: normal; white-space: nowrap; }
 .settings td { overflow-wrap: anywhere; }
@@ -287,6 +292,35 @@ std::string scores_table(const CaptionScores& s) {
   return h + "</table>\n";
 }
 
+// The object table of sat eval (train/object_mentions.hpp), turned on its side so that it is wide rather than tall and
+// the header leaves room for the photos; nothing for scores recorded without one.
+std::string objects_table(const ObjectTable& t) {
+  if (t.rows.empty()) return "";
+  std::vector<const ObjectRow*> columns;
+  for (const ObjectRow& r : t.rows) columns.push_back(&r);
+  columns.push_back(&t.rare);
+  std::string h = "<div class=\"objects\"><table><caption>Objects named</caption>\n<thead><tr><th></th>";
+  for (const ObjectRow* c : columns)
+    h += std::string("<th") + (c == &t.rare ? " class=\"pool\"" : "") + " data-object=\"" + html_escape(c->name) +
+         "\">" + html_escape(c->name) + "</th>";
+  h += "</tr></thead>\n<tbody>\n";
+  auto row = [&](const char* name, const char* title, const std::function<std::string(const ObjectRow&)>& value) {
+    h += std::string("<tr data-count=\"") + name + "\"><th title=\"" + title + "\">" + name + "</th>";
+    for (const ObjectRow* c : columns)
+      h += std::string("<td") + (c == &t.rare ? " class=\"pool\"" : "") + ">" + value(*c) + "</td>";
+    h += "</tr>\n";
+  };
+  row("photos", "photos at least 3 references name it in", [](const ObjectRow& r) { return std::to_string(r.photos); });
+  row("named", "of those, the photos whose caption names it",
+      [](const ObjectRow& r) { return std::to_string(r.named); });
+  row("recall", "named / photos",
+      [](const ObjectRow& r) { return r.photos > 0 ? fixed(r.recall(), 3) : std::string("&ndash;"); });
+  row("false", "captions naming it on photos no reference names it in",
+      [](const ObjectRow& r) { return std::to_string(r.false_mentions); });
+  row("none", "photos no reference names it in", [](const ObjectRow& r) { return std::to_string(r.unnamed_photos); });
+  return h + "</tbody></table></div>\n";
+}
+
 std::string attention_note(const Report& r) {
   if (r.attention == "none")
     return "This model has no attention (the baseline <code>none</code>: the decoder sees the photo only through its "
@@ -406,12 +440,16 @@ std::string report_html(const Report& r) {
        scores_table(r.scores) + "<table class=\"settings\"><caption>Model and run</caption>\n";
   for (const auto& [key, text] : r.settings)
     h += "<tr><th>" + html_escape(key) + "</th><td>" + html_escape(text) + "</td></tr>\n";
-  h += "</table>\n</div>\n";
+  h += "</table>\n" + objects_table(r.scores.objects) + "</div>\n";
   h += "<p class=\"note\">Corpus scores as <code>sat eval</code> computes them (coco-caption's definitions; METEOR "
        "without "
        "its paraphrase stage). Per photo: CIDEr-D is the photo's term of the corpus CIDEr-D (document frequencies from "
        "the references of the photos in this report; the terms average to the corpus score), BLEU-4 is coco-caption's "
        "sentence BLEU-4 of the caption alone, ROUGE-L as in the corpus mean.</p>\n";
+  if (!r.scores.objects.rows.empty())
+    h += "<p class=\"note\">Objects named: <em>photos</em> where at least 3 references name the object, how many "
+         "captions name it there (<em>named</em>, <em>recall</em>) and where no reference does (<em>false</em>, of "
+         "<em>none</em> photos); word lists in docs/metrics.md.</p>\n";
   h += "<p class=\"note\">" + attention_note(r) +
        "</p>\n<noscript><p class=\"note\">Sorting, filtering and the "
        "attention maps need JavaScript.</p></noscript>\n";

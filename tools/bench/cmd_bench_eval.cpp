@@ -14,6 +14,7 @@
 #include "train/evaluate.hpp"
 #include "train/model.hpp"
 #include "train/meteor.hpp"
+#include "train/object_mentions.hpp"
 #include "train/ptb_tokenizer.hpp"
 #include "train/trainer.hpp"
 
@@ -235,12 +236,15 @@ void bench_metrics(const MetricsBenchArgs& m) {
   t0 = std::chrono::steady_clock::now();
   if (have_meteor) corpus_meteor(h, r);
   double meteor = seconds_since(t0);
+  t0 = std::chrono::steady_clock::now();
+  object_table_of_tokens(h, r);
+  double objects = seconds_since(t0);
   std::printf("scored %d images x %d references, all metrics: %.3f s (CIDEr %.3f)\n", m.images, m.refs, total,
               sc.cider_d);
   std::printf(
-      "  tokenize %.3f s (1 thread)  BLEU %.3f s  ROUGE-L %.3f s  CIDEr-D %.3f s  METEOR %.3f s%s; WordNet "
-      "load %.3f s (once)\n",
-      tok, bleu, rouge, cider, meteor, have_meteor ? "" : (" (unavailable: " + why + ")").c_str(), load);
+      "  tokenize %.3f s (1 thread)  BLEU %.3f s  ROUGE-L %.3f s  CIDEr-D %.3f s  METEOR %.3f s%s  objects %.3f s; "
+      "WordNet load %.3f s (once)\n",
+      tok, bleu, rouge, cider, meteor, have_meteor ? "" : (" (unavailable: " + why + ")").c_str(), objects, load);
   time_cider_d_tables(r, m.images);
 }
 

@@ -1,0 +1,175 @@
+#include <doctest/doctest.h>
+
+#include <set>
+
+#include "datasets/io.hpp"
+#include "train/evaluate.hpp"
+#include "train/object_mentions.hpp"
+#include "train/ptb_tokenizer.hpp"
+
+using namespace sat;
+
+namespace {
+
+int group(const std::string& name) {
+  const auto& groups = object_groups();
+  for (int g = 0; g < (int)groups.size(); ++g)
+    if (groups[g].name == name) return g;
+  FAIL("no object group " << name);
+  return -1;
+}
+
+// The groups a caption names, by name.
+std::set<std::string> named(const std::string& caption) {
+  std::set<std::string> out;
+  const std::vector<bool> n = objects_named(ptb_tokenize(caption));
+  for (size_t g = 0; g < n.size(); ++g)
+    if (n[g]) out.insert(object_groups()[g].name);
+  return out;
+}
+
+const ObjectRow& row(const ObjectTable& t, const std::string& name) {
+  return t.rows.at(group(name));
+}
+
+}  // namespace
+
+TEST_CASE("objects: the twelve groups, person and dog not pooled with the rarer ones") {
+  const std::vector<std::string> expected = {"person",    "dog",     "bicycle",    "ball",
+                                             "horse",     "boat",    "car",        "skateboard",
+                                             "surfboard", "frisbee", "motorcycle", "snow sports"};
+  REQUIRE(object_groups().size() == expected.size());
+  for (size_t g = 0; g < expected.size(); ++g) {
+    CHECK(object_groups()[g].name == expected[g]);
+    CHECK(object_groups()[g].rare == (g >= 2));
+  }
+  // Every listed word survives the tokenizer whole and names its own group only.
+  for (const ObjectGroup& g : object_groups())
+    for (const std::string& w : g.words) {
+      CHECK_MESSAGE(ptb_tokenize(w) == Tokens{w}, w);
+      CHECK_MESSAGE(named(w) == std::set<std::string>{g.name}, w);
+    }
+}
+
+TEST_CASE("objects: whole tokens after the caption tokenization, any case, punctuation split off") {
+  CHECK(named("A Dog runs.") == std::set<std::string>{"dog"});
+  CHECK(named("two DOGS.") == std::set<std::string>{"dog"});
+  CHECK(named("the dogs, running") == std::set<std::string>{"dog"});
+  CHECK(named("a dog's ball") == std::set<std::string>{"dog", "ball"});
+  CHECK(named("an underdog , dogged and doggedly").empty());  // parts of words name nothing
+  CHECK(named("a man with his puppies") == std::set<std::string>{"person", "dog"});
+  CHECK(named("Women and children.") == std::set<std::string>{"person"});
+  CHECK(named("a skier on the slope") == std::set<std::string>{"snow sports"});  // activity nouns: not person words
+  CHECK(named("a football player") == std::set<std::string>{"person"});          // football: the sport, not a ball
+  CHECK(named("a boy kicks a soccer ball") == std::set<std::string>{"person", "ball"});
+  CHECK(named("a surfer rides the surf").count("surfboard") == 1);
+  CHECK(named("waves crash in the surf").empty());
+  CHECK(named("a frisbee").count("frisbee") == 1);
+  CHECK(named("a Frisbee!") == std::set<std::string>{"frisbee"});
+}
+
+TEST_CASE("objects: two-word phrases first, their words then name nothing else") {
+  CHECK(named("a man rides a dirt bike") == std::set<std::string>{"person", "motorcycle"});
+  CHECK(named("a dirt bike beside a bike") == std::set<std::string>{"motorcycle", "bicycle"});
+  CHECK(named("a dirt-bike") == std::set<std::string>{"motorcycle"});
+  CHECK(named("a bike on dirt") == std::set<std::string>{"bicycle"});
+  CHECK(named("a jet ski") == std::set<std::string>{"boat"});
+  CHECK(named("a german shepherd") == std::set<std::string>{"dog"});
+  CHECK(named("a man eats a hot dog") == std::set<std::string>{"person"});
+  CHECK(named("water skiing behind a boat") == std::set<std::string>{"boat"});
+  CHECK(named("skiing on the water") == std::set<std::string>{"snow sports"});
+}
+
+TEST_CASE("objects: photos, recall, false mentions and the rarer objects pooled") {
+  const std::vector<std::vector<std::string>> refs = {
+      // 0: three of five name the dog (a dog photo); the horse only twice (neither a horse photo nor one without)
+      {"A dog runs .", "Two dogs play", "a puppy in the grass", "a horse and a man", "A man rides a horse"},
+      // 1: five name the dog and three the ball
+      {"a dog with a ball", "a Dog catches a ball .", "dog and ball", "the dog jumps", "a brown dog"},
+      // 2: no reference names a dog, a ball or a horse
+      {"a man on a bench", "a person sits", "someone resting", "a man", "an old man reading"},
+      // 3: one reference, naming a horse: enough when there are fewer than three
+      {"a horse in a field"},
+  };
+  const std::vector<std::string> caps = {"a dog on the grass", "a cat catches a ball", "a dog and a horse",
+                                         "a brown horse"};
+  const ObjectTable t = object_table(caps, refs);
+  REQUIRE(t.rows.size() == object_groups().size());
+
+  const ObjectRow& dog = row(t, "dog");
+  CHECK(dog.photos == 2);
+  CHECK(dog.named == 1);
+  CHECK(dog.recall() == doctest::Approx(0.5));
+  CHECK(dog.unnamed_photos == 2);  // photos 2 and 3
+  CHECK(dog.false_mentions == 1);  // photo 2's caption
+
+  const ObjectRow& horse = row(t, "horse");
+  CHECK(horse.photos == 1);  // photo 3 (photo 0: two of five)
+  CHECK(horse.named == 1);
+  CHECK(horse.unnamed_photos == 2);  // photos 1 and 2
+  CHECK(horse.false_mentions == 1);  // photo 2
+
+  const ObjectRow& ball = row(t, "ball");
+  CHECK(ball.photos == 1);
+  CHECK(ball.named == 1);
+  CHECK(ball.unnamed_photos == 3);
+  CHECK(ball.false_mentions == 0);
+
+  const ObjectRow& person = row(t, "person");
+  CHECK(person.photos == 1);  // photo 2 (photo 0 has two man references)
+  CHECK(person.named == 0);
+  CHECK(person.recall() == 0.0);
+
+  CHECK(row(t, "frisbee").photos == 0);
+  CHECK(row(t, "frisbee").unnamed_photos == 4);
+
+  // pooled: ball and horse only (dog and person are not rarer objects)
+  CHECK(t.rare.photos == 2);
+  CHECK(t.rare.named == 2);
+  CHECK(t.rare.false_mentions == 1);
+  CHECK(t.rare.unnamed_photos ==
+        10 * 4 - 3);  // ten rarer groups over four photos, less the horse's 0 and 3, the ball's 1
+
+  CHECK_THROWS_WITH_AS(object_table({"a dog"}, {}), "object table: captions and references differ in number", Error);
+  const ObjectTable empty = object_table({}, {});
+  CHECK(empty.rows.size() == object_groups().size());
+  CHECK(empty.rare.photos == 0);
+}
+
+TEST_CASE("objects: text, JSON, and a part of the caption scores") {
+  const std::vector<std::vector<std::string>> refs = {{"a dog runs", "a dog", "the dog", "a man", "grass"},
+                                                      {"a man", "a man", "a man", "a man", "a man"}};
+  const std::vector<std::string> caps = {"a dog runs", "a dog"};
+  const CaptionScores s = score_captions(caps, refs);
+  REQUIRE(s.objects.rows.size() == object_groups().size());
+  CHECK(row(s.objects, "dog").photos == 1);
+  CHECK(row(s.objects, "dog").named == 1);
+  CHECK(row(s.objects, "dog").false_mentions == 1);
+  CHECK(row(s.objects, "dog").unnamed_photos == 1);
+  CHECK(row(s.objects, "person").photos == 1);
+  CHECK(row(s.objects, "person").named == 0);
+
+  const std::string text = s.table();
+  CHECK(text.find("CIDEr") < text.find("objects named   photos  named recall  false     none\n"));
+  CHECK(text.find("  dog                1      1  1.000      1        1\n") != std::string::npos);
+  CHECK(text.find("  person             1      0  0.000      0        0\n") != std::string::npos);
+  CHECK(text.find("  frisbee            0      0      -      0        2\n") != std::string::npos);
+  CHECK(text.find("  rarer objects      0      0      -      0       20\n") != std::string::npos);
+
+  const nlohmann::json j = s.to_json();
+  CHECK(j["objects"]["groups"][1]["name"] == "dog");
+  CHECK(j["objects"]["groups"][1]["recall"] == 1.0);
+  CHECK(j["objects"]["groups"][9]["recall"].is_null());  // frisbee: no photo
+  CHECK(j["objects"]["rare"]["unnamed_photos"] == 20);
+  const CaptionScores back = CaptionScores::from_json(j);
+  CHECK(back.objects.to_json() == j["objects"]);
+  CHECK(back.table() == text);
+
+  // scores recorded before the table have none, and print none
+  nlohmann::json old = j;
+  old.erase("objects");
+  const CaptionScores before = CaptionScores::from_json(old);
+  CHECK(before.objects.rows.empty());
+  CHECK(before.table().find("objects") == std::string::npos);
+  CHECK(!before.to_json().contains("objects"));
+}

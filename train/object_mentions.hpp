@@ -1,0 +1,56 @@
+// Object naming as a metric: for a few object groups, how often a caption names the object its photo's references
+// agree on (recall), and how often it names one no reference mentions (false mentions). BLEU and CIDEr-D barely move
+// when a caption drops the one rare noun that matters ("a man rides a horse" against "a man rides"); this table does.
+// The groups and their word lists are in object_mentions.cpp and docs/metrics.md.
+#pragma once
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/metrics.hpp"
+
+namespace sat {
+
+// A group's words are matched as whole tokens after ptb_tokenize (lower case, punctuation split off); its phrases are
+// two consecutive tokens, matched first, and their tokens then match nothing else ("dirt bike" is a motorcycle, not a
+// bicycle).
+struct ObjectGroup {
+  std::string name;
+  std::vector<std::string> words;
+  std::vector<std::pair<std::string, std::string>> phrases;
+  bool rare = true;  // pooled in the summary of the rarer objects (every group but person and dog)
+};
+const std::vector<ObjectGroup>& object_groups();
+
+// For each group of object_groups(), whether the tokens name it.
+std::vector<bool> objects_named(const Tokens& tokens);
+
+// A photo is the group's when at least min(3, its reference count) references name it; it is unnamed when none does
+// (photos where one or two references name it are in neither count).
+struct ObjectRow {
+  std::string name;
+  int photos = 0;          // photos the references agree show it
+  int named = 0;           // of those, photos whose caption names it
+  int false_mentions = 0;  // captions naming it on photos no reference names it in
+  int unnamed_photos = 0;  // photos no reference names it in
+  double recall() const { return photos > 0 ? (double)named / photos : 0.0; }
+};
+
+struct ObjectTable {
+  std::vector<ObjectRow> rows;  // object_groups() in order; empty: not computed (scores recorded before the table)
+  ObjectRow rare;               // the rarer groups pooled: counts summed over them, so a photo counts once per group
+  nlohmann::json to_json() const;
+  static ObjectTable from_json(const nlohmann::json& j);  // what to_json wrote
+  std::string text() const;                               // fixed-width columns, one group per line, then the pool
+};
+
+// Captions and references as text, tokenized as the caption metrics tokenize them; one caption per photo.
+ObjectTable object_table(const std::vector<std::string>& captions,
+                         const std::vector<std::vector<std::string>>& references);
+// The same from tokens already made by ptb_tokenize.
+ObjectTable object_table_of_tokens(const std::vector<Tokens>& captions,
+                                   const std::vector<std::vector<Tokens>>& references);
+
+}  // namespace sat
