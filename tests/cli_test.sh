@@ -91,6 +91,31 @@ else
     "^sat: .*models/flickr8k.sat: needs the encoder weights resnet_v2_101.safetensors \(sha256 [0-9a-f]{64}\)" \
     env -u SAT_WEIGHTS "$SAT" caption "$EXAMPLE"
 fi
+# --- the object detector (../shared/models/centernet_mobilenetv3: its README's figures) --------------------------
+if [ -f "$ROOT/../shared/models/centernet_mobilenetv3/centernet.json" ]; then
+  OBJ=$("$SAT" --encoder-precision f32 detect "$EXAMPLE" --threshold 0.3)
+  echo "$OBJ" | grep -Eq "dog_and_man.jpg: person 0\.4[0-9]{2}, dog 0\.3[0-9]{2}$" && pass "detect names the example's man and dog: $OBJ" \
+    || fail "detect on the example: '$OBJ'"
+  "$SAT" detect "$EXAMPLE" --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert len(d) == 1 and [o["class"] for o in d[0]["objects"]][:2] == ["person", "dog"], d
+assert all(0 <= o["x"] <= 1 and 0 <= o["y"] <= 1 for o in d[0]["objects"]), d' \
+    && pass "detect --json: classes with scores and where" || fail "detect --json"
+  "$SAT" caption "$EXAMPLE" --model "$MODEL" --objects --json | python3 -c '
+import json, sys
+d = json.load(sys.stdin)
+assert "caption" in d[0] and d[0]["objects"][0]["class"] == "person", d' \
+    && pass "caption --objects --json: the objects beside the caption" || fail "caption --objects --json"
+  mkdir -p "$WORK/altered" && head -c 1000000 "$ROOT/../shared/models/centernet_mobilenetv3/centernet.bin" >"$WORK/altered/centernet.bin"
+  cp "$ROOT/../shared/models/centernet_mobilenetv3/centernet.json" "$WORK/altered/"
+  expect_error "detect with an altered weights file first in the search" \
+    "^sat: sat detect: needs the object detector's centernet.bin \(sha256 [0-9a-f]{64}\): .*$WORK/altered/centernet.bin \(1000000 bytes, sha256 [0-9a-f]{64}: truncated or a different file\)" \
+    env SAT_WEIGHTS="$WORK/altered" "$SAT" --weights-dir "$WORK/altered" detect "$EXAMPLE"
+fi
+expect_error "detect at a size that is not a multiple of 32" "^sat: --size must be a multiple of 32, got 300$" \
+  "$SAT" detect "$EXAMPLE" --size 300
+expect_error "detect a missing photo" "^sat: $WORK/nope.png: cannot open" env SAT_WEIGHTS="$ROOT/../shared/models" "$SAT" detect "$WORK/nope.png"
 CAP=$("$SAT" caption "$EXAMPLE" --model "$ROOT/models/flickr8k-inception.sat" 2>/dev/null)
 echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "InceptionV3 model captions the example photo: $CAP" || fail "InceptionV3 model caption: '$CAP'"
 

@@ -17,6 +17,7 @@
 #include "tests/scratch.hpp"
 #include "vision/detector.hpp"
 #include "vision/image.hpp"
+#include "vision/objects_encoder.hpp"
 
 using namespace sat;
 using nlohmann::json;
@@ -351,4 +352,50 @@ TEST_CASE("detector: the shared CenterNet model gives its README's figures at 22
       CHECK(std::round(peaks[j].score * 1000) / 1000 == doctest::Approx(cases[k].peaks[j].second));
     }
   }
+}
+
+TEST_CASE("detector: object maps joined to a grid, max-pooled and scaled (EncoderWithObjects)") {
+  test::TempDir dir;
+  const std::string path = small_detector().write(dir.path);
+  auto detector = load_object_detector_from(path, "keypoints", 64, Precision::f32);
+  struct ConstantGrid : ImageEncoder {  // 4 x 4 locations of 3 features: location l, image b -> b * 100 + l
+    void encode(const float*, int n, std::vector<float>& grid) override {
+      grid.resize((size_t)n * 16 * 3);
+      for (int b = 0; b < n; ++b)
+        for (int l = 0; l < 16; ++l)
+          for (int c = 0; c < 3; ++c) grid[((size_t)b * 16 + l) * 3 + c] = b * 100.f + l;
+    }
+    Precision precision() const override { return Precision::f32; }
+  } base;
+  const float mean[3] = {0.5f, 0.4f, 0.3f}, stdev[3] = {0.2f, 0.25f, 0.3f};
+  EncoderWithObjects joined(base, *detector, 4, 4, 3, mean, stdev, 4.f);
+  CHECK(joined.channels() == 8);
+  // two photos, normalized as a model's planes are
+  std::vector<float> rgb, planes;
+  for (unsigned k = 0; k < 2; ++k) {
+    const std::vector<float> photo = random_photo(64, 40 + k);
+    rgb.insert(rgb.end(), photo.begin(), photo.end());
+  }
+  planes.resize(rgb.size());
+  for (size_t i = 0; i < rgb.size(); ++i) {
+    const int c = (int)(i / (64 * 64)) % 3;
+    planes[i] = (rgb[i] / 255.f - mean[c]) / stdev[c];
+  }
+  std::vector<float> grid, heat, pooled(16 * 5);
+  joined.encode(planes.data(), 2, grid);
+  detector->forward(rgb.data(), 2, heat);
+  REQUIRE(grid.size() == (size_t)2 * 16 * 8);
+  float worst = 0;
+  for (int b = 0; b < 2; ++b) {
+    pool_class_maps(heat.data() + (size_t)b * 32 * 32 * 5, 32, 32, 5, 4, 4, pooled.data());
+    for (int l = 0; l < 16; ++l) {
+      const float* row = grid.data() + ((size_t)b * 16 + l) * 8;
+      CHECK(row[0] == b * 100.f + l);
+      CHECK(row[2] == b * 100.f + l);
+      for (int k = 0; k < 5; ++k) worst = std::max(worst, std::fabs(row[3 + k] - 4.f * pooled[l * 5 + k]));
+    }
+  }
+  CHECK(worst < 1e-4f);  // the planes' normalization undone to 0..255 within float rounding
+  CHECK_THROWS_WITH_AS(EncoderWithObjects(base, *detector, 5, 5, 3, mean, stdev, 1.f),
+                       doctest::Contains("do not pool onto the 5x5 grid"), Error);
 }

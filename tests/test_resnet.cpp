@@ -140,6 +140,28 @@ TEST_CASE("ResNet v2 graph: units, cut points, grids normalized by the next unit
       doctest::Contains("tiny.safetensors: missing tensor 'block1/unit_2/bottleneck_v2/conv1/weights'"), Error);
 }
 
+TEST_CASE("encoder config: object maps add 80 features, survive the JSON form, and only when on change it") {
+  const NetGraph g = resnet_v2_graph(tiny_resnet(1), "tiny.safetensors");
+  const float mean[3] = {0, 0, 0}, stdev[3] = {1, 1, 1};
+  EncoderConfig plain = EncoderConfig::make_pretrained(g, "block2", 32, mean, stdev);
+  EncoderConfig with = plain;
+  with.object_channels = 80, with.object_scale = 4.f;
+  CHECK(with.feature_dim() == plain.feature_dim() + 80);
+  CHECK(with.grid_channels() == plain.feature_dim());
+  CHECK(!plain.to_json().contains("objects"));  // models and caches without object maps keep their ids
+  const EncoderConfig back = EncoderConfig::from_json(with.to_json());
+  CHECK(back.object_channels == 80);
+  CHECK(back.object_scale == 4.f);
+  CHECK(back.to_json() == with.to_json());
+  nlohmann::json tuned = with.to_json();
+  tuned["tune_from"] = "block1";
+  CHECK_THROWS_WITH_AS(EncoderConfig::from_json(tuned), doctest::Contains("fine-tuned encoder are not supported"),
+                       Error);
+  nlohmann::json odd = with.to_json();
+  odd["objects"]["channels"] = 7;
+  CHECK_THROWS_AS(EncoderConfig::from_json(odd), Error);
+}
+
 TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, whose gradients match differences") {
   TensorFile tf = tiny_resnet(2);
   NetGraph g = resnet_v2_graph(tf, "tiny");

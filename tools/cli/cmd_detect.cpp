@@ -78,7 +78,7 @@ void add_detect_command(CLI::App& app) {
   cmd->add_option("--batch", a->batch, "Photos per pass")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_flag("--json", a->json, "JSON: [{image, objects: [{class, score, x, y}]}]");
   cmd->callback([a] {
-    if (a->size % 32) throw CLI::ValidationError("--size", "must be a multiple of 32, got " + std::to_string(a->size));
+    if (a->size % 32) throw Error("--size must be a multiple of 32, got " + std::to_string(a->size));
     run_detect(*a);
   });
 }
