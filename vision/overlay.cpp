@@ -32,7 +32,16 @@ cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<floa
   const int P = opt.panel;
   cv::Mat base;
   cv::resize(bgr, base, cv::Size(P, P), 0, 0, cv::INTER_AREA);
-  std::vector<cv::Mat> panels{labelled(base, "input")};
+  cv::Mat input = base.clone();  // the marks on the input panel only
+  for (const OverlayOptions::Mark& m : opt.marks) {
+    const cv::Point c((int)std::lround(m.x * P), (int)std::lround(m.y * P));
+    cv::drawMarker(input, c, cv::Scalar(0, 0, 0), cv::MARKER_CROSS, 14, 4, cv::LINE_AA);
+    cv::drawMarker(input, c, cv::Scalar(0, 255, 255), cv::MARKER_CROSS, 12, 2, cv::LINE_AA);
+    const cv::Point at(std::min(c.x + 8, P - 8), std::max(c.y - 6, 12));
+    cv::putText(input, m.label, at, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(0, 0, 0), 3, cv::LINE_AA);
+    cv::putText(input, m.label, at, cv::FONT_HERSHEY_SIMPLEX, 0.4, cv::Scalar(0, 255, 255), 1, cv::LINE_AA);
+  }
+  std::vector<cv::Mat> panels{labelled(input, "input")};
   for (size_t k = 0; k < words.size(); ++k) {
     if ((int)alphas[k].size() != gh * gw) throw Error("overlay: attention map has the wrong size");
     cv::Mat a(gh, gw, CV_32F, const_cast<float*>(alphas[k].data()));

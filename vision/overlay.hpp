@@ -11,6 +11,13 @@ struct OverlayOptions {
   int panel = 224;  // panel side in pixels
   int columns = 5;
   double blend = 0.55;  // weight of the heatmap over the image
+  // Labelled points drawn on the input panel (the objects found: "dog 0.37" where its heat peaks), at fractions of
+  // the image's width and height.
+  struct Mark {
+    std::string label;
+    float x = 0, y = 0;
+  };
+  std::vector<Mark> marks;
 };
 
 // alphas[k] holds grid_h*grid_w weights for words[k]. The first panel is the image itself. locations (hard

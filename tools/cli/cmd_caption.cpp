@@ -267,6 +267,8 @@ void add_caption_commands(CLI::App& app) {
     std::string image, out, model = default_model_path();
     SearchFlags search;
     int panel = 224, columns = 5;
+    bool objects = false;
+    float object_threshold = 0.3f;
   };
   auto b = std::make_shared<AttendArgs>();
   auto* att = app.add_subcommand("attend", "Caption one image and draw where the model looked, word by word");
@@ -276,6 +278,12 @@ void add_caption_commands(CLI::App& app) {
   b->search.add_to(att);
   att->add_option("--panel", b->panel, "Panel side in pixels")->capture_default_str();
   att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
+  att->add_flag("--objects", b->objects,
+                "Mark on the input panel where each COCO object the detector finds peaks (sat detect), with its "
+                "class and score");
+  att->add_option("--object-threshold", b->object_threshold, "With --objects: the lowest peak marked")
+      ->check(CLI::Range(0.0, 1.0))
+      ->capture_default_str();
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
     const SearchSettings search = b->search.resolve(*model, b->model);
@@ -288,6 +296,13 @@ void add_caption_commands(CLI::App& app) {
     OverlayOptions o;
     o.panel = std::max(32, b->panel);
     o.columns = std::max(1, b->columns);
+    const std::vector<DetectedObject> found =
+        b->objects ? detect_planes(*model, planes.data(), 1, b->object_threshold)[0] : std::vector<DetectedObject>();
+    for (const DetectedObject& d : found) {
+      char label[48];
+      std::snprintf(label, sizeof label, "%s %.2f", coco_class_names()[d.cls].c_str(), d.score);
+      o.marks.push_back({label, d.x, d.y});
+    }
     cv::Mat grid = attention_overlay(img, h.alphas, words, model->encoder_config.grid_h(),
                                      model->encoder_config.grid_w(), o, h.locations);
     write_image(b->out, grid);
