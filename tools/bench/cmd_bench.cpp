@@ -408,6 +408,7 @@ void add_bench_commands(CLI::App& app) {
   add_bench_search(*bench);
   add_bench_cnn(*bench);
   add_bench_encoder(*bench);
+  add_bench_detector(*bench);
   add_bench_tune(*bench);
   add_bench_cache(*bench);
   add_bench_metrics(*bench);

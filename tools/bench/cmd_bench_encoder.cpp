@@ -11,6 +11,7 @@
 #include "tools/cli/commands.hpp"
 #include "vision/cnn.hpp"
 #include "vision/onednn.hpp"
+#include "vision/detector.hpp"
 #include "vision/pretrained.hpp"
 #include "vision/tunable.hpp"
 
@@ -173,6 +174,42 @@ void bench_encoder(const EncoderBenchArgs& pa) {
   }
 }
 
+struct DetectorBenchArgs {
+  int size = 448;
+  std::string batches = "1,8";
+  double seconds = 3;
+  bool json = false;
+};
+
+// The object detector (vision/detector.hpp) on random photos, batch by batch, like bench_encoder.
+void bench_detector(const DetectorBenchArgs& da) {
+  const std::vector<int> batches = parse_batches(da.batches, "--batches");
+  const Precision precision = resolve(encoder_precision_setting().value_or(PrecisionChoice::f32));
+  auto detector = load_object_detector(da.size, precision, "sat bench detector");
+  const double gmac = detector->macs_per_image() / 1e9;
+  if (!da.json)
+    std::printf("CenterNet MobileNetV3 (%s) at %dx%d: %d classes on a %dx%d map, %.2f GMAC per image (%s, %s)\n",
+                kCenternetJson, da.size, da.size, detector->classes(), detector->map_size(), detector->map_size(), gmac,
+                precision_name(detector->precision()), activation_layout_name(detector->precision()));
+  for (const int n : batches) {
+    Rng rng(3);
+    std::vector<float> img((size_t)n * 3 * da.size * da.size), heat;
+    for (auto& v : img) v = (float)(255 * rng.uniform());
+    detector->forward(img.data(), n, heat);  // warm-up: builds the plan, reorders weights
+    int count = 0;
+    double best = 1e30;
+    auto t0 = std::chrono::steady_clock::now();
+    while (seconds_since(t0) < da.seconds || count < 3) {
+      auto t1 = std::chrono::steady_clock::now();
+      detector->forward(img.data(), n, heat);
+      best = std::min(best, seconds_since(t1));
+      ++count;
+    }
+    print_encoder_batch(da.json, n, {seconds_since(t0) / count, best}, gmac, detector->precision(), MachinePeaks());
+    std::fflush(stdout);
+  }
+}
+
 struct TuneBenchArgs {
   std::string encoder, from = "mixed5", to = "mixed7";
   int size = 299, batch = 16, iters = 5;
@@ -244,6 +281,19 @@ void add_bench_encoder(CLI::App& bench) {
   pre->add_flag("--json", pa->json, "One JSON line per batch size");
   pre->add_flag("--peak", pa->peak, "Also measure the machine's FP32 peak (oneDNN sgemm) and print the share of it");
   pre->callback([pa] { bench_encoder(*pa); });
+}
+
+void add_bench_detector(CLI::App& bench) {
+  auto da = std::make_shared<DetectorBenchArgs>();
+  auto* det = bench.add_subcommand("detector",
+                                   "Time the COCO object detector (CenterNet MobileNetV3, sat detect) on oneDNN at "
+                                   "batch 1 and 8 (--encoder-precision chooses f32 or bf16; default f32)");
+  det->add_option("--size", da->size, "Input side, a multiple of 32")->capture_default_str();
+  det->add_option("--batches", da->batches, "Comma-separated batch sizes")->capture_default_str();
+  det->add_option("--seconds", da->seconds, "Time spent per batch size (after one warm-up batch)")
+      ->capture_default_str();
+  det->add_flag("--json", da->json, "One JSON line per batch size");
+  det->callback([da] { bench_detector(*da); });
 }
 
 void add_bench_tune(CLI::App& bench) {
