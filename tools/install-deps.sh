@@ -9,7 +9,7 @@ set -euo pipefail
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
       nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3 libopenmpi-dev openmpi-bin)
 if [ "${1:-}" = --test ]; then
-  pkgs+=(clang libomp-dev  # the ASan/UBSan + libFuzzer build (tests/fuzz)
+  pkgs+=(clang libomp-dev ccache  # the ASan/UBSan + libFuzzer build (tests/fuzz); ccache: rebuilds reuse objects
          chromium          # the report test opens sat report's page in headless Chromium
          curl)             # the server test (tests/serve_test.sh) sends its requests with curl
 elif [ $# -gt 0 ]; then
