@@ -5,9 +5,10 @@
 # copied by tools/feature-cache-slice.py into a cache whose header is a plain block3 extraction's): so the two arms
 # see bit-identical ResNet features. Each arm trains the first stage of tools/train-flickr8k-model.sh (soft additive
 # attention, 512 wide, Adam 4e-4 x 0.9 per epoch, batch 16, dropout 0.5) for $EPOCHS epochs with each seed in
-# $SEEDS, and ATTENTIONS adds arms with other attention flags (e.g. "hard" for --attention hard). Every epoch's
-# model is kept (RUN/model-epochN.sat); scores: sat eval ... --features CACHE (docs/results-flickr8k.md).
-# Resumable: rerun it after an interruption.
+# $SEEDS. Arms ($ARMS): objects (the grid and the maps), resnet (the grid alone), hard and hard-objects (the same with
+# the hard 3x3 glimpse of the InceptionV3 attention table: --attention hard --hard-window 3 --hard-samples 4
+# --hard-soft-warmup 5). Every epoch's model is kept (RUN/model-epochN.sat); scores: sat eval ... --features CACHE
+# (docs/objects.md). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-objects.sh   (environment: SCALE, EPOCHS, SEEDS, ARMS, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -41,11 +42,12 @@ for seed in $seeds; do
       "$sat" train --resume "$run/checkpoint.sat"
       continue
     fi
-    features=$without objects=()
-    [ "$arm" = objects ] && features=$with objects=(--objects "$scale")
+    features=$without objects=() attention=(--attention soft --score additive)
+    case $arm in *objects) features=$with objects=(--objects "$scale") ;; esac
+    case $arm in hard*) attention=(--attention hard --hard-window 3 --hard-samples 4 --hard-soft-warmup 5) ;; esac
     "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
       --encoder "$weights" --cut block3 --encoder-size 448 "${objects[@]}" --features "$features" \
-      --embed 512 --hidden 512 --attn 512 --dropout 0.5 --attention soft --score additive --min-count 5 \
+      --embed 512 --hidden 512 --attn 512 --dropout 0.5 "${attention[@]}" --min-count 5 \
       --epochs "$epochs" --batch 16 --lr 4e-4 --lr-decay 0.9 --penalty 1 --patience "$epochs" --val-limit 200 \
       --metric bleu4 --checkpoint-every 100 --seed "$seed" --keep-epochs --out "$run"
   done
