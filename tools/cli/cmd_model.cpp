@@ -68,6 +68,8 @@ nlohmann::json model_summary(const std::string& path) {
   }
   if (!e.weights_file.empty())
     enc["weights"] = {{"file", e.weights_file}, {"sha256", e.weights_sha256}, {"found", m->encoder_weights_path}};
+  if (e.object_channels > 0 && m->detector)
+    enc["objects"] = {{"channels", e.object_channels}, {"scale", e.object_scale}, {"detector", m->detector->path()}};
   if (m->tuned) {
     int64_t tuned_params = 0;
     for (auto& p : m->tuned->params()) tuned_params += p.size();
@@ -117,6 +119,11 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
   if (e.contains("precision"))
     std::printf("encoder arithmetic: %s (the model's choice: %s; --encoder-precision overrides it)\n",
                 e["precision_in_use"].get<std::string>().c_str(), e["precision"].get<std::string>().c_str());
+  if (e.contains("objects"))
+    std::printf("object maps: the last %d features are the COCO detector's class heat, max-pooled onto the grid, x %g "
+                "(%s, sha256-checked, not stored in the model)\n",
+                e["objects"]["channels"].get<int>(), e["objects"]["scale"].get<double>(),
+                e["objects"]["detector"].get<std::string>().c_str());
   if (e.contains("int8_ranges"))
     std::printf("int8 ready: the ranges of %d activations calibrated on photos (sat model calibrate)\n",
                 e["int8_ranges"].get<int>());
