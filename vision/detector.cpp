@@ -183,7 +183,15 @@ void PlanBuilder::assign_buffers() {
   std::vector<int> free_slots;
   for (int i = 1; i < count; ++i) {
     const size_t bytes = desc(i).get_size();
-    if (free_slots.empty()) {
+    // A convolution that adds itself to a residual nothing reads after it writes into the residual's buffer (no copy).
+    int residual = -1;
+    for (const PostOp& p : net.layers[i].post)
+      if (p.kind == PostOpKind::sum && p.sum_from > 0 && last_read[p.sum_from] == i && desc(p.sum_from) == desc(i) &&
+          std::find(net.layers[i].inputs.begin(), net.layers[i].inputs.end(), p.sum_from) == net.layers[i].inputs.end())
+        residual = p.sum_from;
+    if (residual >= 0) {
+      slot_of[i] = slot_of[residual];
+    } else if (free_slots.empty()) {
       slot_of[i] = (int)slot_bytes.size();
       slot_bytes.push_back(bytes);
     } else {  // the free slot closest above in size, else the largest
@@ -201,7 +209,7 @@ void PlanBuilder::assign_buffers() {
     for (const PostOp& p : net.layers[i].post)
       if (p.kind == PostOpKind::sum) read.push_back(p.sum_from);
     for (int r : read)
-      if (r > 0 && last_read[r] == i && slot_of[r] >= 0 &&
+      if (r > 0 && last_read[r] == i && slot_of[r] >= 0 && slot_of[r] != slot_of[i] &&
           std::find(free_slots.begin(), free_slots.end(), slot_of[r]) == free_slots.end())
         free_slots.push_back(slot_of[r]);
   }
@@ -245,8 +253,8 @@ void PlanBuilder::add_conv(int i) {
   memory b(pd.bias_desc(), eng, const_cast<float*>(l.bias.data()));
   P.owned.push_back(w);
   P.owned.push_back(b);
-  for (const PostOp& p : l.post)  // the residual first, then the convolution adds itself to it
-    if (p.kind == PostOpKind::sum)
+  for (const PostOp& p : l.post)  // the residual first (unless written in place), then the convolution adds to it
+    if (p.kind == PostOpKind::sum && P.out[p.sum_from].get_data_handle() != P.out[i].get_data_handle())
       P.steps.push_back(
           {reorder(P.out[p.sum_from], P.out[i]), {{DNNL_ARG_FROM, P.out[p.sum_from]}, {DNNL_ARG_TO, P.out[i]}}, {}});
   P.steps.push_back({convolution_forward(pd),
@@ -312,17 +320,22 @@ void PlanBuilder::add_concat(int i) {
 void PlanBuilder::add_resize(int i) {
   const int src = net.layers[i].inputs[0];
   const NodeShape &a = shapes[src], &o = shapes[i];
-  memory in(memory::desc({n, a.c, a.h, a.w}, dt::f32, tag::nhwc), eng);
-  memory out(memory::desc({n, o.c, o.h, o.w}, dt::f32, tag::nhwc), eng);
-  P.owned.push_back(in);
-  P.owned.push_back(out);
-  P.steps.push_back({reorder(P.out[src], in), {{DNNL_ARG_FROM, P.out[src]}, {DNNL_ARG_TO, in}}, {}});
+  // NHWC float32 copies, unless the activations are already that (float32 on a CPU whose convolutions prefer NHWC)
+  const memory::desc in_md({n, a.c, a.h, a.w}, dt::f32, tag::nhwc), out_md({n, o.c, o.h, o.w}, dt::f32, tag::nhwc);
+  const bool in_place_in = P.out[src].get_desc() == in_md, in_place_out = P.out[i].get_desc() == out_md;
+  memory in = in_place_in ? P.out[src] : memory(in_md, eng);
+  memory out = in_place_out ? P.out[i] : memory(out_md, eng);
+  if (!in_place_in) {
+    P.owned.push_back(in);
+    P.steps.push_back({reorder(P.out[src], in), {{DNNL_ARG_FROM, P.out[src]}, {DNNL_ARG_TO, in}}, {}});
+  }
+  if (!in_place_out) P.owned.push_back(out);
   const int nn = n;
   P.steps.push_back({primitive(), {}, [in, out, nn, a, o]() {
                        legacy_resize_nhwc(static_cast<const float*>(in.get_data_handle()), nn, a.h, a.w, a.c,
                                           static_cast<float*>(out.get_data_handle()), o.h, o.w);
                      }});
-  P.steps.push_back({reorder(out, P.out[i]), {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, P.out[i]}}, {}});
+  if (!in_place_out) P.steps.push_back({reorder(out, P.out[i]), {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, P.out[i]}}, {}});
 }
 
 void PlanBuilder::build() {
