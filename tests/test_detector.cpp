@@ -18,6 +18,7 @@
 #include "vision/detector.hpp"
 #include "vision/image.hpp"
 #include "vision/objects_encoder.hpp"
+#include "vision/pretrained.hpp"
 
 using namespace sat;
 using nlohmann::json;
@@ -178,6 +179,11 @@ std::vector<float> to_hwc(const std::vector<float>& chw, int c, int hw) {
   for (int k = 0; k < c; ++k)
     for (int p = 0; p < hw; ++p) out[(size_t)p * c + k] = chw[(size_t)k * hw + p];
   return out;
+}
+
+// What loading the detector from `weights_dir` (and nowhere else) throws; "" when it loads.
+std::string error_of_loading(const std::string& weights_dir) {
+  return test::error_of([&] { load_object_detector(64, Precision::f32, "test", weights_dir); });
 }
 
 float max_abs_diff(const std::vector<float>& a, const std::vector<float>& b) {
@@ -398,4 +404,30 @@ TEST_CASE("detector: object maps joined to a grid, max-pooled and scaled (Encode
   CHECK(worst < 1e-4f);  // the planes' normalization undone to 0..255 within float rounding
   CHECK_THROWS_WITH_AS(EncoderWithObjects(base, *detector, 5, 5, 3, mean, stdev, 1.f),
                        doctest::Contains("do not pool onto the 5x5 grid"), Error);
+}
+
+TEST_CASE("detector: its files found by name and sha256; missing or altered ones refused naming what was looked for") {
+  const std::string shared = std::string(SAT_SHARED_DATA) + "/../models/centernet_mobilenetv3";
+  test::TempDir dir;
+  set_default_weights_dir("");  // only where this test says
+  const std::string none = error_of_loading(dir.path);
+  CHECK(none.find("test: needs the object detector's centernet.json (sha256 ") == 0);
+  CHECK(none.find("looked in " + dir.path) != std::string::npos);
+  CHECK(none.find("no such files found") != std::string::npos);
+  if (file_exists(shared + "/centernet.json")) {
+    make_dirs(join_path(dir.path, "centernet_mobilenetv3"));
+    write_file_atomic(join_path(dir.path, "centernet_mobilenetv3/centernet.json"),
+                      read_file(shared + "/centernet.json"));
+    std::string bin = read_file(shared + "/centernet.bin");
+    bin[1000] ^= 1;  // one bit flipped
+    write_file_atomic(join_path(dir.path, "centernet_mobilenetv3/centernet.bin"), bin);
+    const std::string altered = error_of_loading(dir.path);
+    CHECK(altered.find("found only " + dir.path + "/centernet_mobilenetv3/centernet.bin (4030290 bytes, sha256 ") !=
+          std::string::npos);
+    CHECK(altered.find("truncated or a different file") != std::string::npos);
+    bin[1000] ^= 1;
+    write_file_atomic(join_path(dir.path, "centernet_mobilenetv3/centernet.bin"), bin);
+    CHECK(error_of_loading(dir.path).empty());
+  }
+  set_default_weights_dir(std::string(SAT_SHARED_DATA) + "/../models");
 }

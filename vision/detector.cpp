@@ -407,34 +407,40 @@ void ObjectDetector::forward(const float* images, int n, std::vector<float>& hea
   strm.wait();
 }
 
-static std::string find_checked_file(const std::string& file, const std::string& sha256, const std::string& needed_by,
-                                     const std::string& weights_dir) {
+// The first folder holding both files, each with its sha256: DIR or DIR/centernet_mobilenetv3 of each weights folder.
+static std::string find_detector_json(const std::string& needed_by, const std::string& weights_dir) {
   std::string looked;
   for (const std::string& dir : weights_search_dirs(weights_dir)) {
-    for (const std::string& candidate : {join_path(dir, file), join_path(join_path(dir, kCenternetFolder), file)}) {
-      if (!file_exists(candidate)) continue;
-      const std::string bytes = read_file(candidate);
-      const std::string got = sha256_hex(bytes);
-      if (got == sha256) return candidate;
-      looked += (looked.empty() ? "" : "; ") + candidate + " (" + std::to_string(bytes.size()) + " bytes, sha256 " +
-                got + ": truncated or a different file)";
+    for (const std::string& folder : {dir, join_path(dir, kCenternetFolder)}) {
+      const std::string json = join_path(folder, kCenternetJson), bin = join_path(folder, kCenternetBin);
+      if (!file_exists(json) && !file_exists(bin)) continue;
+      bool both = true;
+      for (const auto& [path, sha256] : {std::pair{json, kCenternetJsonSha256}, std::pair{bin, kCenternetBinSha256}}) {
+        if (!file_exists(path)) {
+          looked += (looked.empty() ? "" : "; ") + path + " (missing)";
+          both = false;
+          continue;
+        }
+        const std::string bytes = read_file(path), got = sha256_hex(bytes);
+        if (got == sha256) continue;
+        looked += (looked.empty() ? "" : "; ") + path + " (" + std::to_string(bytes.size()) + " bytes, sha256 " + got +
+                  ": truncated or a different file)";
+        both = false;
+      }
+      if (both) return json;
     }
   }
   std::string where;
   for (const std::string& dir : weights_search_dirs(weights_dir)) where += "looked in " + dir + "; ";
-  fail(needed_by, "needs the object detector's " + file + " (sha256 " + sha256 + "): " + where +
-                      (looked.empty() ? "no such file found" : "found only " + looked) +
+  fail(needed_by, std::string("needs the object detector's ") + kCenternetJson + " (sha256 " + kCenternetJsonSha256 +
+                      ") and " + kCenternetBin + " (sha256 " + kCenternetBinSha256 + ") in one folder: " + where +
+                      (looked.empty() ? "no such files found" : "found only " + looked) +
                       " (pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds " + kCenternetFolder + ")");
 }
 
 std::unique_ptr<ObjectDetector> load_object_detector(int input_size, Precision precision, const std::string& needed_by,
                                                      const std::string& weights_dir) {
-  const std::string json_path = find_checked_file(kCenternetJson, kCenternetJsonSha256, needed_by, weights_dir);
-  const std::string bin_path = find_checked_file(kCenternetBin, kCenternetBinSha256, needed_by, weights_dir);
-  const auto slash = [](const std::string& p) { return p.substr(0, p.rfind('/') + 1); };
-  if (slash(json_path) != slash(bin_path))
-    fail(needed_by, "found " + json_path + " and " + bin_path + " in different folders; keep them together");
-  return load_object_detector_from(json_path, kCenternetOutput, input_size, precision);
+  return load_object_detector_from(find_detector_json(needed_by, weights_dir), kCenternetOutput, input_size, precision);
 }
 
 std::unique_ptr<ObjectDetector> load_object_detector_from(const std::string& json_path, const std::string& output,
