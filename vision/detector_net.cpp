@@ -422,7 +422,7 @@ std::vector<NodeShape> DetectorNet::shapes(int size) const {
         const NodeShape& a = s[l.inputs[0]];
         const NodeShape& b = s[l.inputs[1]];
         const bool same_shape = a.c == b.c && a.h == b.h && a.w == b.w;
-        const bool scale = l.kind == LayerKind::mul && a.c == b.c && (b.h == 1 && b.w == 1 || a.h == 1 && a.w == 1);
+        const bool scale = l.kind == LayerKind::mul && a.c == b.c && ((b.h == 1 && b.w == 1) || (a.h == 1 && a.w == 1));
         if (!same_shape && !scale) refuse("combines tensors of different shapes");
         o = (a.h >= b.h) ? NodeShape{a.c, a.h, a.w} : NodeShape{b.c, b.h, b.w};
         break;
