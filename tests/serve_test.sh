@@ -88,6 +88,10 @@ check_error truncated 400 -X POST --data-binary @"$WORK/truncated.jpg" "$URL/cap
 check_error oversize 413 -X POST --data-binary @"$WORK/big.bin" "$URL/caption"
 check_error bad_beam 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam=0"
 check_error bad_norm 400 -X POST --data-binary @"$PHOTO" "$URL/caption?length_norm=abc"
+# objects=1 needs a model whose input side is a multiple of 32 (this one takes 299): refused before any work
+check_error objects_at_299 400 -X POST --data-binary @"$PHOTO" "$URL/caption?objects=1"
+check_error bad_objects 400 -X POST --data-binary @"$PHOTO" "$URL/caption?objects=2"
+check_error bad_object_threshold 400 -X POST --data-binary @"$PHOTO" "$URL/caption?objects=1&object_threshold=1.5"
 check_error bad_consensus 400 -X POST --data-binary @"$PHOTO" "$URL/caption?consensus_weight=-1"
 check_error no_memory 400 -X POST --data-binary @"$PHOTO" "$URL/caption?consensus_weight=2"
 grep -q 'no caption memory' "$WORK/no_memory.body" && pass "consensus_weight on a model without a caption memory: named" ||
@@ -136,11 +140,11 @@ for line in text.splitlines():
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
 assert samples['sat_requests_total{code="200"}'] == 6 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 14, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="400"}'] == 17, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 18
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 32
+assert samples["sat_errors_total"] == 21
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 35
 assert samples["sat_batch_size_sum"] == 14 and samples["sat_batch_size_count"] < 14, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY

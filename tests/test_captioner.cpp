@@ -398,4 +398,19 @@ TEST_CASE("captioner: the default ResNet-101 model finds the shared weights, or 
   CHECK(!f.words.empty());
   if (sat::cpu_has_native_bf16()) CHECK(f.logprob != c.logprob);  // the grid rounded differently
   MESSAGE(model << " (f32 encoder): " << f.text);
+  // the objects beside the caption (../shared/models/centernet_mobilenetv3): the example's man and dog, the caption
+  // unchanged by asking for them
+  if (!sat::file_exists(weights_dir + "/centernet_mobilenetv3/centernet.json")) return;
+  sat::CaptionOptions with_objects;
+  with_objects.objects = true;
+  const sat::CaptionResult o = full.caption_file(kPhoto, with_objects);
+  CHECK(o.text == f.text);
+  REQUIRE(o.objects.size() >= 2);
+  CHECK(o.objects[0].name == "person");
+  CHECK(o.objects[1].name == "dog");
+  CHECK(o.objects[0].score == doctest::Approx(0.478).epsilon(0.01));
+  CHECK(o.objects[0].score >= o.objects[1].score);
+  CHECK(f.objects.empty());
+  with_objects.object_threshold = 2;
+  CHECK_THROWS_WITH_AS(full.check(with_objects), doctest::Contains("object_threshold must be in [0, 1]"), sat::Error);
 }

@@ -80,6 +80,9 @@ struct __attribute__((visibility("hidden"))) Captioner::Impl {
   SearchSettings resolve(const CaptionOptions& options) const {
     if (!(options.object_threshold >= 0 && options.object_threshold <= 1))
       throw Error("object_threshold must be in [0, 1], got " + std::to_string(options.object_threshold));
+    if (options.objects && model->encoder_config.input_size % 32)
+      throw Error(path + ": objects need an input side that is a multiple of 32; this model takes " +
+                  std::to_string(model->encoder_config.input_size));
     return resolve_search(*model, search_options(options), path);
   }
   // n images' planes (n x 3 x S x S, in the model's normalization) to captions, through the one inference path.
