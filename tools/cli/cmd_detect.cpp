@@ -26,6 +26,8 @@ std::string score_text(float v) {
 }
 
 void run_detect(const DetectArgs& a) {
+  for (const std::string& path : a.images)  // a missing photo is named before the detector is looked for
+    if (!file_exists(path)) load_image_bgr(path);
   const Precision precision = resolve(encoder_precision_setting().value_or(PrecisionChoice::auto_));
   std::unique_ptr<ObjectDetector> detector = load_object_detector(a.size, precision, "sat detect");
   const auto& names = coco_class_names();
