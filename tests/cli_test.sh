@@ -378,6 +378,13 @@ expect_error "annotation names unknown image" "^sat: $WORK/badjson/dangling.json
 expect_error "empty caption set" "^sat: $WORK/emptyset/captions.json: no images" "$SAT" train --data "$WORK/emptyset" --out "$WORK/r4"
 expect_error "image listed but missing" "^sat: $WORK/nosuchimg/images/gone.png: cannot open" "$SAT" train --data "$WORK/nosuchimg" --out "$WORK/r5"
 expect_error "grounding needs boxes" "^sat: $WORK/nosuchimg/captions.json: has no grounding" "$SAT" eval-grounding --model "$MODEL" --data "$WORK/nosuchimg"
+expect_error "attend --panel 20000" "^sat: --panel: Value 20000 not in range 32 to 2048 \\(sat attend --help\\)$" \
+  "$SAT" attend "$IMG" --model "$MODEL" --panel 20000 --out "$WORK/x.png"
+expect_error "attend --columns 0" "^sat: --columns: Value 0 not in range 1 to 64" \
+  "$SAT" attend "$IMG" --model "$MODEL" --columns 0 --out "$WORK/x.png"
+expect_error "an unknown command is named" "^sat: unknown command 'frobnicate' \\(sat --help lists the commands\\)$" \
+  "$SAT" frobnicate
+"$SAT" frobnicate 2>/dev/null; [ $? -eq 2 ] && pass "a usage error exits 2" || fail "a usage error does not exit 2"
 expect_error "unknown overlay format" "^sat: $WORK/att.xyz: cannot encode" "$SAT" attend "$IMG" --model "$MODEL" --out "$WORK/att.xyz"
 expect_error "split lists an unknown image" "^sat: $WORK/split.txt: line 2" bash -c "printf '000001.png\nnope.png\n' >'$WORK/split.txt'; '$SAT' eval --model '$MODEL' --data '$WORK/val' --split '$WORK/split.txt'"
 # The pretrained encoder, the feature cache, the other attention kinds, dataset formats.

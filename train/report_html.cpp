@@ -6,6 +6,7 @@
 #include <cstdlib>
 
 #include "train/report.hpp"
+#include "vision/overlay.hpp"
 
 namespace sat {
 
@@ -60,6 +61,8 @@ th, td { padding: 2px 12px 2px 0; text-align: left; vertical-align: top; }
 .word.active { background: #1f4fd1; color: #fff; }
 .word.end { color: var(--muted); font-size: 12px; }
 .word.end.active { color: #fff; }
+.key { color: var(--muted); white-space: nowrap; }
+.key .bar { display: inline-block; width: 120px; height: 10px; vertical-align: middle; }
 .maplabel { font-size: 12px; color: var(--muted); margin: 0 0 6px; min-height: 1.45em; }
 .pscores { margin: 0 0 6px; font-variant-numeric: tabular-nums; }
 .pscores span { margin-right: 14px; white-space: nowrap; }
@@ -84,7 +87,7 @@ const char* const kMainScript = R"JS(
   "use strict";
   var body = document.body;
   var data = JSON.parse(document.getElementById("report-data").textContent);
-  var gh = data.grid[0], gw = data.grid[1], uniform = 1 / (gh * gw);
+  var gh = data.grid[0], gw = data.grid[1], uniform = 1 / (gh * gw), inferno = data.inferno;
   var list = document.getElementById("cards");
   var cards = Array.prototype.slice.call(list.querySelectorAll(".card"));
   var sortBy = document.getElementById("sort"), filter = document.getElementById("filter");
@@ -160,27 +163,25 @@ const char* const kMainScript = R"JS(
       label.textContent = label.dataset.hint;
       return;
     }
-    var map = photo.maps[k].map, lo = Infinity, hi = -Infinity, i;
-    for (i = 0; i < map.length; i++) {
-      if (map[i] < lo) lo = map[i];
-      if (map[i] > hi) hi = map[i];
-    }
-    var range = hi - lo, xs = axis(width, gw), ys = axis(height, gh), spotlight = drawAs.value === "spotlight";
+    // v: the weight over the word's largest (the maps are stored that way, in thousandths), as sat attend draws it:
+    // the inferno colour of v with opacity 0.65 v, so where the model did not look the photo shows untouched.
+    var map = photo.maps[k].map, xs = axis(width, gw), ys = axis(height, gh), spotlight = drawAs.value === "spotlight";
     var image = ctx.createImageData(width, height), px = image.data, sum = 0;
     for (var y = 0; y < height; y++) {
       var r0 = ys.first[y] * gw, r1 = ys.second[y] * gw, fy = ys.weight[y];
       for (var x = 0; x < width; x++) {
         var x0 = xs.first[x], x1 = xs.second[x], fx = xs.weight[x];
         var v = (1 - fy) * ((1 - fx) * map[r0 + x0] + fx * map[r0 + x1]) + fy * ((1 - fx) * map[r1 + x0] + fx * map[r1 + x1]);
-        v = range > 0 ? (v - lo) / range : 0;
+        v = clamp01(v / 1000);
         var o = 4 * (y * width + x);
         if (spotlight) {
           px[o + 3] = 215 * (1 - v);  // dark where the model did not look
-        } else {  // jet: blue where it looked least, red where most
-          px[o] = 255 * clamp01(1.5 - Math.abs(4 * v - 3));
-          px[o + 1] = 255 * clamp01(1.5 - Math.abs(4 * v - 2));
-          px[o + 2] = 255 * clamp01(1.5 - Math.abs(4 * v - 1));
-          px[o + 3] = 255 * (0.15 + 0.45 * v);
+        } else {
+          var c = 3 * Math.round(255 * v);
+          px[o] = inferno[c];
+          px[o + 1] = inferno[c + 1];
+          px[o + 2] = inferno[c + 2];
+          px[o + 3] = 255 * 0.65 * v;
         }
         sum += v;
       }
@@ -332,7 +333,8 @@ std::string attention_note(const Report& r) {
       "to keep it. The " +
       grid +
       " attention grid covers the whole photo (the encoder saw it squashed to a square); "
-      "each map is stretched from its smallest weight (blue) to its largest (red), smoothly between cell centres. "
+      "each map is drawn smoothly between cell centres, its colour and opacity rising from no weight (the photo "
+      "untouched) to the word's largest weight (yellow), as <code>sat attend</code> draws it. "
       "<code>&lt;end&gt;</code> is the step that ended the caption.";
   if (r.attention == "hard")
     note += " Hard attention: the box is the glimpse, the cell the decoder took its features from" +
@@ -419,6 +421,18 @@ std::string script_safe_json(const json& value) {
   return out;
 }
 
+// The key's colours as CSS gradient stops (", #rrggbb" each).
+static std::string gradient_stops() {
+  std::string stops;
+  for (int i = 0; i <= 8; ++i) {
+    const cv::Vec3b c = inferno_bgr(i / 8.0);
+    char hex[16];
+    std::snprintf(hex, sizeof hex, ", #%02x%02x%02x", c[2], c[1], c[0]);
+    stops += hex;
+  }
+  return stops;
+}
+
 json attention_map_json(const std::vector<float>& alpha) {
   float peak = 0;
   for (float a : alpha) peak = std::max(peak, a);
@@ -470,7 +484,8 @@ std::string report_html(const Report& r) {
        "<label>to <input id=\"max-cider\" type=\"number\" step=\"0.1\"></label>\n";
   if (attends)
     h += "<label>Draw <select id=\"draw-as\"><option value=\"heat\">heat map</option><option value=\"spotlight\">"
-         "spotlight</option></select></label>\n";
+         "spotlight</option></select></label>\n<span class=\"key\">0 <span class=\"bar\" style=\"background: "
+         "linear-gradient(to right" + gradient_stops() + ")\"></span> the word's largest weight</span>\n";
   h += "<span id=\"shown\">" + std::to_string(r.photos.size()) + " photos</span>\n</nav>\n<main id=\"cards\">\n";
   json photos = json::array();
   for (size_t i = 0; i < r.photos.size(); ++i) {
@@ -482,7 +497,13 @@ std::string report_html(const Report& r) {
     if (r.attention == "hard") entry["loc"] = p.locations;
     photos.push_back(std::move(entry));
   }
+  json inferno = json::array();  // 256 RGB colours, flat: the colour map sat attend draws with
+  for (int i = 0; i < 256; ++i) {
+    const cv::Vec3b c = inferno_bgr(i / 255.0);
+    inferno.insert(inferno.end(), {c[2], c[1], c[0]});
+  }
   const json data = {{"grid", {r.grid_h, r.grid_w}},
+                     {"inferno", std::move(inferno)},
                      {"attention", r.attention},
                      {"window", r.hard_window},
                      {"photos", std::move(photos)}};

@@ -276,8 +276,12 @@ void add_caption_commands(CLI::App& app) {
   att->add_option("--out", b->out, "Output image (.png or .jpg): one panel per word")->required();
   att->add_option("--model", b->model, "Model file")->capture_default_str();
   b->search.add_to(att);
-  att->add_option("--panel", b->panel, "Panel side in pixels")->capture_default_str();
-  att->add_option("--columns", b->columns, "Panels per row")->capture_default_str();
+  att->add_option("--panel", b->panel, "The longer side of each panel in pixels (the photo keeps its shape)")
+      ->check(CLI::Range(kMinOverlayPanel, kMaxOverlayPanel))
+      ->capture_default_str();
+  att->add_option("--columns", b->columns, "Panels per row")
+      ->check(CLI::Range(1, kMaxOverlayColumns))
+      ->capture_default_str();
   att->add_flag("--objects", b->objects,
                 "Mark on the input panel where each COCO object the detector finds peaks (sat detect), with its "
                 "class and score");
@@ -294,8 +298,8 @@ void add_caption_commands(CLI::App& app) {
     const Hypothesis h = caption_planes(*model, planes.data(), 1, search, 1)[0].kept();
     auto words = model->vocab.decode(h.tokens);
     OverlayOptions o;
-    o.panel = std::max(32, b->panel);
-    o.columns = std::max(1, b->columns);
+    o.panel = b->panel;
+    o.columns = b->columns;
     const std::vector<DetectedObject> found =
         b->objects ? detect_planes(*model, planes.data(), 1, b->object_threshold)[0] : std::vector<DetectedObject>();
     for (const DetectedObject& d : found) {

@@ -45,6 +45,27 @@ static bool quick_exit_after(const CLI::App& app) {
 #endif
 }
 
+// A command-line mistake in one line: an unknown command named, and where help is.
+static std::string usage_problem(const CLI::App& app, const CLI::ParseError& e, int argc, char** argv) {
+  // The command: the first argument that is neither an option nor the value of a global option.
+  for (int i = 1; i < argc; ++i) {
+    const std::string arg = argv[i];
+    if (arg == "--weights-dir" || arg == "--encoder-precision") {
+      ++i;
+      continue;
+    }
+    if (arg.empty() || arg[0] == '-') continue;
+    try {
+      app.get_subcommand(arg);
+    } catch (const CLI::OptionNotFound&) {
+      return "unknown command '" + arg + "' (sat --help lists the commands)";
+    }
+    const std::string what = e.what();
+    return what + " (sat " + arg + " --help)";
+  }
+  return std::string(e.what()) + " (sat --help)";
+}
+
 int main(int argc, char** argv) {
   // Training allocates the same large temporaries every step; keep freed blocks in the heap instead of
   // returning them to the kernel, which would page-fault and zero them again each time (~8% of a step).
@@ -89,7 +110,9 @@ int main(int argc, char** argv) {
       std::_Exit(0);
     }
   } catch (const CLI::ParseError& e) {
-    return app.exit(e);
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all
+    std::fprintf(stderr, "sat: %s\n", usage_problem(app, e, argc, argv).c_str());
+    return 2;  // a usage error, as for other Unix commands
   } catch (const std::bad_alloc&) {
     sat::abort_ranks_after("out of memory");
     std::fprintf(stderr, "sat: out of memory\n");
