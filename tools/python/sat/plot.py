@@ -93,7 +93,7 @@ def show_attention(result: Caption, image, word: Union[int, str], ax=None, title
     blended = attention_overlay(result, image, k)
     if ax is None:
         height, width = blended.shape[:2]
-        fig, ax = plt.subplots(figsize=(6.4, 6.4 * height / width + 0.8))
+        fig, ax = plt.subplots(figsize=(6.4, 5.2 * height / width + 1.0), layout="constrained")
     fig = ax.figure
     ax.imshow(blended, interpolation="bilinear")  # aspect "equal": the photo is never squashed
     ax.set_axis_off()
@@ -111,7 +111,7 @@ def show_attention(result: Caption, image, word: Union[int, str], ax=None, title
                        fraction=0.046, pad=0.03)
     key.set_ticks([0, top])
     key.set_ticklabels(["0%", f"{top:.1f}%"])
-    key.set_label(f"share of \u201c{result.words[k]}\u201d's attention")
+    key.set_label("share of the word's attention")
     return fig, ax
 
 
@@ -128,7 +128,8 @@ def show_attention_grid(result: Caption, image, columns: int = 4):
     cols = min(int(columns), n)
     rows = (n + cols - 1) // cols
     aspect = photo.shape[0] / photo.shape[1]
-    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, (3.2 * aspect + 1.0) * rows), squeeze=False)
+    fig, axes = plt.subplots(rows, cols, figsize=(3.2 * cols, (3.2 * aspect + 1.0) * rows + 0.4), squeeze=False,
+                             layout="constrained")
     for k, ax in enumerate(axes.flat):
         if k < n:
             show_attention(result, photo, k, ax=ax, title=False, key_location="bottom")
