@@ -16,7 +16,7 @@ WEIGHTS="$ROOT/../shared/models"
 
 if cmake --install "$BUILD" --prefix "$P" >"$WORK/install.log" 2>&1; then pass "cmake --install"; else
   fail "cmake --install: $(tail -n 3 "$WORK/install.log")"; echo "$failures failure(s)"; exit 1; fi
-for f in bin/sat lib/libsat.so include/sat/captioner.hpp include/sat/error.hpp lib/cmake/sat/satConfig.cmake \
+for f in bin/sat lib/libsat.so include/sat/captioner.hpp include/sat/scores.hpp include/sat/error.hpp lib/cmake/sat/satConfig.cmake \
          share/sat/models/flickr8k.sat share/sat/models/flickr8k-inception.sat share/sat/models/inception_v3.sat; do
   [ -e "$P/$f" ] && pass "installed $f" || fail "not installed: $f"
 done
