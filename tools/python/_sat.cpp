@@ -145,8 +145,6 @@ class PyCaptioner {
     return to_list(std::move(grids));
   }
 
-  void check(const sat::CaptionOptions& options) const { captioner_->check(options); }
-
   py::dict info() const {
     const sat::ModelInfo& i = info_;
     py::dict d;
@@ -221,7 +219,6 @@ PYBIND11_MODULE(_sat, m) {
       .def("caption_arrays", &PyCaptioner::caption_arrays)
       .def("encode_files", &PyCaptioner::encode_files)
       .def("encode_arrays", &PyCaptioner::encode_arrays)
-      .def("check", &PyCaptioner::check)
       .def("info", &PyCaptioner::info);
 
   m.def(
