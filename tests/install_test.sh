@@ -16,16 +16,18 @@ WEIGHTS="$ROOT/../shared/models"
 
 if cmake --install "$BUILD" --prefix "$P" >"$WORK/install.log" 2>&1; then pass "cmake --install"; else
   fail "cmake --install: $(tail -n 3 "$WORK/install.log")"; echo "$failures failure(s)"; exit 1; fi
-for f in bin/sat lib/libsat.so include/sat/captioner.hpp include/sat/error.hpp lib/cmake/sat/satConfig.cmake \
+for f in bin/sat lib/libsat.so include/sat/captioner.hpp include/sat/scores.hpp include/sat/error.hpp lib/cmake/sat/satConfig.cmake \
          share/sat/models/flickr8k.sat share/sat/models/flickr8k-inception.sat share/sat/models/inception_v3.sat; do
   [ -e "$P/$f" ] && pass "installed $f" || fail "not installed: $f"
 done
 # libsat.so exports the public API only: no internal symbol (sat::CaptionModel, sat::Decoder, ...) is visible
 exported=$(nm -D --defined-only -C "$P/lib/libsat.so" | grep ' sat::' || true)
-if echo "$exported" | grep -q 'sat::Captioner::' && ! echo "$exported" | grep -vE 'sat::(Captioner|Error)' | grep -q .; then
-  pass "libsat.so exports sat::Captioner and sat::Error only"
+public='sat::(Captioner|Error|score\(|score_files\()'  # <sat/captioner.hpp>, <sat/error.hpp>, <sat/scores.hpp>
+if echo "$exported" | grep -q 'sat::Captioner::' && echo "$exported" | grep -q 'sat::score_files(' &&
+   ! echo "$exported" | grep -vE "$public" | grep -q .; then
+  pass "libsat.so exports sat::Captioner, sat::Error, sat::score and sat::score_files only"
 else
-  fail "libsat.so exports: $(echo "$exported" | grep -vE 'sat::(Captioner|Error)' | head -n 3)"
+  fail "libsat.so exports: $(echo "$exported" | grep -vE "$public" | head -n 3)"
 fi
 
 # a project of its own: examples/ against the installed package, no path into this checkout or build tree

@@ -2,6 +2,7 @@
 // path gives, every input kind, batches, attention, errors, and one Captioner shared by threads.
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
@@ -11,8 +12,10 @@
 #include <opencv2/imgproc.hpp>
 
 #include "datasets/synth.hpp"
+#include "tests/scratch.hpp"
 #include "train/model.hpp"
 #include "train/sat/captioner.hpp"
+#include "train/sat/scores.hpp"
 #include "vision/image.hpp"
 
 namespace {
@@ -413,4 +416,68 @@ TEST_CASE("captioner: the default ResNet-101 model finds the shared weights, or 
   CHECK(f.objects.empty());
   with_objects.object_threshold = 2;
   CHECK_THROWS_WITH_AS(full.check(with_objects), doctest::Contains("object_threshold must be in [0, 1]"), sat::Error);
+}
+
+TEST_CASE("captioner: encode gives the grid the caption search reads, for a file, a cv::Mat and a batch") {
+  sat::Captioner captioner(kSynthModel);
+  auto model = sat::CaptionModel::load(kSynthModel);
+  const sat::Mat F = model->encode(model->load_planes({kScene}), 1);
+  const sat::FeatureGrid g = captioner.encode_file(kScene);
+  REQUIRE(g.rows == captioner.info().grid_rows);
+  REQUIRE(g.cols == captioner.info().grid_cols);
+  REQUIRE(g.depth == (int)F.cols());
+  REQUIRE(g.values.size() == (size_t)F.size());
+  CHECK(std::equal(g.values.begin(), g.values.end(), F.data()));
+  CHECK(g.at(g.rows - 1, 1, 3) == F((g.rows - 1) * g.cols + 1, 3));  // cell-major, row-major cells
+  CHECK(captioner.encode(cv::imread(kScene, cv::IMREAD_COLOR)).values == g.values);
+  const std::vector<cv::Mat> scenes = synth_scenes(3);
+  const std::vector<sat::FeatureGrid> batch = captioner.encode(scenes);
+  REQUIRE(batch.size() == 3);
+  for (size_t i = 0; i < scenes.size(); ++i) {
+    const sat::FeatureGrid one = captioner.encode(scenes[i]);
+    REQUIRE(one.values.size() == batch[i].values.size());
+    for (size_t k = 0; k < one.values.size(); ++k) REQUIRE(std::fabs(one.values[k] - batch[i].values[k]) < 1e-4f);
+  }
+  CHECK(batch[0].values != batch[1].values);  // each image its own grid
+  CHECK(error_of([&] { captioner.encode_files({kScene, "/nonexistent/x.png"}); }).rfind("/nonexistent/x.png:", 0) == 0);
+  CHECK(captioner.encode(std::vector<cv::Mat>{}).empty());
+}
+
+TEST_CASE("scores: sat::score and sat::score_files compute sat eval's metrics") {
+  // clipped n-gram precisions 5/6, 3/5, 1/4 with no brevity penalty; LCS 5 of 6 words; one image: CIDEr-D's idf is 0
+  const sat::Scores s = sat::score({"a dog runs on the grass"}, {{"a dog runs in the grass"}});
+  CHECK(s.images == 1);
+  CHECK(s.bleu[0] == doctest::Approx(5.0 / 6).epsilon(1e-6));
+  CHECK(s.bleu[1] == doctest::Approx(std::sqrt(0.5)).epsilon(1e-6));
+  CHECK(s.bleu[2] == doctest::Approx(0.5).epsilon(1e-6));
+  CHECK(s.rouge_l == doctest::Approx(5.0 / 6));
+  CHECK(s.cider_d == 0);
+  const sat::test::TempDir tmp;
+  const std::string dir = tmp.path;
+  sat::write_file_atomic(dir + "/refs.json", R"({"images": [{"id": 1, "file_name": "a.jpg"}, {"id": 2, "file_name": "b.jpg"}],
+    "annotations": [{"image_id": 1, "id": 1, "caption": "A dog runs in the grass."},
+                    {"image_id": 2, "id": 2, "caption": "two kids play in the water"},
+                    {"image_id": 2, "id": 3, "caption": "children splash in a pool"}]})");
+  sat::write_file_atomic(dir + "/results.json", R"([{"image_id": 2, "caption": "kids play in the water"},
+                                                    {"image_id": "a.jpg", "caption": "a dog runs on the grass"}])");
+  const sat::Scores files = sat::score_files(dir + "/results.json", dir + "/refs.json");
+  const sat::Scores lists = sat::score({"kids play in the water", "a dog runs on the grass"},
+                                       {{"two kids play in the water", "children splash in a pool"},
+                                        {"A dog runs in the grass."}});
+  const sat::Scores ids = sat::score_files({"2", "a"}, {"kids play in the water", "a dog runs on the grass"},
+                                           dir + "/refs.json");
+  for (const sat::Scores& t : {lists, ids}) {
+    CHECK(t.images == files.images);
+    CHECK(t.bleu == files.bleu);
+    CHECK(t.rouge_l == files.rouge_l);
+    CHECK(t.cider_d == files.cider_d);
+    CHECK(t.meteor == files.meteor);
+  }
+  CHECK(files.cider_d > 0);
+  CHECK(error_of([] { sat::score({"a"}, {}); }).find("score:") == 0);
+  CHECK(error_of([] { sat::score({"a"}, {{}}); }) == "score: references[0] holds no captions");
+  CHECK(error_of([&] { sat::score_files({"zebra.jpg"}, {"a zebra"}, dir + "/refs.json"); }).find("zebra") !=
+        std::string::npos);
+  CHECK(error_of([&] { sat::score_files(dir + "/missing.json", dir + "/refs.json"); }).rfind(dir + "/missing.json:", 0) ==
+        0);
 }

@@ -6,12 +6,15 @@ set -euo pipefail
 # ocl-icd-opencl-dev: libdnnl-dev only recommends it, but Debian's oneDNN is built with the OpenCL GPU runtime and
 # its CMake config (find_package(dnnl)) fails without the OpenCL headers and library.
 # libopenmpi-dev, openmpi-bin: data-parallel sat train under mpirun (SAT_MPI; sat builds and tests without them).
+# pybind11-dev, python3-dev, python3-numpy: the Python module, import sat (SAT_PYTHON; built when pybind11 is found).
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
-      nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3 libopenmpi-dev openmpi-bin)
+      nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3 libopenmpi-dev openmpi-bin
+      pybind11-dev python3-dev python3-numpy)
 if [ "${1:-}" = --test ]; then
   pkgs+=(clang libomp-dev ccache  # the ASan/UBSan + libFuzzer build (tests/fuzz); ccache: rebuilds reuse objects
          chromium          # the report test opens sat report's page in headless Chromium
-         curl)             # the server test (tests/serve_test.sh) sends its requests with curl
+         curl              # the server test (tests/serve_test.sh) sends its requests with curl
+         python3-pytest python3-matplotlib)  # the Python module's tests (tests/python), its attention pictures
 elif [ $# -gt 0 ]; then
   echo "usage: tools/install-deps.sh [--test]" >&2
   exit 2

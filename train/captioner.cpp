@@ -99,6 +99,30 @@ struct __attribute__((visibility("hidden"))) Captioner::Impl {
     for (size_t i = 0; i < n; ++i) image(i, planes.data() + i * plane);
     return caption_planes(planes, (int)n, search, options);
   }
+  // The same images' grids, encoded as caption_planes encodes them.
+  template <typename Image>
+  std::vector<FeatureGrid> encode_each(size_t n, Image image) {
+    const int S = model->encoder_config.input_size;
+    const size_t plane = (size_t)3 * S * S;
+    std::vector<float> planes(n * plane);
+    for (size_t i = 0; i < n; ++i) image(i, planes.data() + i * plane);
+    const int rows = model->encoder_config.grid_h(), cols = model->encoder_config.grid_w();
+    const size_t cells = (size_t)rows * cols;
+    std::vector<FeatureGrid> out;
+    out.reserve(n);
+    std::lock_guard<std::mutex> lock(network);
+    ThreadCount team(threads);
+    for (size_t start = 0; start < n; start += kMaxBatch) {
+      const int m = (int)std::min<size_t>(kMaxBatch, n - start);
+      const Mat F = model->encode(planes.data() + start * plane, m);
+      for (int b = 0; b < m; ++b) {
+        FeatureGrid g{rows, cols, (int)F.cols(), {}};
+        g.values.assign(F.data() + b * cells * F.cols(), F.data() + (b + 1) * cells * F.cols());
+        out.push_back(std::move(g));
+      }
+    }
+    return out;
+  }
   void to_planes(const cv::Mat& bgr, float* out) const {
     image_to_planes(bgr, model->encoder_config.input_size, model->encoder_config.mean, model->encoder_config.stdev,
                     out);
@@ -206,6 +230,25 @@ std::vector<CaptionResult> Captioner::caption_bytes(const std::vector<std::vecto
     impl_->to_planes(
         decode_image_bgr(reinterpret_cast<const char*>(bytes.data()), bytes.size(), batch_name("image bytes", i)), out);
   });
+}
+
+FeatureGrid Captioner::encode(const cv::Mat& image) const {
+  return impl_->encode_each(1, [&](size_t, float* out) { impl_->to_planes(as_bgr(image, "image"), out); })[0];
+}
+
+FeatureGrid Captioner::encode_file(const std::string& path) const {
+  return impl_->encode_each(1, [&](size_t, float* out) { impl_->to_planes(load_image_bgr(path), out); })[0];
+}
+
+std::vector<FeatureGrid> Captioner::encode(const std::vector<cv::Mat>& images) const {
+  return impl_->encode_each(images.size(), [&](size_t i, float* out) {
+    impl_->to_planes(as_bgr(images[i], batch_name("image", i)), out);
+  });
+}
+
+std::vector<FeatureGrid> Captioner::encode_files(const std::vector<std::string>& paths) const {
+  return impl_->encode_each(paths.size(),
+                            [&](size_t i, float* out) { impl_->to_planes(load_image_bgr(paths[i]), out); });
 }
 
 void Captioner::check(const CaptionOptions& options) const {

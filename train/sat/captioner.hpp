@@ -107,6 +107,15 @@ struct CaptionResult {
   std::vector<FoundObject> objects;          // with CaptionOptions::objects: highest peak first
 };
 
+// What the caption search reads: the encoder's grid for one image (a model with object maps: the maps joined), rows x
+// cols cells covering the whole image as AttentionGrid's do, each a depth-long feature vector; row-major,
+// values[(row * cols + col) * depth + d].
+struct FeatureGrid {
+  int rows = 0, cols = 0, depth = 0;
+  std::vector<float> values;
+  float at(int row, int col, int d) const { return values[((size_t)row * cols + col) * depth + d]; }
+};
+
 struct ModelInfo {
   std::string path;             // the model file
   std::string encoder_weights;  // where weights it names were found ("" when the model holds its encoder)
@@ -151,6 +160,13 @@ class SAT_API Captioner {
                                            const CaptionOptions& options = {}) const;
   std::vector<CaptionResult> caption_bytes(const std::vector<std::vector<uint8_t>>& images,
                                            const CaptionOptions& options = {}) const;
+
+  // The encoder's grid the captions of the same images are searched over; images as caption() takes them, a batch
+  // refused as a whole as caption()'s is.
+  FeatureGrid encode(const cv::Mat& image) const;
+  FeatureGrid encode_file(const std::string& path) const;
+  std::vector<FeatureGrid> encode(const std::vector<cv::Mat>& images) const;
+  std::vector<FeatureGrid> encode_files(const std::vector<std::string>& paths) const;
 
   ModelInfo info() const;
   // Throws sat::Error saying what is wrong with `options` (a value out of range, a setting the model cannot use, a
