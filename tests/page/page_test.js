@@ -318,6 +318,11 @@ async function forged(t) {
     }
   check(onEdge >= 0.95 * edge, `forged hard attention: the glimpse cell (row 1, column 2) outlined (${onEdge} of ${edge} edge pixels drawn)`);
   check(nearMark > 5, `forged objects: a mark where the object peaks (${nearMark} pixels)`);
+  // a model without attention: the photo alone, a note, no colour key
+  const none = await draw({ caption: "a b c", words: ["a", "b", "c"], logprob: -3 });
+  const noneShown = await page.evaluate(() => ({ note: !document.getElementById("attention-note").hidden, key: document.getElementById("key-box").hidden }));
+  check(none.shown.every((c, k) => c === none.bare[k]) && noneShown.note && noneShown.key,
+        "forged answer without attention: the bare photo, a note, no colour key", JSON.stringify(noneShown));
   check((await page.$$eval("#objects-list li", (l) => l.map((x) => x.textContent))).join() === "" &&
         await page.$eval("#objects-box", (b) => b.hidden), "forged: the answer without objects shows no objects section");
 }
