@@ -101,7 +101,7 @@ function infernoProblem(lut) {
 // be made to fail or answered with a forged body.
 async function openPage(browser, origin) {
   const page = await browser.newPage();
-  const t = { page, foreign: [], console: [], errors: [], failNext: false, forge: null, captionRequests: 0 };
+  const t = { page, foreign: [], console: [], errors: [], failNext: false, forge: null, hold: null, captionRequests: 0 };
   await page.setRequestInterception(true);
   page.on("request", (req) => {
     const url = new URL(req.url());
@@ -110,6 +110,7 @@ async function openPage(browser, origin) {
     if (url.pathname === "/caption") {
       t.captionRequests++;
       if (t.failNext) { t.failNext = false; return req.abort("internetdisconnected"); }
+      if (t.hold) { t.hold(req); t.hold = null; return; }
       if (t.forge) { const body = JSON.stringify(t.forge); t.forge = null; return req.respond({ status: 200, contentType: "application/json", body }); }
     }
     req.continue();
@@ -268,9 +269,28 @@ async function run(browser, model, label, withObjects) {
           `${label}: a network failure is shown: ${await page.$eval("#error", (e) => e.textContent)}`);
     check(t.console.length <= 1 && t.console.every((m) => /ERR_INTERNET_DISCONNECTED/.test(m)), `${label}: no console message but the failed request's`, JSON.stringify(t.console));
     t.console.length = 0;
+    // the request held until the page's waiting state is seen
+    const held = new Promise((resolve) => { t.hold = resolve; });
     await page.click("#again");
+    const request = await held;
+    const waiting = await page.evaluate(() => ({ state: document.getElementById("app").dataset.state, status: document.getElementById("status").textContent,
+                                                 busy: document.getElementById("result").getAttribute("aria-busy") }));
+    check(waiting.state === "working" && waiting.status === "Captioning dog_and_man.jpg…" && waiting.busy === "true",
+          `${label}: while it waits: "${waiting.status}", busy`, JSON.stringify(waiting));
+    request.continue();
     check(await settled(page) === "done" && (await shownWords(page)).join(" ") === want.caption && await page.$eval("#error", (e) => e.hidden),
           `${label}: captioned again after the errors, the error gone`);
+
+    // a photo dropped on the drop zone
+    await page.evaluate(async (b64) => {
+      const bytes = Uint8Array.from(atob(b64), (c) => c.charCodeAt(0)), data = new DataTransfer();
+      data.items.add(new File([bytes], "dropped.jpg", { type: "image/jpeg" }));
+      const zone = document.getElementById("drop");
+      zone.dispatchEvent(new DragEvent("dragover", { dataTransfer: data, bubbles: true, cancelable: true }));
+      zone.dispatchEvent(new DragEvent("drop", { dataTransfer: data, bubbles: true, cancelable: true }));
+    }, PHOTO_BYTES.toString("base64"));
+    check(await settled(page) === "done" && (await shownWords(page)).join(" ") === want.caption &&
+          (await page.$eval("#status", (s) => s.textContent)) === "Captioned dropped.jpg.", `${label}: a photo dropped on the page: its caption`);
 
     if (!withObjects) await forged(t);
 
