@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite (the README's test command runs it after tools/install-deps.sh --test; so does CI):
-#  1. the Release build and its tests (ctest: unit tests, the CLI test, the MPI test, the browser test of the HTML report, the
-#     Flickr8k recipe against a stand-in for sat);
+#  1. the Release build and its tests (ctest: unit tests, the CLI test, the MPI test, the browser tests of the HTML report
+#     and of sat serve's page, the Flickr8k recipe against a stand-in for sat);
 #  2. a build with AddressSanitizer and UndefinedBehaviorSanitizer (clang, with libFuzzer's instrumentation so the
 #     same build gives the fuzz targets): the unit tests and the CLI's bad-input tests, where any report fails;
 #  3. every fuzz target: its corpus replayed, then FUZZ_SECONDS (20) of fuzzing.

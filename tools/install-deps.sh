@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Installs the Debian 12 packages sat builds with, if any are missing (uses sudo when not root).
 # --test: also what the whole test suite needs (tests/run-all.sh): clang and its OpenMP runtime for the sanitizer and
-# fuzzing build, Chromium for the browser test of the HTML report.
+# fuzzing build, Chromium for the browser tests of the HTML report and the serve page, Node.js and npm for the latter.
 set -euo pipefail
 # ocl-icd-opencl-dev: libdnnl-dev only recommends it, but Debian's oneDNN is built with the OpenCL GPU runtime and
 # its CMake config (find_package(dnnl)) fails without the OpenCL headers and library.
@@ -12,9 +12,12 @@ pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-
       pybind11-dev python3-dev python3-numpy)
 if [ "${1:-}" = --test ]; then
   pkgs+=(clang libomp-dev ccache  # the ASan/UBSan + libFuzzer build (tests/fuzz); ccache: rebuilds reuse objects
-         chromium          # the report test opens sat report's page in headless Chromium
+         chromium          # the report and page tests open sat report's and sat serve's pages in headless Chromium
          curl              # the server test (tests/serve_test.sh) sends its requests with curl
          python3-pytest python3-matplotlib)  # the Python module's tests (tests/python), its attention pictures
+  # the page test (tests/page_test.sh) drives Chromium with puppeteer-core from npm (Node.js 18 or later); a Node.js
+  # installed otherwise, with its own npm, is used as it is (Debian's npm would conflict with it)
+  command -v node >/dev/null && command -v npm >/dev/null || pkgs+=(nodejs npm)
 elif [ $# -gt 0 ]; then
   echo "usage: tools/install-deps.sh [--test]" >&2
   exit 2

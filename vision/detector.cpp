@@ -408,7 +408,7 @@ void ObjectDetector::forward(const float* images, int n, std::vector<float>& hea
 }
 
 // The first folder holding both files, each with its sha256: DIR or DIR/centernet_mobilenetv3 of each weights folder.
-static std::string find_detector_json(const std::string& needed_by, const std::string& weights_dir) {
+std::string find_object_detector(const std::string& needed_by, const std::string& weights_dir) {
   std::string looked;
   for (const std::string& dir : weights_search_dirs(weights_dir)) {
     for (const std::string& folder : {dir, join_path(dir, kCenternetFolder)}) {
@@ -440,7 +440,7 @@ static std::string find_detector_json(const std::string& needed_by, const std::s
 
 std::unique_ptr<ObjectDetector> load_object_detector(int input_size, Precision precision, const std::string& needed_by,
                                                      const std::string& weights_dir) {
-  return load_object_detector_from(find_detector_json(needed_by, weights_dir), kCenternetOutput, input_size, precision);
+  return load_object_detector_from(find_object_detector(needed_by, weights_dir), kCenternetOutput, input_size, precision);
 }
 
 std::unique_ptr<ObjectDetector> load_object_detector_from(const std::string& json_path, const std::string& output,

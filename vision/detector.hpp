@@ -59,6 +59,9 @@ class ObjectDetector {
   std::map<int, std::unique_ptr<Plan>> plans_;
 };
 
+// The CenterNet model JSON (its weights beside it, both checked by sha256) in the first weights folder holding both
+// (vision/pretrained.hpp: weights_search_dirs); none: an Error naming `needed_by` and what it looked for where.
+std::string find_object_detector(const std::string& needed_by, const std::string& weights_dir = "");
 // Finds the CenterNet files (the JSON and its weights, each checked by sha256) in the weights folders
 // (vision/pretrained.hpp: weights_search_dirs), reads them and builds the detector. None found, or a different
 // file: one Error naming `needed_by` and what it looked for where.

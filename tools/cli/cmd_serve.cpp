@@ -16,9 +16,9 @@ void add_serve_command(CLI::App& app) {
   auto a = std::make_shared<ServeArgs>();
   auto* serve_cmd = app.add_subcommand(
       "serve",
-      "Caption over HTTP: POST /caption (image bytes or a multipart file; "
+      "Caption over HTTP: GET / (a page to try it in a browser), POST /caption (image bytes or a multipart file; "
       "?beam=&length_norm=&no_repeat=&consensus_weight=&memory_candidates=&beam_groups=&diversity=&candidates=N&"
-      "attention=1), "
+      "include=&attention=1&objects=1), "
       "GET /health, GET /metrics (Prometheus). Requests that arrive together are captioned as one batch; "
       "SIGTERM finishes the accepted requests and exits");
   serve_cmd->add_option("--model", a->model, "Model file")->capture_default_str();
@@ -52,7 +52,7 @@ void add_serve_command(CLI::App& app) {
   serve_cmd->callback([a] {
     install_stop_handler();  // a SIGTERM while the model loads still ends in a clean stop
     LoadOptions load;
-    load.weights_dir = a->weights_dir;
+    load.weights_dir = a->server.weights_dir = a->weights_dir;
     load.threads = a->threads;
     const Captioner captioner(a->model, load);
     serve(captioner, a->model, a->server);

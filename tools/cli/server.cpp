@@ -10,7 +10,9 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/image_codecs.hpp"
+#include "tools/cli/page.hpp"
 #include "train/search_policy.hpp"  // the limits of the search options
+#include "vision/detector.hpp"
 #include "vision/image.hpp"
 // Last: it includes <resolv.h>, whose `_res` macro breaks Eigen's headers (a parameter of that name)
 #include <httplib.h>
@@ -342,6 +344,20 @@ void answer_caption(const Captioner& captioner, BatchQueue& queue, const ServerO
   }
 }
 
+// Whether objects=1 can be answered: the model's input side suits the detector and the detector's files are found
+// (checked by sha256 here, so /health tells the page before any request loads the detector).
+bool objects_available(const Captioner& captioner, const std::string& weights_dir) {
+  CaptionOptions objects;
+  objects.objects = true;
+  try {
+    captioner.check(objects);
+    find_object_detector("objects", weights_dir);
+    return true;
+  } catch (const Error&) {
+    return false;
+  }
+}
+
 }  // namespace
 
 void serve(const Captioner& captioner, const std::string& model_path, const ServerOptions& opt) {
@@ -351,6 +367,8 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
   install_stop_handler();
   load_image_codecs();  // now, not at the first request (and an install without them is refused at start)
 
+  const bool objects = objects_available(captioner, opt.weights_dir);
+  const std::string page = serve_page(), page_policy = page_security_policy(page);
   BatchQueue queue((size_t)opt.queue);
   ServerMetrics metrics;
   std::atomic<uint64_t> captioned{0};
@@ -394,7 +412,7 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
   http.set_error_handler(httplib::Server::HandlerWithResponse([&](const httplib::Request& req, httplib::Response& res) {
     if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
     std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) message = "no such path: " + req.path + " (POST /caption, GET /health, GET /metrics)";
+    if (res.status == 404) message = "no such path: " + req.path + " (GET /, POST /caption, GET /health, GET /metrics)";
     if (res.status == 413) message = "body over the limit of " + std::to_string(opt.max_bytes) + " bytes";
     answer_error(res, res.status, message);
     return httplib::Server::HandlerResponse::Handled;
@@ -432,6 +450,7 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
       answer_error(res, 405, req.method + " " + req.path + " is not served (use " + allowed + ")");
     };
   };
+  http.Post("/", wrong_method_post("GET"));
   http.Post("/health", wrong_method_post("GET"));
   http.Post("/metrics", wrong_method_post("GET"));
   http.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
@@ -439,11 +458,20 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
     res.set_content(json{{"status", "ok"},
                          {"model", model_path},
                          {"attention", info.attention},
+                         {"objects", objects},
                          {"queue", queue.depth()},
                          {"max_batch", opt.max_batch},
                          {"captioned", captioned.load()}}
                         .dump(),
                     "application/json");
+  });
+  // The page (HEAD / too: httplib answers it with the GET handler's headers and no body)
+  http.Get("/", [&](const httplib::Request&, httplib::Response& res) {
+    res.set_header("Content-Security-Policy", page_policy);
+    res.set_header("X-Content-Type-Options", "nosniff");
+    res.set_header("Referrer-Policy", "no-referrer");
+    res.set_header("Cache-Control", "no-cache");
+    res.set_content(page, "text/html; charset=utf-8");
   });
   http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
     res.set_content(metrics.text(queue.depth()), "text/plain; version=0.0.4");

@@ -23,6 +23,7 @@ struct ServerOptions {
   int queue = 64;         // images waiting for the network at most; more get 503
   size_t max_bytes = 20u << 20;
   int http_threads = 16;  // connections served at once
+  std::string weights_dir;  // the Captioner's LoadOptions::weights_dir: where objects=1 finds the object detector
 };
 
 // One image waiting for the network, and where its caption goes.
