@@ -27,7 +27,8 @@ cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<floa
                           const std::vector<std::string>& words, int grid_h, int grid_w, const OverlayOptions& opt = {},
                           const std::vector<int>& locations = {});
 
-// Writes an image with OpenCV, atomically; the format follows the extension (.png, .jpg).
+// Writes 8-bit BGR or grey pixels atomically, through stb; the format follows the extension (.png, .jpg or .jpeg,
+// quality 95).
 void write_image(const std::string& path, const cv::Mat& img);
 
 }  // namespace sat
