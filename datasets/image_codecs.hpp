@@ -1,6 +1,6 @@
 // OpenCV's image decoder (imdecode), loaded when first needed instead of when the program starts, for the image files
-// stb cannot read: WebP, TIFF, PNM bitmaps (P1, P4) and ASCII greymaps and pixmaps (P2, P3). Everything else, and all
-// writing, goes through stb (datasets/stb_codecs.hpp).
+// stb cannot read: WebP, TIFF, PNM bitmaps (P1, P4), ASCII or 16-bit PNM, and JPEG codings other than 8-bit baseline
+// and progressive Huffman. Everything else, and all writing, goes through stb (datasets/stb_codecs.hpp).
 //
 // Debian builds libopencv_imgcodecs with GDAL, so linking it loads about 130 more shared libraries and runs their
 // initializers before main: 70-100 ms of a one-photo `sat caption`, paid even by commands that never read an image

@@ -279,6 +279,20 @@ TEST_CASE("images: only photo formats reach the decoders; other files are one-li
         }).rfind("cut.jpg: truncated JPEG (", 0) == 0);
   CHECK(error_of([&] { sat_decoded("\xFF\xD8\xFF\xE0\x00\x10JFIF\x00garbage\xFF\xD9", "g.jpg"); }) ==
         "g.jpg: cannot decode image (corrupt JPEG header)");
+  // a Huffman table of more codes than a byte has values: stb 2.27 would write past its arrays (found by fuzzing)
+  std::string huge_table = jpg;
+  const size_t dht = huge_table.find("\xFF\xC4");
+  REQUIRE(dht != std::string::npos);
+  for (size_t i = 0; i < 16; ++i) huge_table[dht + 5 + i] = (char)0x20;  // 16 x 32 codes
+  CHECK(error_of([&] { sat_decoded(huge_table, "h.jpg"); }) ==
+        "h.jpg: cannot decode image (JPEG: a Huffman table of more than 256 codes)");
+  // a 12-bit JPEG (its frame header's precision): stb lacks the coding, so it goes to libjpeg, whose 8-bit build
+  // refuses it in OpenCV's words (stb's would be "corrupt JPEG header")
+  std::string twelve = jpg;
+  const size_t sof = twelve.find("\xFF\xC0");
+  REQUIRE(sof != std::string::npos);
+  twelve[sof + 4] = 12;
+  CHECK(error_of([&] { sat_decoded(twelve, "12.jpg"); }) == "12.jpg: cannot decode image (corrupt or not an image)");
 }
 
 TEST_CASE("images: a header declaring more than kMaxImagePixels is refused before any decoder allocates") {
@@ -315,12 +329,18 @@ TEST_CASE("images: a header declaring more than kMaxImagePixels is refused befor
                    le(257, 2) + le(3, 2) + le(1, 4) + le(20000, 4) + pad},
       {"WebP", "RIFF" + le(100, 4) + "WEBPVP8X" + le(10, 4) + le(0, 4) + le(16383, 3) + le(16383, 3) + pad},
   };
+  const std::string gif_164mp = std::string("GIF89a") + le(12849, 2) + le(12810, 2) + pad;  // 9 bytes a pixel in stb
+  CHECK(error_of([&] { sat_decoded(gif_164mp, "big.gif"); }) ==
+        "big.gif: image of 12849x12810 pixels is too large (at most 66 megapixels)");
   for (const Case& c : huge) {
     CAPTURE(std::string(c.what));
     CHECK_THROWS_WITH_AS(decode_image_bgr(c.bytes.data(), c.bytes.size(), "big.img"),
                          doctest::Contains("big.img: image of "), Error);
-    CHECK_THROWS_WITH_AS(decode_image_bgr(c.bytes.data(), c.bytes.size(), "big.img"),
-                         doctest::Contains("pixels is too large (at most 200 megapixels)"), Error);
+    CHECK_THROWS_WITH_AS(
+        decode_image_bgr(c.bytes.data(), c.bytes.size(), "big.img"),
+        doctest::Contains(std::string(c.what) == "GIF" ? "pixels is too large (at most 66 megapixels)"
+                                                       : "pixels is too large (at most 200 megapixels)"),
+        Error);
   }
   // headers that declare no size, or none that can be read, are refused as corrupt
   for (const std::string& bad : {std::string("P4\n644466\xb6"

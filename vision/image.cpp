@@ -57,6 +57,33 @@ struct PixelSize {
   uint64_t width = 0, height = 0;
 };
 
+// A JPEG's first start-of-frame marker (any of SOF0-15), read past the segments before it: which coding it declares
+// (stb reads baseline and progressive Huffman coding, SOF0-2, at 8 bits), its sample precision and its size.
+struct JpegFrame {
+  uint8_t marker = 0, precision = 0;
+  PixelSize size;
+};
+std::optional<JpegFrame> jpeg_frame(std::string_view b) {
+  size_t at = 2;
+  while (at + 4 <= b.size()) {
+    if ((uint8_t)b[at] != 0xFF) return std::nullopt;
+    while (at < b.size() && (uint8_t)b[at] == 0xFF) ++at;  // fill bytes
+    if (at + 3 > b.size()) return std::nullopt;
+    const uint8_t marker = (uint8_t)b[at++];
+    if (marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) continue;  // markers without a segment
+    if (marker == 0xD9 || marker == 0xDA) return std::nullopt;           // image data before any frame header
+    const uint32_t length = be16(b, at);
+    if (length < 2) return std::nullopt;
+    const bool frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
+    if (frame) {
+      if (length < 7 || at + 7 > b.size()) return std::nullopt;
+      return JpegFrame{marker, (uint8_t)b[at + 2], PixelSize{be16(b, at + 5), be16(b, at + 3)}};
+    }
+    at += length;
+  }
+  return std::nullopt;
+}
+
 // The first image's size in a TIFF file's first directory (ImageWidth 256, ImageLength 257), as libtiff reads it.
 std::optional<PixelSize> tiff_size(std::string_view b) {
   const bool little = b[0] == 'I';
@@ -115,6 +142,11 @@ std::optional<PnmHeader> pnm_header(std::string_view b) {
 // The size a file for OpenCV's decoders declares in its header, before any of them allocates for it (stb's formats
 // are read by stb's own header reader: stb_declared_size).
 std::optional<PixelSize> opencv_declared_size(std::string_view b, const std::string& format) {
+  if (format == "JPEG") {
+    const auto frame = jpeg_frame(b);
+    if (!frame) return std::nullopt;
+    return frame->size;
+  }
   if (format == "WebP") {
     if (b.size() < 30) return std::nullopt;
     const std::string_view chunk = b.substr(12, 4);
@@ -136,22 +168,28 @@ std::optional<PixelSize> opencv_declared_size(std::string_view b, const std::str
 }
 
 // stb reads JPEG, PNG, BMP, GIF and 8-bit binary greymaps and pixmaps (P5, P6 with values up to 255 at most);
-// OpenCV's codecs, opened only for the rest (datasets/image_codecs.hpp), read WebP, TIFF and the PNM files stb lacks
-// or reads otherwise: bitmaps, ASCII, and 16-bit samples (stb 2.27 takes their low byte, OpenCV their high byte).
+// OpenCV's codecs, opened only for the rest (datasets/image_codecs.hpp), read WebP, TIFF, the JPEG codings stb lacks
+// (arithmetic, lossless, hierarchical, 12-bit: libjpeg-turbo reads the first and the last) and the PNM files stb
+// lacks or reads otherwise: bitmaps, ASCII, and 16-bit samples (stb 2.27 takes their low byte, OpenCV their high).
 bool through_opencv(std::string_view b, const std::string& format) {
   if (format == "WebP" || format == "TIFF") return true;
+  if (format == "JPEG") {
+    const auto frame = jpeg_frame(b);
+    return frame && (frame->marker > 0xC2 || frame->precision != 8);
+  }
   if (format != "PNM") return false;
   const auto h = pnm_header(b);
   return !(b[1] == '5' || b[1] == '6') || !h || h->maxval > 255;
 }
 
-void check_declared_size(const PixelSize& size, const std::string& name) {
+// max_pixels: kMaxImagePixels, or less for a decoder that needs more than the BGR result's 3 bytes a pixel.
+void check_declared_size(const PixelSize& size, const std::string& name, uint64_t max_pixels = kMaxImagePixels) {
   if (size.width == 0 || size.height == 0)
     fail(name, "cannot decode image (its header declares " + std::to_string(size.width) + "x" +
                    std::to_string(size.height) + " pixels)");
-  if (size.width > kMaxImagePixels / size.height)
+  if (size.width > max_pixels / size.height)
     fail(name, "image of " + std::to_string(size.width) + "x" + std::to_string(size.height) +
-                   " pixels is too large (at most " + std::to_string(kMaxImagePixels / 1000000) + " megapixels)");
+                   " pixels is too large (at most " + std::to_string(max_pixels / 1000000) + " megapixels)");
 }
 
 // libjpeg and stb both decode a truncated JPEG without an error, the missing rows grey or garbage: a caption of half
@@ -165,10 +203,47 @@ void check_jpeg_end(std::string_view bytes, const std::string& name) {
     fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
 }
 
+// stb 2.27 (Debian 12's) builds a Huffman table from a DHT segment's 16 code counts without checking that they sum
+// to 256 at most, then writes the sizes and symbols past the table's arrays (found by tests/fuzz/fuzz_image: UBSan,
+// index 257 into size[257]; kept in its corpus). Every DHT segment in the file, those between a progressive JPEG's
+// scans included, is checked here before stb reads it.
+bool jpeg_huffman_tables_fit(std::string_view b) {
+  size_t at = 2;
+  while (at + 4 <= b.size()) {
+    const uint8_t marker = (uint8_t)b[at + 1];
+    if ((uint8_t)b[at] != 0xFF || marker == 0xFF) {  // entropy-coded data after a scan header, or a fill byte
+      ++at;
+      continue;
+    }
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {  // a stuffed 0xFF, RSTn, SOI, TEM
+      at += 2;
+      continue;
+    }
+    if (marker == 0xD9) return true;
+    const size_t length = be16(b, at + 2);
+    if (marker == 0xC4) {
+      // read as stb reads it: table after table while the segment's length lasts, each one's 16 counts read even
+      // past the segment's end (and as 0 past the file's)
+      auto byte = [&](size_t i) -> size_t { return i < b.size() ? (uint8_t)b[i] : 0; };
+      int64_t left = (int64_t)length - 2;
+      for (size_t t = at + 4; left > 0;) {
+        size_t codes = 0;
+        for (size_t i = 1; i <= 16; ++i) codes += byte(t + i);
+        if (codes > 256) return false;
+        t += 17 + codes;
+        left -= 17 + (int64_t)codes;
+      }
+    }
+    at += 2 + length;
+  }
+  return true;
+}
+
 cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std::string& name) {
   const std::optional<PixelSize> size = opencv_declared_size(bytes, format);
   if (!size) fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
   check_declared_size(*size, name);
+  if (std::strcmp(format, "JPEG") == 0) check_jpeg_end(bytes, name);
   // OpenCV chooses its decoder by its own signature checks, and its DICOM reader (GDCM) claims any file with "DICM"
   // at byte 128, whatever its first bytes say, then aborts the process on a malformed one (found by fuzzing: a WebP
   // header, then "DICM"). No photo format here puts those bytes there by design.
@@ -187,17 +262,25 @@ cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std
 }
 
 cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::string& name) {
+  const bool jpeg = std::strcmp(format, "JPEG") == 0;
+  // before any of stb's readers: its header reader builds the Huffman tables it meets before the frame header
+  if (jpeg && !jpeg_huffman_tables_fit(bytes))
+    fail(name, "cannot decode image (JPEG: a Huffman table of more than 256 codes)");
   // A decoder allocates the pixels its header declares before it reads them: 15 bytes of PBM header made OpenCV ask
-  // for 3 GB (found by fuzzing). The size stb's own header reader finds is held to kMaxImagePixels first.
-  // stb's own header reader refuses a PNG of more than 2^30 bytes by itself: its IHDR is read here first, so that
-  // such a file is named too large rather than corrupt.
+  // for 3 GB (found by fuzzing). The size stb's own header reader finds is held to kMaxImagePixels first. That
+  // reader refuses a PNG of more than 2^30 bytes by itself: its IHDR is read here before, so that such a file is
+  // named too large rather than corrupt.
   if (std::strcmp(format, "PNG") == 0 && bytes.size() >= 24 && bytes.substr(12, 4) == "IHDR")
     check_declared_size(PixelSize{be32(bytes, 16), be32(bytes, 20)}, name);
   int width = 0, height = 0;
   if (!stb_declared_size(bytes, width, height))
     fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
-  check_declared_size(PixelSize{(uint64_t)width, (uint64_t)height}, name);
-  if (std::strcmp(format, "JPEG") == 0) check_jpeg_end(bytes, name);
+  // stb's GIF reader allocates and clears 9 bytes a pixel (the frame, the background, which pixels changed) before
+  // it reads any pixel: 384 bytes of GIF declaring 164 megapixels took 1.5 GB and more than 10 s under the sanitizers
+  // (found by fuzzing). Its limit holds it to the memory a 200-megapixel BGR photo takes.
+  const bool gif = std::strcmp(format, "GIF") == 0;
+  check_declared_size(PixelSize{(uint64_t)width, (uint64_t)height}, name, gif ? kMaxImagePixels / 3 : kMaxImagePixels);
+  if (jpeg) check_jpeg_end(bytes, name);
   std::string why;
   cv::Mat img = stb_decode_bgr(bytes, &why);
   if (img.empty()) fail(name, std::string("cannot decode image (") + format + ": " + why + ")");

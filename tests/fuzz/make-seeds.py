@@ -258,7 +258,7 @@ def main():
         d = os.path.join(CORPUS, target)
         if os.path.isdir(d):  # regenerate the seeds, keep the crashing inputs found by fuzzing
             for f in os.listdir(d):
-                if not f.startswith(("crash-", "oom-")):
+                if not f.startswith(("crash-", "oom-", "timeout-")):
                     os.remove(os.path.join(d, f))
     image_seeds()
     safetensors_seeds()
