@@ -277,6 +277,13 @@ TEST_CASE("images: only photo formats reach the decoders; other files are one-li
   CHECK(error_of([&] {
           sat_decoded(jpg.substr(0, jpg.size() / 2), "cut.jpg");
         }).rfind("cut.jpg: truncated JPEG (", 0) == 0);
+  // a JPEG far too short for the size its header declares (stb would decode every block of it)
+  std::string tall = jpg;
+  const size_t frame = tall.find("\xFF\xC0");
+  REQUIRE(frame != std::string::npos);
+  tall[frame + 5] = (char)0xFF;  // 65 320 rows
+  tall[frame + 7] = (char)0x01;  // of 296 pixels: 19 megapixels, in a file of a few kB
+  CHECK(error_of([&] { sat_decoded(tall, "tall.jpg"); }).rfind("tall.jpg: truncated JPEG (", 0) == 0);
   // stb would fill a cut BMP's or PNM's missing rows (found by fuzzing): the whole file decodes, one byte less does not
   for (const char* ext : {".bmp", ".ppm", ".pgm"}) {
     CAPTURE(std::string(ext));

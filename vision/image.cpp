@@ -137,7 +137,8 @@ std::optional<PnmHeader> pnm_header(std::string_view b) {
   if (!height) return std::nullopt;
   const bool bitmap = b[1] == '1' || b[1] == '4';
   const auto maxval = bitmap ? std::optional<uint64_t>(1) : number();
-  return PnmHeader{*width, *height, maxval.value_or(0), at + 1};
+  if (!maxval) return std::nullopt;
+  return PnmHeader{*width, *height, *maxval, at + 1};
 }
 
 // The size a file for OpenCV's decoders declares in its header, before any of them allocates for it (stb's formats
@@ -255,7 +256,7 @@ void check_complete(std::string_view b, const char* format, const std::string& n
     const int64_t h = core ? (int64_t)le16(b, 20) : (int64_t)(int32_t)le32(b, 22);
     const uint64_t bpp = core ? le16(b, 24) : le16(b, 28);
     const uint32_t compression = core || b.size() < 34 ? 0 : le32(b, 30);
-    if (compression != 0 && compression != 3) return;  // RLE and others: stb refuses them
+    if (compression == 1 || compression == 2) return;  // RLE: stb refuses it (any other value it reads as raw rows)
     need = le32(b, 10) + (width * bpp + 31) / 32 * 4 * (uint64_t)(h < 0 ? -h : h);
   } else {
     return;
@@ -298,6 +299,13 @@ cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::s
   // named too large rather than corrupt.
   if (std::strcmp(format, "PNG") == 0 && bytes.size() >= 24 && bytes.substr(12, 4) == "IHDR")
     check_declared_size(PixelSize{be32(bytes, 16), be32(bytes, 20)}, name);
+  // stb reads a PNM header's numbers into an int without a bound (UBSan: a maxval of 255555555... overflowed, found
+  // by fuzzing): sat's reader, bounded, goes first, and routes only maxvals up to 255 here.
+  if (std::strcmp(format, "PNM") == 0) {
+    const auto h = pnm_header(bytes);
+    if (!h) fail(name, "cannot decode image (corrupt PNM header)");
+    check_declared_size(PixelSize{h->width, h->height}, name);
+  }
   int width = 0, height = 0;
   if (!stb_declared_size(bytes, width, height))
     fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
@@ -306,7 +314,16 @@ cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::s
   // (found by fuzzing). Its limit holds it to the memory a 200-megapixel BGR photo takes.
   const bool gif = std::strcmp(format, "GIF") == 0;
   check_declared_size(PixelSize{(uint64_t)width, (uint64_t)height}, name, gif ? kMaxImagePixels / 3 : kMaxImagePixels);
-  if (jpeg) check_jpeg_end(bytes, name);
+  if (jpeg) {
+    check_jpeg_end(bytes, name);
+    // Huffman coding spends at least one bit on every 8x8 block's DC value (a flat grey photo, progressive: 1/512 of
+    // a byte a pixel). stb decodes a frame's every block however little data follows, so 948 bytes declaring
+    // 65496x2828 pixels took 2.8 s and a gigabyte to refuse (found by fuzzing). Half that minimum is required.
+    const uint64_t pixels = (uint64_t)width * (uint64_t)height;
+    if (bytes.size() < pixels / 1024)
+      fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes cannot hold the " + std::to_string(width) +
+                     "x" + std::to_string(height) + " pixels its header declares)");
+  }
   check_complete(bytes, format, name);
   std::string why;
   cv::Mat img = stb_decode_bgr(bytes, &why);
