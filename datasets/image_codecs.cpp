@@ -12,12 +12,8 @@
 
 namespace sat {
 
-// The Itanium C++ ABI names of cv::imdecode(InputArray, int) and cv::imencode(const String&, InputArray,
-// std::vector<uchar>&, const std::vector<int>&) (OpenCV 4, the C++11 string ABI).
+// The Itanium C++ ABI name of cv::imdecode(InputArray, int) (OpenCV 4).
 const char* const kImdecodeSymbol = "_ZN2cv8imdecodeERKNS_11_InputArrayEi";
-const char* const kImencodeSymbol =
-    "_ZN2cv8imencodeERKNSt7__cxx1112basic_stringIcSt11char_traitsIcESaIcEEERKNS_11_InputArrayERSt6vectorIhSaIhEERKSB_"
-    "IiSaIiEE";
 
 const char* image_codecs_library() {
   return SAT_IMGCODECS_LIBRARY;
@@ -26,13 +22,10 @@ const char* image_codecs_library() {
 namespace {
 
 using Imdecode = cv::Mat (*)(const cv::_InputArray&, int);
-using Imencode = bool (*)(const std::string&, const cv::_InputArray&, std::vector<unsigned char>&,
-                          const std::vector<int>&);
 
 struct Codecs {
   std::once_flag loaded;
   Imdecode imdecode = nullptr;
-  Imencode imencode = nullptr;
 };
 
 Codecs& codecs() {
@@ -52,11 +45,10 @@ const Codecs& loaded_codecs() {
       throw Error(std::string("cannot load OpenCV's image codecs (") + name + "): " + (why ? why : "dlopen failed"));
     }
     auto dec = reinterpret_cast<Imdecode>(::dlsym(lib, kImdecodeSymbol));
-    auto enc = reinterpret_cast<Imencode>(::dlsym(lib, kImencodeSymbol));
-    if (!dec || !enc)
-      throw Error(std::string("OpenCV's image codecs (") + name + ") lack cv::imdecode or cv::imencode: another " +
-                  "OpenCV than sat was built with?");
-    c.imdecode = dec, c.imencode = enc;
+    if (!dec)
+      throw Error(std::string("OpenCV's image codecs (") + name + ") lack cv::imdecode: another OpenCV than sat " +
+                  "was built with?");
+    c.imdecode = dec;
   });  // a throw leaves the flag unset: the next call tries again and reports the same reason
   return c;
 }
@@ -69,11 +61,6 @@ void load_image_codecs() {
 
 cv::Mat decode_image(const cv::Mat& bytes, int flags) {
   return loaded_codecs().imdecode(bytes, flags);
-}
-
-bool encode_image(const std::string& ext, const cv::Mat& image, std::vector<unsigned char>& out,
-                  const std::vector<int>& params) {
-  return loaded_codecs().imencode(ext, image, out, params);
 }
 
 }  // namespace sat

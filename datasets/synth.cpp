@@ -5,7 +5,7 @@
 #include <nlohmann/json.hpp>
 #include <opencv2/imgproc.hpp>
 
-#include "datasets/image_codecs.hpp"
+#include "datasets/stb_codecs.hpp"
 #include "datasets/io.hpp"
 #include "datasets/vocab.hpp"
 
@@ -232,11 +232,10 @@ void write_synth_dataset(const std::string& dir, const SynthOptions& opt) {
     try {
       scenes[i] = make_synth_scene(opt.seed, i, opt.size);
       cv::Mat img(opt.size, opt.size, CV_8UC3, scenes[i].bgr.data());
-      std::vector<uchar> png;
-      if (!encode_image(".png", img, png)) throw Error("synth: OpenCV cannot encode a PNG");
+      const std::string png = encode_png(img);
       char name[32];
       std::snprintf(name, sizeof name, "%06d.png", i + 1);
-      write_file_atomic(join_path(img_dir, name), std::string(png.begin(), png.end()));
+      write_file_atomic(join_path(img_dir, name), png);
       scenes[i].bgr.clear();
       scenes[i].bgr.shrink_to_fit();
     } catch (const std::exception& e) {

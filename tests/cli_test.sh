@@ -119,6 +119,19 @@ expect_error "detect at a size that is not a multiple of 32" "^sat: --size must 
 expect_error "detect a missing photo" "^sat: $WORK/nope.png: cannot open" env SAT_WEIGHTS="$ROOT/../shared/models" "$SAT" detect "$WORK/nope.png"
 CAP=$("$SAT" caption "$EXAMPLE" --model "$ROOT/models/flickr8k-inception.sat" 2>/dev/null)
 echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "InceptionV3 model captions the example photo: $CAP" || fail "InceptionV3 model caption: '$CAP'"
+# JPEG and PNG go through stb: captioning them never loads OpenCV's codecs library (and with it GDAL's ~130
+# libraries); an ASCII bitmap (P1), which only OpenCV reads, does (the control that the loader's trace would show it).
+printf 'P1\n4 2\n0 1 0 1\n1 0 1 0\n' >"$WORK/bitmap.pbm"
+for f in "$EXAMPLE" "$ROOT/examples/scene.png" "$WORK/bitmap.pbm"; do
+  LD_DEBUG=libs "$SAT" caption "$f" --model "$ROOT/models/flickr8k-inception.sat" >/dev/null 2>"$WORK/ld.txt"
+  rc=$?
+  n=$(grep -c "calling init: .*libopencv_imgcodecs" "$WORK/ld.txt")
+  case "$f" in
+    *.pbm) [ $rc -eq 0 ] && [ "$n" -eq 1 ] && pass "a PBM bitmap loads OpenCV's codecs" || fail "PBM: exit $rc, codecs loaded $n times" ;;
+    *) [ $rc -eq 0 ] && [ "$n" -eq 0 ] && pass "$(basename "$f"): captioned without OpenCV's codecs library" ||
+         fail "$(basename "$f"): exit $rc, OpenCV's codecs loaded $n times" ;;
+  esac
+done
 
 # --- model info and the float16 copy ---------------------------------------------------------------
 "$SAT" model info "$MODEL" | grep -q "^command: sat train " && "$SAT" model info "$MODEL" | grep -q "stored as float32" \

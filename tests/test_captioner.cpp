@@ -323,7 +323,7 @@ TEST_CASE("captioner: bad images and models throw sat::Error with the CLI's one-
     CHECK(error_of([&] { captioner.caption_files({kScene, file}); }) == cli);
   }
   CHECK(error_of([&] { captioner.caption_bytes(file_bytes(text)); }) ==
-        "image bytes: cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM file: corrupt or another format)");
+        "image bytes: cannot decode image (not a JPEG, PNG, WebP, BMP, GIF, TIFF or PNM file: corrupt or another format)");
   CHECK(error_of([&] { captioner.caption_bytes(nullptr, 0); }) == "image bytes: empty file, not an image");
   const std::vector<std::vector<uint8_t>> second_empty{file_bytes(kScene), {}};
   CHECK(error_of([&] { captioner.caption_bytes(second_empty); }) == "image bytes[1]: empty file, not an image");

@@ -3,13 +3,9 @@
 #include <cmath>
 #include <cstdio>
 #include <set>
-#include <dlfcn.h>
 #include <unistd.h>
 
-#include <opencv2/imgcodecs.hpp>
-
 #include "datasets/coco.hpp"
-#include "datasets/image_codecs.hpp"
 #include "datasets/safetensors.hpp"
 #include "datasets/synth.hpp"
 #include "datasets/vocab.hpp"
@@ -353,125 +349,6 @@ TEST_CASE("model files: ensembles (sat model ensemble) save, load and search as 
   save_safetensors(dir.file("bad.sat"), tf);
   CHECK(error_of([&] { CaptionModel::load(dir.file("bad.sat")); }) ==
         dir.file("bad.sat") + ": model header is malformed (\"ensemble\" must list the decoders after the first)");
-}
-
-TEST_CASE("image codecs: opened by name, they are the functions OpenCV declares; images survive a round trip") {
-  load_image_codecs();
-  load_image_codecs();  // once loaded, a no-op
-  // this test program links OpenCV's codecs itself: the library sat opens is that one, and the symbols it looks up
-  // are the overloads it means (a misspelt or changed name would fail here, not in a user's hands)
-  void* lib = dlopen(image_codecs_library(), RTLD_NOW | RTLD_NOLOAD);
-  REQUIRE(lib != nullptr);
-  cv::Mat (*imdecode)(const cv::_InputArray&, int) = &cv::imdecode;
-  bool (*imencode)(const cv::String&, const cv::_InputArray&, std::vector<uchar>&, const std::vector<int>&) =
-      &cv::imencode;
-  CHECK(dlsym(lib, kImdecodeSymbol) == reinterpret_cast<void*>(imdecode));
-  CHECK(dlsym(lib, kImencodeSymbol) == reinterpret_cast<void*>(imencode));
-  dlclose(lib);  // the reference RTLD_NOLOAD took
-  cv::Mat img(7, 5, CV_8UC3);
-  cv::randu(img, 0, 255);
-  std::vector<uchar> png;
-  REQUIRE(encode_image(".png", img, png));
-  const cv::Mat back = decode_image(cv::Mat(1, (int)png.size(), CV_8UC1, png.data()), cv::IMREAD_COLOR);
-  REQUIRE(back.size() == img.size());
-  CHECK(cv::norm(back, img, cv::NORM_INF) == 0);  // lossless
-  std::vector<uchar> jpg;
-  REQUIRE(encode_image(".jpg", img, jpg, {cv::IMWRITE_JPEG_QUALITY, 90}));
-  CHECK(decode_image(cv::Mat(1, (int)jpg.size(), CV_8UC1, jpg.data()), cv::IMREAD_COLOR).size() == img.size());
-  const std::string junk = "not an image at all";
-  CHECK(decode_image(cv::Mat(1, (int)junk.size(), CV_8UC1, (void*)junk.data()), cv::IMREAD_COLOR).empty());
-}
-
-TEST_CASE("images: only photo formats reach the decoders; other files are one-line errors") {
-  const std::string dir = "/tmp/sat_test_images_" + std::to_string(getpid());
-  make_dirs(dir);
-  cv::Mat img(6, 8, CV_8UC3, cv::Scalar(10, 200, 30));
-  for (const char* ext : {".png", ".jpg", ".bmp", ".webp", ".tiff", ".ppm"}) {
-    std::vector<uchar> buf;
-    REQUIRE(cv::imencode(ext, img, buf));
-    write_file_atomic(dir + "/a" + ext, std::string(buf.begin(), buf.end()));
-    cv::Mat back = load_image_bgr(dir + "/a" + ext);
-    CHECK(back.rows == 6);
-    CHECK(back.cols == 8);
-  }
-  // A corrupt DICOM file (preamble, "DICM"): OpenCV's GDCM decoder asserts and aborts the process on it (found by
-  // tests/fuzz/fuzz_image; the input is kept in tests/fuzz/corpus/image). sat refuses it before any decoder runs.
-  std::string dicom = "\xFF\x10\xD8" + std::string(125, 'X') + "DICM\x01";
-  write_file_atomic(dir + "/scan.dcm", dicom);
-  CHECK_THROWS_WITH_AS(load_image_bgr(dir + "/scan.dcm"),
-                       doctest::Contains("scan.dcm: cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM"),
-                       Error);
-  // A WebP header, then "DICM" at byte 128: OpenCV still hands it to GDCM, which aborts (found by fuzzing, kept in the
-  // corpus). sat refuses it by that signature.
-  std::string webp_dicom = std::string("RIFF\x16\x07\0\0WEBPVP8L\x09", 17) + std::string(111, '\0') + "DICM\xbf\xe3";
-  write_file_atomic(dir + "/webp_dicom.webp", webp_dicom);
-  CHECK_THROWS_WITH_AS(load_image_bgr(dir + "/webp_dicom.webp"),
-                       doctest::Contains("webp_dicom.webp: cannot decode image (a WebP header, but a DICOM signature"),
-                       Error);
-  write_file_atomic(dir + "/x.hdr", "#?RADIANCE\nFORMAT=32-bit_rle_rgbe\n\n-Y 2 +X 2\n");
-  CHECK_THROWS_AS(load_image_bgr(dir + "/x.hdr"), Error);
-  (void)!std::system(("rm -rf " + dir).c_str());
-}
-
-TEST_CASE("images: a header declaring more than kMaxImagePixels is refused before any decoder allocates") {
-  // 15 bytes of PBM header made OpenCV allocate 3 GB (found by tests/fuzz/fuzz_image, kept in its corpus)
-  auto be = [](uint32_t v, int n) {
-    std::string s;
-    for (int i = n - 1; i >= 0; --i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0);
-    return s;
-  };
-  auto le = [](uint32_t v, int n) {
-    std::string s;
-    for (int i = 0; i < n; ++i) s += (char)(i < 4 ? (v >> (8 * i)) & 0xff : 0);
-    return s;
-  };
-  struct Case {
-    const char* what;
-    std::string bytes;
-  };
-  const std::string pad(64, '\0');
-  const std::vector<Case> huge = {
-      {"PBM", "P4\n# a comment\n20000 20000\n" + pad},
-      {"PPM", "P6 15000 15000 255\n" + pad},
-      {"PNG", std::string("\x89PNG\r\n\x1A\n", 8) + be(13, 4) + "IHDR" + be(20000, 4) + be(20000, 4) + pad},
-      {"JPEG", std::string("\xFF\xD8\xFF\xE0", 4) + be(16, 2) + std::string(14, 'J') + "\xFF\xC2" + be(17, 2) + "\x08" +
-                   be(20000, 2) + be(20000, 2) + pad + "\xFF\xD9"},
-      {"BMP", "BM" + le(0, 12) + le(40, 4) + le(20000, 4) + le((uint32_t)-20000, 4) + pad},
-      {"TIFF", std::string("II*\0", 4) + le(8, 4) + le(2, 2) + le(256, 2) + le(4, 2) + le(1, 4) + le(20000, 4) +
-                   le(257, 2) + le(3, 2) + le(1, 4) + le(20000, 4) + pad},
-      {"WebP", "RIFF" + le(100, 4) + "WEBPVP8X" + le(10, 4) + le(0, 4) + le(16383, 3) + le(16383, 3) + pad},
-  };
-  for (const Case& c : huge) {
-    CAPTURE(std::string(c.what));
-    CHECK_THROWS_WITH_AS(decode_image_bgr(c.bytes.data(), c.bytes.size(), "big.img"),
-                         doctest::Contains("big.img: image of "), Error);
-    CHECK_THROWS_WITH_AS(decode_image_bgr(c.bytes.data(), c.bytes.size(), "big.img"),
-                         doctest::Contains("pixels is too large (at most 200 megapixels)"), Error);
-  }
-  // headers that declare no size, or none that can be read, are refused as corrupt
-  for (const std::string& bad : {std::string("P4\n644466\xb6"
-                                             "164 62 "),
-                                 std::string("P5 0 10 255\n") + pad, std::string("\xFF\xD8\xFF\xDA\x00\x02\xFF\xD9", 8),
-                                 std::string("II*\0\xff\xff\xff\xff", 8)}) {
-    CHECK_THROWS_WITH_AS(decode_image_bgr(bad.data(), bad.size(), "odd.img"),
-                         doctest::Contains("odd.img: cannot decode image ("), Error);
-  }
-  // every format's encoder output passes the header check and decodes (the sizes read are the real ones)
-  cv::Mat img(1200, 1700, CV_8UC3, cv::Scalar(40, 90, 160));
-  for (const char* ext : {".png", ".jpg", ".bmp", ".webp", ".tiff", ".ppm"}) {
-    CAPTURE(std::string(ext));
-    std::vector<uchar> buf;
-    REQUIRE(cv::imencode(ext, img, buf));
-    const cv::Mat back = decode_image_bgr((const char*)buf.data(), buf.size(), std::string("a") + ext);
-    CHECK(back.rows == 1200);
-    CHECK(back.cols == 1700);
-  }
-  std::vector<uchar> bitmap;
-  REQUIRE(cv::imencode(".pbm", cv::Mat(1200, 1700, CV_8UC1, cv::Scalar(255)), bitmap));
-  CHECK(decode_image_bgr((const char*)bitmap.data(), bitmap.size(), "a.pbm").cols == 1700);
-  std::vector<uchar> lossless;
-  REQUIRE(cv::imencode(".webp", img, lossless, {cv::IMWRITE_WEBP_QUALITY, 101}));  // VP8L
-  CHECK(decode_image_bgr((const char*)lossless.data(), lossless.size(), "l.webp").cols == 1700);
 }
 
 TEST_CASE("JSON from files: a float that no integer or float can hold is an error, not a conversion") {

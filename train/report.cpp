@@ -4,10 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <opencv2/imgcodecs.hpp>  // its constants; the codecs: datasets/image_codecs.hpp
 #include <opencv2/imgproc.hpp>
 
-#include "datasets/image_codecs.hpp"
+#include "datasets/stb_codecs.hpp"
 #include "datasets/io.hpp"
 #include "train/captioning.hpp"
 #include "train/metrics.hpp"
@@ -25,10 +24,7 @@ std::string jpeg_thumbnail(const cv::Mat& bgr, int side, int quality, int& width
   height = std::max(1, (int)std::lround(bgr.rows * scale));
   cv::Mat small;
   cv::resize(bgr, small, cv::Size(width, height), 0, 0, scale < 1 ? cv::INTER_AREA : cv::INTER_LINEAR);
-  std::vector<uchar> bytes;
-  if (!encode_image(".jpg", small, bytes, {cv::IMWRITE_JPEG_QUALITY, quality}))
-    throw Error("report: OpenCV cannot encode a JPEG thumbnail");
-  return std::string(bytes.begin(), bytes.end());
+  return encode_jpeg(small, quality);
 }
 
 std::string search_text(const CaptionModel& m, const SearchSettings& search) {

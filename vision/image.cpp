@@ -11,7 +11,9 @@
 #include <opencv2/imgproc.hpp>
 
 #include "datasets/image_codecs.hpp"
+#include "datasets/stb_codecs.hpp"
 #include "datasets/io.hpp"
+#include "vision/exif.hpp"
 
 namespace sat {
 
@@ -27,6 +29,7 @@ static const char* photo_format(std::string_view b) {
   if (starts("\x89PNG\r\n\x1A\n", 8)) return "PNG";
   if (starts("RIFF", 4) && starts("WEBP", 4, 8)) return "WebP";
   if (starts("BM", 2)) return "BMP";
+  if (starts("GIF87a", 6) || starts("GIF89a", 6)) return "GIF";
   if (starts("II*\0", 4) || starts("MM\0*", 4)) return "TIFF";
   if (b.size() >= 3 && b[0] == 'P' && b[1] >= '1' && b[1] <= '6' && std::isspace((unsigned char)b[2])) return "PNM";
   return nullptr;
@@ -54,8 +57,13 @@ struct PixelSize {
   uint64_t width = 0, height = 0;
 };
 
-// The size a JPEG declares in its first start-of-frame marker (any of SOF0-15), read past the segments before it.
-std::optional<PixelSize> jpeg_size(std::string_view b) {
+// A JPEG's first start-of-frame marker (any of SOF0-15), read past the segments before it: which coding it declares
+// (stb reads baseline and progressive Huffman coding, SOF0-2, at 8 bits), its sample precision and its size.
+struct JpegFrame {
+  uint8_t marker = 0, precision = 0;
+  PixelSize size;
+};
+std::optional<JpegFrame> jpeg_frame(std::string_view b) {
   size_t at = 2;
   while (at + 4 <= b.size()) {
     if ((uint8_t)b[at] != 0xFF) return std::nullopt;
@@ -69,7 +77,7 @@ std::optional<PixelSize> jpeg_size(std::string_view b) {
     const bool frame = marker >= 0xC0 && marker <= 0xCF && marker != 0xC4 && marker != 0xC8 && marker != 0xCC;
     if (frame) {
       if (length < 7 || at + 7 > b.size()) return std::nullopt;
-      return PixelSize{be16(b, at + 5), be16(b, at + 3)};
+      return JpegFrame{marker, (uint8_t)b[at + 2], PixelSize{be16(b, at + 5), be16(b, at + 3)}};
     }
     at += length;
   }
@@ -99,8 +107,13 @@ std::optional<PixelSize> tiff_size(std::string_view b) {
   return PixelSize{*width, *height};
 }
 
-// Width and height after "P1".."P6": decimal numbers separated by whitespace and # comments.
-std::optional<PixelSize> pnm_size(std::string_view b) {
+// Width, height and (but for P1 and P4) the largest value after "P1".."P6": decimal numbers separated by whitespace
+// and # comments; a missing number is 0.
+struct PnmHeader {
+  uint64_t width = 0, height = 0, maxval = 0;
+  size_t data = 0;  // where the samples start: one whitespace after the last number
+};
+std::optional<PnmHeader> pnm_header(std::string_view b) {
   size_t at = 2;
   auto number = [&]() -> std::optional<uint64_t> {
     while (at < b.size() && (std::isspace((unsigned char)b[at]) || b[at] == '#')) {
@@ -122,15 +135,19 @@ std::optional<PixelSize> pnm_size(std::string_view b) {
   if (!width) return std::nullopt;
   const auto height = number();
   if (!height) return std::nullopt;
-  return PixelSize{*width, *height};
+  const bool bitmap = b[1] == '1' || b[1] == '4';
+  const auto maxval = bitmap ? std::optional<uint64_t>(1) : number();
+  if (!maxval) return std::nullopt;
+  return PnmHeader{*width, *height, *maxval, at + 1};
 }
 
-// The size an image file declares in its header, before any decoder allocates for it.
-std::optional<PixelSize> declared_size(std::string_view b, const std::string& format) {
-  if (format == "JPEG") return jpeg_size(b);
-  if (format == "PNG") {
-    if (b.size() < 24 || b.substr(12, 4) != "IHDR") return std::nullopt;
-    return PixelSize{be32(b, 16), be32(b, 20)};
+// The size a file for OpenCV's decoders declares in its header, before any of them allocates for it (stb's formats
+// are read by stb's own header reader: stb_declared_size).
+std::optional<PixelSize> opencv_declared_size(std::string_view b, const std::string& format) {
+  if (format == "JPEG") {
+    const auto frame = jpeg_frame(b);
+    if (!frame) return std::nullopt;
+    return frame->size;
   }
   if (format == "WebP") {
     if (b.size() < 30) return std::nullopt;
@@ -143,51 +160,117 @@ std::optional<PixelSize> declared_size(std::string_view b, const std::string& fo
     if (chunk == "VP8 ") return PixelSize{le16(b, 26) & 0x3FFFu, le16(b, 28) & 0x3FFFu};
     return std::nullopt;
   }
-  if (format == "BMP") {
-    if (b.size() < 26) return std::nullopt;
-    if (le32(b, 14) == 12) return PixelSize{le16(b, 18), le16(b, 20)};  // OS/2 core header: 16-bit sizes
-    const int32_t height = (int32_t)le32(b, 22);                        // negative: rows stored top-down
-    return PixelSize{le32(b, 18), height < 0 ? 0ull - (uint64_t)(int64_t)height : (uint64_t)height};
-  }
   if (format == "TIFF") return tiff_size(b);
-  if (format == "PNM") return pnm_size(b);
+  if (format == "PNM") {
+    const auto h = pnm_header(b);
+    if (!h) return std::nullopt;
+    return PixelSize{h->width, h->height};
+  }
   return std::nullopt;
 }
 
-}  // namespace
-
-cv::Mat load_image_bgr(const std::string& path) {
-  const std::string bytes = read_file(path);  // names the file if it is missing or unreadable
-  return decode_image_bgr(bytes.data(), bytes.size(), path);
+// stb reads JPEG, PNG, BMP, GIF and 8-bit binary greymaps and pixmaps (P5, P6 with values up to 255 at most);
+// OpenCV's codecs, opened only for the rest (datasets/image_codecs.hpp), read WebP, TIFF, the JPEG codings stb lacks
+// (arithmetic, lossless, hierarchical, 12-bit: libjpeg-turbo reads the first and the last) and the PNM files stb
+// lacks or reads otherwise: bitmaps, ASCII, and 16-bit samples (stb 2.27 takes their low byte, OpenCV their high).
+bool through_opencv(std::string_view b, const std::string& format) {
+  if (format == "WebP" || format == "TIFF") return true;
+  if (format == "JPEG") {
+    const auto frame = jpeg_frame(b);
+    return frame && (frame->marker > 0xC2 || frame->precision != 8);
+  }
+  if (format != "PNM") return false;
+  const auto h = pnm_header(b);
+  return !(b[1] == '5' || b[1] == '6') || !h || h->maxval > 255;
 }
 
-cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name) {
-  const std::string_view bytes(data, data ? size : 0);
-  if (bytes.empty()) fail(name, "empty file, not an image");
-  const char* format = photo_format(bytes);
-  if (!format)
-    fail(name, "cannot decode image (not a JPEG, PNG, WebP, BMP, TIFF or PNM file: corrupt or another format)");
-  // A decoder allocates the pixels its header declares before it reads them: 15 bytes of PBM header made OpenCV ask
-  // for 3 GB (found by fuzzing). The size is read here first and held to kMaxImagePixels.
-  const std::optional<PixelSize> size_declared = declared_size(bytes, format);
-  if (!size_declared) fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
-  if (size_declared->width == 0 || size_declared->height == 0)
-    fail(name, "cannot decode image (its header declares " + std::to_string(size_declared->width) + "x" +
-                   std::to_string(size_declared->height) + " pixels)");
-  if (size_declared->width > kMaxImagePixels / size_declared->height)
-    fail(name, "image of " + std::to_string(size_declared->width) + "x" + std::to_string(size_declared->height) +
-                   " pixels is too large (at most " + std::to_string(kMaxImagePixels / 1000000) + " megapixels)");
-  // libjpeg decodes a truncated JPEG with a warning, the missing rows grey: a caption of half a photo. A whole JPEG
-  // ends with the end-of-image marker (FF D9), give or take trailing padding.
-  if (bytes.size() >= 3 && (unsigned char)bytes[0] == 0xFF && (unsigned char)bytes[1] == 0xD8 &&
-      (unsigned char)bytes[2] == 0xFF) {
-    size_t end = bytes.size();
-    while (end > 2 &&
-           (bytes[end - 1] == '\0' || bytes[end - 1] == '\n' || bytes[end - 1] == '\r' || bytes[end - 1] == ' '))
-      --end;
-    if (!((unsigned char)bytes[end - 2] == 0xFF && (unsigned char)bytes[end - 1] == 0xD9))
-      fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
+// max_pixels: kMaxImagePixels, or less for a decoder that needs more than the BGR result's 3 bytes a pixel.
+void check_declared_size(const PixelSize& size, const std::string& name, uint64_t max_pixels = kMaxImagePixels) {
+  if (size.width == 0 || size.height == 0)
+    fail(name, "cannot decode image (its header declares " + std::to_string(size.width) + "x" +
+                   std::to_string(size.height) + " pixels)");
+  if (size.width > max_pixels / size.height)
+    fail(name, "image of " + std::to_string(size.width) + "x" + std::to_string(size.height) +
+                   " pixels is too large (at most " + std::to_string(max_pixels / 1000000) + " megapixels)");
+}
+
+// libjpeg and stb both decode a truncated JPEG without an error, the missing rows grey or garbage: a caption of half
+// a photo. A whole JPEG ends with the end-of-image marker (FF D9), give or take trailing padding.
+void check_jpeg_end(std::string_view bytes, const std::string& name) {
+  size_t end = bytes.size();
+  while (end > 2 &&
+         (bytes[end - 1] == '\0' || bytes[end - 1] == '\n' || bytes[end - 1] == '\r' || bytes[end - 1] == ' '))
+    --end;
+  if (!((unsigned char)bytes[end - 2] == 0xFF && (unsigned char)bytes[end - 1] == 0xD9))
+    fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
+}
+
+// stb 2.27 (Debian 12's) builds a Huffman table from a DHT segment's 16 code counts without checking that they sum
+// to 256 at most, then writes the sizes and symbols past the table's arrays (found by tests/fuzz/fuzz_image: UBSan,
+// index 257 into size[257]; kept in its corpus). Every DHT segment in the file, those between a progressive JPEG's
+// scans included, is checked here before stb reads it.
+bool jpeg_huffman_tables_fit(std::string_view b) {
+  size_t at = 2;
+  while (at + 4 <= b.size()) {
+    const uint8_t marker = (uint8_t)b[at + 1];
+    if ((uint8_t)b[at] != 0xFF || marker == 0xFF) {  // entropy-coded data after a scan header, or a fill byte
+      ++at;
+      continue;
+    }
+    if (marker == 0x00 || marker == 0x01 || (marker >= 0xD0 && marker <= 0xD8)) {  // a stuffed 0xFF, RSTn, SOI, TEM
+      at += 2;
+      continue;
+    }
+    if (marker == 0xD9) return true;
+    const size_t length = be16(b, at + 2);
+    if (marker == 0xC4) {
+      // read as stb reads it: table after table while the segment's length lasts, each one's 16 counts read even
+      // past the segment's end (and as 0 past the file's)
+      auto byte = [&](size_t i) -> size_t { return i < b.size() ? (uint8_t)b[i] : 0; };
+      int64_t left = (int64_t)length - 2;
+      for (size_t t = at + 4; left > 0;) {
+        size_t codes = 0;
+        for (size_t i = 1; i <= 16; ++i) codes += byte(t + i);
+        if (codes > 256) return false;
+        t += 17 + codes;
+        left -= 17 + (int64_t)codes;
+      }
+    }
+    at += 2 + length;
   }
+  return true;
+}
+
+// stb fills what a BMP or binary PNM file lacks of the pixels its header declares with zeros or leaves it
+// unwritten: a cut file would be captioned (or, 64 bytes declaring 16x3997708 pixels, decoded and resized for 26 s
+// under the sanitizers: found by fuzzing). The file must hold them all, as OpenCV's readers required.
+void check_complete(std::string_view b, const char* format, const std::string& name) {
+  uint64_t need = 0;
+  if (std::strcmp(format, "PNM") == 0) {
+    const auto h = pnm_header(b);
+    if (!h) return;  // stb's header reader refused it already
+    need = h->data + h->width * h->height * (b[1] == '6' ? 3 : 1);
+  } else if (std::strcmp(format, "BMP") == 0 && b.size() >= 30) {
+    const bool core = le32(b, 14) == 12;  // OS/2 core header: 16-bit sizes, no compression
+    const uint64_t width = core ? le16(b, 18) : le32(b, 18);
+    const int64_t h = core ? (int64_t)le16(b, 20) : (int64_t)(int32_t)le32(b, 22);
+    const uint64_t bpp = core ? le16(b, 24) : le16(b, 28);
+    const uint32_t compression = core || b.size() < 34 ? 0 : le32(b, 30);
+    if (compression == 1 || compression == 2) return;  // RLE: stb refuses it (any other value it reads as raw rows)
+    need = le32(b, 10) + (width * bpp + 31) / 32 * 4 * (uint64_t)(h < 0 ? -h : h);
+  } else {
+    return;
+  }
+  if (b.size() < need)
+    fail(name, std::string("truncated ") + format + " (" + std::to_string(b.size()) + " bytes, its header declares " +
+                   std::to_string(need) + ")");
+}
+
+cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std::string& name) {
+  const std::optional<PixelSize> size = opencv_declared_size(bytes, format);
+  if (!size) fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
+  check_declared_size(*size, name);
+  if (std::strcmp(format, "JPEG") == 0) check_jpeg_end(bytes, name);
   // OpenCV chooses its decoder by its own signature checks, and its DICOM reader (GDCM) claims any file with "DICM"
   // at byte 128, whatever its first bytes say, then aborts the process on a malformed one (found by fuzzing: a WebP
   // header, then "DICM"). No photo format here puts those bytes there by design.
@@ -203,6 +286,66 @@ cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name)
   }
   if (img.empty() || img.rows < 1 || img.cols < 1) fail(name, "cannot decode image (corrupt or not an image)");
   return img;
+}
+
+cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::string& name) {
+  const bool jpeg = std::strcmp(format, "JPEG") == 0;
+  // before any of stb's readers: its header reader builds the Huffman tables it meets before the frame header
+  if (jpeg && !jpeg_huffman_tables_fit(bytes))
+    fail(name, "cannot decode image (JPEG: a Huffman table of more than 256 codes)");
+  // A decoder allocates the pixels its header declares before it reads them: 15 bytes of PBM header made OpenCV ask
+  // for 3 GB (found by fuzzing). The size stb's own header reader finds is held to kMaxImagePixels first. That
+  // reader refuses a PNG of more than 2^30 bytes by itself: its IHDR is read here before, so that such a file is
+  // named too large rather than corrupt.
+  if (std::strcmp(format, "PNG") == 0 && bytes.size() >= 24 && bytes.substr(12, 4) == "IHDR")
+    check_declared_size(PixelSize{be32(bytes, 16), be32(bytes, 20)}, name);
+  // stb reads a PNM header's numbers into an int without a bound (UBSan: a maxval of 255555555... overflowed, found
+  // by fuzzing): sat's reader, bounded, goes first, and routes only maxvals up to 255 here.
+  if (std::strcmp(format, "PNM") == 0) {
+    const auto h = pnm_header(bytes);
+    if (!h) fail(name, "cannot decode image (corrupt PNM header)");
+    check_declared_size(PixelSize{h->width, h->height}, name);
+  }
+  int width = 0, height = 0;
+  if (!stb_declared_size(bytes, width, height))
+    fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
+  // stb's GIF reader allocates and clears 9 bytes a pixel (the frame, the background, which pixels changed) before
+  // it reads any pixel: 384 bytes of GIF declaring 164 megapixels took 1.5 GB and more than 10 s under the sanitizers
+  // (found by fuzzing). Its limit holds it to the memory a 200-megapixel BGR photo takes.
+  const bool gif = std::strcmp(format, "GIF") == 0;
+  check_declared_size(PixelSize{(uint64_t)width, (uint64_t)height}, name, gif ? kMaxImagePixels / 3 : kMaxImagePixels);
+  if (jpeg) {
+    check_jpeg_end(bytes, name);
+    // Huffman coding spends at least one bit on every 8x8 block's DC value (a flat grey photo, progressive: 1/512 of
+    // a byte a pixel). stb decodes a frame's every block however little data follows, so 948 bytes declaring
+    // 65496x2828 pixels took 2.8 s and a gigabyte to refuse (found by fuzzing). Half that minimum is required.
+    const uint64_t pixels = (uint64_t)width * (uint64_t)height;
+    if (bytes.size() < pixels / 1024)
+      fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes cannot hold the " + std::to_string(width) +
+                     "x" + std::to_string(height) + " pixels its header declares)");
+  }
+  check_complete(bytes, format, name);
+  std::string why;
+  cv::Mat img = stb_decode_bgr(bytes, &why);
+  if (img.empty()) fail(name, std::string("cannot decode image (") + format + ": " + why + ")");
+  apply_exif_orientation(img, exif_orientation(bytes, format));
+  return img;
+}
+
+}  // namespace
+
+cv::Mat load_image_bgr(const std::string& path) {
+  const std::string bytes = read_file(path);  // names the file if it is missing or unreadable
+  return decode_image_bgr(bytes.data(), bytes.size(), path);
+}
+
+cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name) {
+  const std::string_view bytes(data, data ? size : 0);
+  if (bytes.empty()) fail(name, "empty file, not an image");
+  const char* format = photo_format(bytes);
+  if (!format)
+    fail(name, "cannot decode image (not a JPEG, PNG, WebP, BMP, GIF, TIFF or PNM file: corrupt or another format)");
+  return through_opencv(bytes, format) ? decode_with_opencv(bytes, format, name) : decode_with_stb(bytes, format, name);
 }
 
 // The photo at size x size: as it is when it has that size, else shrunk by pixel area or enlarged bilinearly.

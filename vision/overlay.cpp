@@ -1,12 +1,12 @@
 #include "vision/overlay.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cmath>
 #include <cstdio>
-#include <opencv2/imgcodecs.hpp>  // its constants; the codecs: datasets/image_codecs.hpp
 #include <opencv2/imgproc.hpp>
 
-#include "datasets/image_codecs.hpp"
+#include "datasets/stb_codecs.hpp"
 #include "datasets/io.hpp"
 
 namespace sat {
@@ -203,17 +203,22 @@ cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<floa
 }
 
 void write_image(const std::string& path, const cv::Mat& img) {
-  auto dot = path.rfind('.');
+  const auto dot = path.rfind('.');
   std::string ext = dot == std::string::npos ? "" : path.substr(dot);
-  std::vector<uchar> bytes;
-  bool ok = false;
+  for (char& c : ext) c = (char)std::tolower((unsigned char)c);
+  std::string bytes;
   try {
-    ok = !ext.empty() && encode_image(ext, img, bytes);
-  } catch (const cv::Exception&) {
-    ok = false;
+    if (ext == ".png")
+      bytes = encode_png(img);
+    else if (ext == ".jpg" || ext == ".jpeg")
+      bytes = encode_jpeg(img, 95);  // OpenCV's default quality, which sat wrote with before stb
+    else
+      fail(path, "cannot encode an image with extension '" + ext + "' (use .png or .jpg)");
+  } catch (const Error& e) {
+    if (std::string(e.what()).rfind(path + ": ", 0) == 0) throw;
+    fail(path, e.what());
   }
-  if (!ok) fail(path, "cannot encode an image with extension '" + ext + "' (use .png or .jpg)");
-  write_file_atomic(path, std::string(bytes.begin(), bytes.end()));
+  write_file_atomic(path, bytes);
 }
 
 }  // namespace sat

@@ -39,7 +39,8 @@ cv::Mat attention_overlay(const cv::Mat& bgr, const std::vector<std::vector<floa
 // The 'inferno' colour (BGR) for v in [0, 1]: the colour map of the overlay, the HTML report and the web page.
 cv::Vec3b inferno_bgr(double v);
 
-// Writes an image with OpenCV, atomically; the format follows the extension (.png, .jpg).
+// Writes 8-bit BGR or grey pixels atomically, through stb; the format follows the extension (.png, .jpg or .jpeg,
+// quality 95).
 void write_image(const std::string& path, const cv::Mat& img);
 
 }  // namespace sat

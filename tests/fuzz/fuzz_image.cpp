@@ -1,5 +1,6 @@
-// Image decoding: the bytes of a photo a user gives `sat caption` (any format OpenCV reads), then resized into the
-// encoder's planes as captioning does.
+// Image decoding: the bytes of a photo a user gives `sat caption`, through stb (compiled into sat, so instrumented and
+// covered here) or OpenCV's codecs (WebP, TIFF, other PNM: not instrumented), then resized into the encoder's planes
+// as captioning does.
 #include <vector>
 
 #include "tests/fuzz/fuzz_common.hpp"

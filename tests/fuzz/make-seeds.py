@@ -16,6 +16,7 @@ import shutil
 import struct
 import subprocess
 import tempfile
+import zlib
 
 import numpy as np
 
@@ -45,6 +46,45 @@ def image_seeds():
     put("image", "gray.png", gray.tobytes())
     ok, jpg = cv2.imencode(".jpg", img)
     put("image", "truncated.jpg", jpg.tobytes()[: len(jpg) // 2])  # refused: no end-of-image marker
+    ok, progressive = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
+    put("image", "progressive.jpg", progressive.tobytes())
+    put("image", "exif6.jpg", with_exif_orientation(jpg.tobytes(), 6))
+    ok, png = cv2.imencode(".png", img)
+    put("image", "exif6.png", with_exif_orientation(png.tobytes(), 6))
+    stb_image_seeds()
+
+
+def exif_tiff(orientation):
+    """A little-endian TIFF structure holding only the EXIF orientation tag (0x0112, a SHORT)."""
+    return b"II*\0" + struct.pack("<IHHHIHHI", 8, 1, 0x0112, 3, 1, orientation, 0, 0)
+
+
+def with_exif_orientation(data, orientation):
+    """A JPEG with an APP1 Exif segment after its SOI, or a PNG with an eXIf chunk after its IHDR."""
+    tiff = exif_tiff(orientation)
+    if data[:2] == b"\xff\xd8":
+        payload = b"Exif\0\0" + tiff
+        return data[:2] + b"\xff\xe1" + struct.pack(">H", len(payload) + 2) + payload + data[2:]
+    body = b"eXIf" + tiff
+    return data[:33] + struct.pack(">I", len(tiff)) + body + struct.pack(">I", zlib.crc32(body)) + data[33:]
+
+
+def stb_image_seeds():
+    """The files only stb reads (GIF, binary PNM), and headers that declare more pixels than sat decodes, written
+    without an encoder."""
+    # a 4x3 GIF of a two-colour global palette: LZW with a clear code before every pixel, so that the code table
+    # never grows and every code stays 3 bits (minimum code size 2: colours 0-3, clear 4, end 5), packed LSB first
+    codes = [c for p in [0, 1, 1, 0, 1, 0, 0, 1, 1, 1, 0, 0] for c in (4, p)] + [5]
+    bits = sum(c << (3 * i) for i, c in enumerate(codes))
+    lzw = bits.to_bytes((3 * len(codes) + 7) // 8, "little")
+    gif = (b"GIF89a" + struct.pack("<HH", 4, 3) + b"\x80\x00\x00" + b"\x0a\xc8\x1e\xff\xff\xff" +
+           b"\x2c" + struct.pack("<HHHH", 0, 0, 4, 3) + b"\x00" + b"\x02" + bytes([len(lzw)]) + lzw + b"\x00\x3b")
+    put("image", "tiny.gif", gif)
+    put("image", "tiny.pgm", b"P5\n# a comment\n4 3\n255\n" + bytes(range(0, 240, 20)))
+    put("image", "tiny15.pgm", b"P5 4 3 15\n" + bytes(range(12)))
+    put("image", "bomb.gif", b"GIF89a" + struct.pack("<HH", 65535, 65535) + b"\x00\x00\x00" + b"\x3b")
+    ihdr = b"IHDR" + struct.pack(">IIBBBBB", 20000, 20000, 8, 0, 0, 0, 0)
+    put("image", "bomb.png", b"\x89PNG\r\n\x1a\n" + struct.pack(">I", 13) + ihdr + struct.pack(">I", zlib.crc32(ihdr)))
 
 
 def safetensors_bytes(tensors, metadata):
@@ -218,7 +258,7 @@ def main():
         d = os.path.join(CORPUS, target)
         if os.path.isdir(d):  # regenerate the seeds, keep the crashing inputs found by fuzzing
             for f in os.listdir(d):
-                if not f.startswith("crash-"):
+                if not f.startswith(("crash-", "oom-", "timeout-")):
                     os.remove(os.path.join(d, f))
     image_seeds()
     safetensors_seeds()

@@ -4,7 +4,6 @@
 #include <dirent.h>
 #include <nlohmann/json.hpp>
 
-#include "datasets/image_codecs.hpp"
 #include "datasets/io.hpp"
 #include "tools/cli/commands.hpp"
 #include "train/captioning.hpp"
@@ -167,14 +166,10 @@ void add_caption_commands(CLI::App& app) {
     using clock = std::chrono::steady_clock;
     auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
     const auto start = clock::now();
-    // OpenCV's image codecs are opened at first use (datasets/image_codecs.hpp): here, first, so --timing shows them
-    // apart (and before the model's threads exist: 10 ms less wall than after the model, medians of ten).
-    load_image_codecs();
-    const double t_codecs = seconds(start);
     auto model = CaptionModel::load(a->model);
     SearchSettings search = a->search.resolve(*model, a->model);
     search.candidates = a->candidates;
-    const double t_load = seconds(start), t_model = t_load - t_codecs;
+    const double t_load = seconds(start);
     double t_images = 0;
     InferenceTiming timing;
     auto files = expand_inputs(a->images);
@@ -253,9 +248,9 @@ void add_caption_commands(CLI::App& app) {
       const double total = seconds(start), n = (double)files.size();
       std::fprintf(
           stderr,
-          "%zu image(s) in %.3f s: model load %.3f s, image codecs %.3f s, image decode %.3f s, encode %.3f s, "
+          "%zu image(s) in %.3f s: model load %.3f s, image decode %.3f s, encode %.3f s, "
           "beam %d search %.3f s; %.1f ms per image, %.2f images/s after loading\n",
-          files.size(), total, t_model, t_codecs, t_images, timing.encode_seconds, search.beam, timing.search_seconds,
+          files.size(), total, t_load, t_images, timing.encode_seconds, search.beam, timing.search_seconds,
           1000 * total / n, n / std::max(1e-9, total - t_load));
     }
     if (failed > 0)  // the summary is the last line, and the exit status says some images were not captioned

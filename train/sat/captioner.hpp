@@ -147,7 +147,8 @@ class SAT_API Captioner {
 
   // image: 8-bit BGR as cv::imread gives it (grey and BGRA are converted), any size.
   CaptionResult caption(const cv::Mat& image, const CaptionOptions& options = {}) const;
-  // An image file: JPEG, PNG, WebP, BMP, TIFF or PNM.
+  // An image file: JPEG, PNG, BMP, GIF (its first frame) and 8-bit binary PNM through stb; WebP, TIFF and other PNM
+  // through OpenCV's codecs. EXIF orientation is applied (JPEG, PNG).
   CaptionResult caption_file(const std::string& path, const CaptionOptions& options = {}) const;
   // An encoded image in memory (the bytes of such a file).
   CaptionResult caption_bytes(const uint8_t* data, size_t size, const CaptionOptions& options = {}) const;
