@@ -88,8 +88,8 @@ if [ -f "$ROOT/../shared/models/resnet_v2_101/resnet_v2_101.safetensors" ]; then
 else
   echo "skipped: captioning with the default model (the ResNet weights are not beside the checkout)"
   expect_error "default model without the shared ResNet weights" \
-    "^sat: .*models/flickr8k.sat: needs the encoder weights resnet_v2_101.safetensors \(sha256 [0-9a-f]{64}\)" \
-    env -u SAT_WEIGHTS "$SAT" caption "$EXAMPLE"
+    "^sat: .*models/flickr8k.sat: needs the encoder weights resnet_v2_101.safetensors \(sha256 [0-9a-f]{64}\): .*\(get them with tools/fetch-weights.sh" \
+    env -u SAT_WEIGHTS XDG_CACHE_HOME="$WORK/no-cache" "$SAT" caption "$EXAMPLE"
 fi
 # --- the object detector (../shared/models/centernet_mobilenetv3: its README's figures) --------------------------
 if [ -f "$ROOT/../shared/models/centernet_mobilenetv3/centernet.json" ]; then
@@ -665,8 +665,8 @@ expect_error "model naming a different weights file (sha256)" \
   "$SAT" caption "$IMG" --model "$WORK/rn_othersha.sat"
 mkdir -p "$WORK/weights_here"
 expect_error "model naming missing weights" \
-  "^sat: $WORK/rn_otherfile.sat: needs the encoder weights resnet_v2_50.safetensors \(sha256 $RSHA\): \\\$SAT_WEIGHTS not set; looked in $WORK/weights_here; .*no such file found \(pass --weights-dir DIR or set SAT_WEIGHTS" \
-  env -u SAT_WEIGHTS "$SAT" caption "$IMG" --model "$WORK/rn_otherfile.sat" --weights-dir "$WORK/weights_here"
+  "^sat: $WORK/rn_otherfile.sat: needs the encoder weights resnet_v2_50.safetensors \(sha256 $RSHA\): \\\$SAT_WEIGHTS not set; looked in $WORK/weights_here; .*looked in $WORK/cache/sat/weights; no such file found \(get them with tools/fetch-weights.sh from sat's source, or pass --weights-dir DIR or set SAT_WEIGHTS" \
+  env -u SAT_WEIGHTS XDG_CACHE_HOME="$WORK/cache" "$SAT" caption "$IMG" --model "$WORK/rn_otherfile.sat" --weights-dir "$WORK/weights_here"
 head -c 1000000 "$RESNET" >"$WORK/weights_here/resnet_v2_50.safetensors"
 expect_error "model naming weights found truncated (SAT_WEIGHTS)" \
   "^sat: $WORK/rn_otherfile.sat: .*--weights-dir not given; looked in $WORK/weights_here; .*found only $WORK/weights_here/resnet_v2_50.safetensors \(1000000 bytes, sha256 [0-9a-f]{64}: truncated or a different file\)" \
@@ -676,6 +676,11 @@ cp "$RESNET" "$WORK/weights_here/resnet_v2_101.safetensors"
   "$SAT" model info "$WORK/rn/model.sat" --weights-dir "$WORK/weights_here" | grep -q "found at $WORK/weights_here/resnet_v2_101.safetensors$" &&
   pass "--weights-dir is searched first" || fail "--weights-dir"
 rm -f "$WORK/weights_here/resnet_v2_101.safetensors"
+# the user's cache, where tools/fetch-weights.sh puts what it fetches, is searched with no flag (missing: above)
+mkdir -p "$WORK/cache/sat/weights/resnet_v2_50" && ln -s "$RESNET" "$WORK/cache/sat/weights/resnet_v2_50/resnet_v2_50.safetensors"
+env -u SAT_WEIGHTS XDG_CACHE_HOME="$WORK/cache" "$SAT" model info "$WORK/rn_otherfile.sat" |
+  grep -q "found at $WORK/cache/sat/weights/resnet_v2_50/resnet_v2_50.safetensors$" &&
+  pass "weights in \$XDG_CACHE_HOME/sat/weights are found with no flag" || fail "weights in the user's cache"
 fi
 printf 'a.jpg#0\ta dog runs\nbroken line without a tab\n' >"$WORK/tokens.txt"
 expect_error "Flickr8k token file with a broken line" "^sat: $WORK/tokens.txt: line 2" "$SAT" data convert "$WORK/tokens.txt" --out "$WORK/t.json"

@@ -59,7 +59,7 @@ if [ -f "$WEIGHTS/resnet_v2_101/resnet_v2_101.safetensors" ]; then
     fail "installed sat: '$cli' against the library's '$lib'"
 fi
 # without weights: the library's one-line error, exit 1
-out=$(env -u SAT_WEIGHTS "$EXAMPLE" "$PHOTO" 2>&1); rc=$?
+out=$(env -u SAT_WEIGHTS XDG_CACHE_HOME="$WORK/no-cache" "$EXAMPLE" "$PHOTO" 2>&1); rc=$?
 if [ $rc -eq 1 ] && [ "$(echo "$out" | wc -l)" -eq 1 ] && [[ "$out" == "caption_example: $P/share/sat/models/flickr8k.sat: needs the encoder weights"* ]]; then
   pass "no weights: one line, exit 1"
 elif [ ! -f "$WEIGHTS/resnet_v2_101/resnet_v2_101.safetensors" ]; then

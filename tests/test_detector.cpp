@@ -413,7 +413,9 @@ TEST_CASE("detector: its files found by name and sha256; missing or altered ones
   const std::string none = error_of_loading(dir.path);
   CHECK(none.find("test: needs the object detector's centernet.json (sha256 ") == 0);
   CHECK(none.find("looked in " + dir.path) != std::string::npos);
-  CHECK(none.find("no such files found") != std::string::npos);
+  CHECK(
+      none.find("no such files found (get them with tools/fetch-weights.sh from sat's source, or pass --weights-dir") !=
+      std::string::npos);
   if (file_exists(shared + "/centernet.json")) {
     make_dirs(join_path(dir.path, "centernet_mobilenetv3"));
     write_file_atomic(join_path(dir.path, "centernet_mobilenetv3/centernet.json"),

@@ -6,6 +6,7 @@
 
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 
 #include "datasets/sha256.hpp"
@@ -537,7 +538,9 @@ TEST_CASE("external encoder weights: found by name and sha256; missing, truncate
   };
   std::remove((dir + "/" + file).c_str());
   std::remove((dir + "/resnet_v2_101/" + file).c_str());
-  expect_refused("looked in " + dir + "; no such file found");
+  expect_refused("looked in " + dir +
+                 "; no such file found (get them with tools/fetch-weights.sh from sat's source, or "
+                 "pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds it)");
   write_file_atomic(dir + "/resnet_v2_101/" + file, bytes.substr(0, bytes.size() / 3));
   expect_refused(dir + "/resnet_v2_101/" + file + " (" + std::to_string(bytes.size() / 3) + " bytes, sha256 " +
                  sha256_hex(bytes.substr(0, bytes.size() / 3)) + ": truncated or a different file)");
@@ -568,6 +571,21 @@ TEST_CASE("external encoder weights: found by name and sha256; missing, truncate
   CHECK(is_resnet_v2(load_external_weights(file, kSha256, "m.sat", &found)));
   std::remove((dir + "/" + file).c_str());
   std::remove((dir + "/resnet_v2_101/" + file).c_str());
+}
+
+TEST_CASE("fetched weights: the user's cache folder is $XDG_CACHE_HOME/sat/weights, else ~/.cache/sat/weights") {
+  const char* xdg = std::getenv("XDG_CACHE_HOME");
+  const char* home = std::getenv("HOME");
+  const std::string saved_xdg = xdg ? xdg : "", saved_home = home ? home : "";
+  setenv("XDG_CACHE_HOME", "/tmp/xdg", 1);
+  setenv("HOME", "/tmp/home", 1);
+  CHECK(weights_cache_dir() == "/tmp/xdg/sat/weights");
+  setenv("XDG_CACHE_HOME", "", 1);  // empty counts as unset (XDG base directory spec)
+  CHECK(weights_cache_dir() == "/tmp/home/.cache/sat/weights");
+  unsetenv("HOME");
+  CHECK(weights_cache_dir().empty());
+  xdg ? (void)setenv("XDG_CACHE_HOME", saved_xdg.c_str(), 1) : (void)unsetenv("XDG_CACHE_HOME");
+  home ? (void)setenv("HOME", saved_home.c_str(), 1) : (void)unsetenv("HOME");
 }
 
 TEST_CASE("sha256: FIPS 180-4 vectors, the accelerated path equals the portable one") {

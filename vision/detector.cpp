@@ -434,8 +434,9 @@ std::string find_object_detector(const std::string& needed_by, const std::string
   for (const std::string& dir : weights_search_dirs(weights_dir)) where += "looked in " + dir + "; ";
   fail(needed_by, std::string("needs the object detector's ") + kCenternetJson + " (sha256 " + kCenternetJsonSha256 +
                       ") and " + kCenternetBin + " (sha256 " + kCenternetBinSha256 + ") in one folder: " + where +
-                      (looked.empty() ? "no such files found" : "found only " + looked) +
-                      " (pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds " + kCenternetFolder + ")");
+                      (looked.empty() ? "no such files found" : "found only " + looked) + " (" + kFetchHint +
+                      ", or pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds " + kCenternetFolder +
+                      ")");
 }
 
 std::unique_ptr<ObjectDetector> load_object_detector(int input_size, Precision precision, const std::string& needed_by,

@@ -3,7 +3,7 @@
 // made once per batch size, activations stay in the channel-blocked layout oneDNN's convolutions choose (reordered
 // only at the edges and around TF's legacy resize), buffers are shared by layers whose lifetimes do not overlap, and
 // bf16 runs where the CPU has it natively. The files are someone else's: found by name and sha256 like the ResNet
-// weights (--weights-dir, $SAT_WEIGHTS, ../shared/models), never copied into a model.
+// weights (--weights-dir, $SAT_WEIGHTS, ../shared/models, ~/.cache/sat/weights), never copied into a model.
 #pragma once
 #include <map>
 #include <memory>

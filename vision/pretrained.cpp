@@ -259,15 +259,25 @@ static std::string& weights_dir_flag() {
   static std::string dir;
   return dir;
 }
-static std::string& default_weights_dir() {
-  static std::string dir = shipped_weights_dir();
-  return dir;
+std::string weights_cache_dir() {
+  if (const char* cache = std::getenv("XDG_CACHE_HOME"); cache && *cache) return join_path(cache, "sat/weights");
+  if (const char* home = std::getenv("HOME"); home && *home) return join_path(home, ".cache/sat/weights");
+  return "";
+}
+// The shipped folder, then where tools/fetch-weights.sh puts what it fetches: both found with no flag.
+static std::vector<std::string>& default_weights_dirs() {
+  static std::vector<std::string> dirs = [] {
+    std::vector<std::string> d{shipped_weights_dir()};
+    if (std::string cache = weights_cache_dir(); !cache.empty()) d.push_back(cache);
+    return d;
+  }();
+  return dirs;
 }
 void set_weights_dir(const std::string& dir) {
   weights_dir_flag() = dir;
 }
 void set_default_weights_dir(const std::string& dir) {
-  default_weights_dir() = dir;
+  default_weights_dirs() = dir.empty() ? std::vector<std::string>{} : std::vector<std::string>{dir};
 }
 
 std::vector<std::string> weights_search_dirs(const std::string& weights_dir) {
@@ -275,7 +285,8 @@ std::vector<std::string> weights_search_dirs(const std::string& weights_dir) {
   const std::string& first = weights_dir.empty() ? weights_dir_flag() : weights_dir;
   if (!first.empty()) dirs.push_back(first);
   if (const char* env = std::getenv("SAT_WEIGHTS"); env && *env) dirs.push_back(env);
-  if (!default_weights_dir().empty()) dirs.push_back(default_weights_dir());
+  for (const std::string& dir : default_weights_dirs())
+    if (!dir.empty()) dirs.push_back(dir);
   return dirs;
 }
 
@@ -358,8 +369,8 @@ TensorFile load_external_weights(const std::string& file, const std::string& sha
   if (!std::getenv("SAT_WEIGHTS") || !*std::getenv("SAT_WEIGHTS")) where += "$SAT_WEIGHTS not set; ";
   for (const std::string& dir : dirs) where += "looked in " + dir + "; ";
   fail(model_path, "needs the encoder weights " + file + " (sha256 " + sha256 + "): " + where +
-                       (looked.empty() ? "no such file found" : "found only " + looked) +
-                       " (pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds it)");
+                       (looked.empty() ? "no such file found" : "found only " + looked) + " (" + kFetchHint +
+                       ", or pass --weights-dir DIR or set SAT_WEIGHTS to the folder that holds it)");
 }
 
 std::vector<int> int8_activation_nodes(const NetGraph& g) {

@@ -119,12 +119,18 @@ void save_pretrained_net(const std::string& path, const PretrainedNet& net);
 PretrainedNet load_pretrained_net(const std::string& path);
 
 // External encoder weights: where a model's named weights file is looked for, in order: the directory given to the
-// loading call, else the one given here (the CLI's --weights-dir), $SAT_WEIGHTS, then the default (../shared/models
-// beside the source checkout; <prefix>/share/sat/models when installed, datasets/shipped.hpp). In each, DIR/FILE and
-// DIR/STEM/FILE (resnet_v2_101/resnet_v2_101.safetensors) are tried.
+// loading call, else the one given here (the CLI's --weights-dir), $SAT_WEIGHTS, then the defaults: the shipped
+// folder (../shared/models beside the source checkout; <prefix>/share/sat/models when installed, datasets/shipped.hpp)
+// and the user's cache, where tools/fetch-weights.sh puts them. In each, DIR/FILE and DIR/STEM/FILE
+// (resnet_v2_101/resnet_v2_101.safetensors) are tried.
 void set_weights_dir(const std::string& dir);
+// Replaces both defaults ("" leaves none: the tests look only where they say).
 void set_default_weights_dir(const std::string& dir);
 std::vector<std::string> weights_search_dirs(const std::string& weights_dir = "");
+// $XDG_CACHE_HOME/sat/weights, else ~/.cache/sat/weights ("" with neither set): tools/fetch-weights.sh's default.
+std::string weights_cache_dir();
+// The end of a missing-weights error: how to get them.
+inline constexpr const char* kFetchHint = "get them with tools/fetch-weights.sh from sat's source";
 // Finds and loads the file with that name and sha256. None found, truncated or a different file: one Error naming
 // `model_path`, the file it needs with its sha256, and where it looked. `found` receives the path used.
 // The first file found under that name, mapped, its sha256 being computed on a thread of its own: a model's loader

@@ -30,7 +30,8 @@ namespace sat {
 struct LoadOptions {
   // Folder holding encoder weights the model names but does not contain (ResNet v2 models:
   // resnet_v2_101.safetensors, or a resnet_v2_101/ folder with it). Looked in first, then $SAT_WEIGHTS, then the
-  // installed models folder (Captioner::models_dir()).
+  // installed models folder (Captioner::models_dir()), then ~/.cache/sat/weights (where tools/fetch-weights.sh puts
+  // them).
   std::string weights_dir;
   // Threads the encoder and the search use (OpenMP); 0: OpenMP's default (every core, or $OMP_NUM_THREADS).
   int threads = 0;
