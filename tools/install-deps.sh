@@ -7,13 +7,13 @@ set -euo pipefail
 # its CMake config (find_package(dnnl)) fails without the OpenCL headers and library.
 # libopenmpi-dev, openmpi-bin: data-parallel sat train under mpirun (SAT_MPI; sat builds and tests without them).
 # pybind11-dev, python3-dev, python3-numpy: the Python module, import sat (SAT_PYTHON; built when pybind11 is found).
+# curl: tools/fetch-weights.sh downloads the ResNet weights with it (and the server test sends its requests with it).
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
       nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3 libopenmpi-dev openmpi-bin
-      pybind11-dev python3-dev python3-numpy)
+      pybind11-dev python3-dev python3-numpy curl)
 if [ "${1:-}" = --test ]; then
   pkgs+=(clang libomp-dev ccache  # the ASan/UBSan + libFuzzer build (tests/fuzz); ccache: rebuilds reuse objects
          chromium          # the report and page tests open sat report's and sat serve's pages in headless Chromium
-         curl              # the server test (tests/serve_test.sh) sends its requests with curl
          python3-pytest python3-matplotlib)  # the Python module's tests (tests/python), its attention pictures
   # the page test (tests/page_test.sh) drives Chromium with puppeteer-core from npm (Node.js 18 or later); a Node.js
   # installed otherwise, with its own npm, is used as it is (Debian's npm would conflict with it)
