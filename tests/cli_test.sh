@@ -395,6 +395,8 @@ expect_error "attend --panel 20000" "^sat: --panel: Value 20000 not in range 32 
   "$SAT" attend "$IMG" --model "$MODEL" --panel 20000 --out "$WORK/x.png"
 expect_error "attend --columns 0" "^sat: --columns: Value 0 not in range 1 to 64" \
   "$SAT" attend "$IMG" --model "$MODEL" --columns 0 --out "$WORK/x.png"
+expect_error "caption --batch 0" "^sat: --batch: Value 0 not in range 1 to 256" "$SAT" caption "$IMG" --model "$MODEL" --batch 0
+expect_error "caption --batch 100000" "^sat: --batch: Value 100000 not in range 1 to 256" "$SAT" caption "$IMG" --model "$MODEL" --batch 100000
 expect_error "an unknown command is named" "^sat: unknown command 'frobnicate' \\(sat --help lists the commands\\)$" \
   "$SAT" frobnicate
 "$SAT" frobnicate 2>/dev/null; [ $? -eq 2 ] && pass "a usage error exits 2" || fail "a usage error does not exit 2"

@@ -147,7 +147,7 @@ void add_caption_commands(CLI::App& app) {
   cap->add_option("images", a->images, "Image files or directories")->required();
   cap->add_option("--model", a->model, "Model file")->capture_default_str();
   a->search.add_to(cap);
-  cap->add_option("--batch", a->batch, "Images encoded together")->capture_default_str();
+  cap->add_option("--batch", a->batch, "Images encoded together")->check(CLI::Range(1, 256))->capture_default_str();
   cap->add_option("--candidates", a->candidates,
                   "Also show the N best captions the search considered, with their scores (and, when a caption "
                   "memory reranks them, each one's agreement with the nearest training photos' captions); the kept "

@@ -114,7 +114,7 @@ void add_encoder_commands(CLI::App& app) {
                  "Join the COCO detector's class maps (sat detect) to the grid, times this (0: no); the cache then "
                  "feeds models trained with sat train --objects")
       ->check(CLI::Range(0.0, 1000.0));
-  ex->add_option("--batch", x->opt.batch, "Images per encoder call")->capture_default_str();
+  ex->add_option("--batch", x->opt.batch, "Images per encoder call")->check(CLI::Range(1, 256))->capture_default_str();
   ex->add_flag("--skip-bad", x->opt.skip_bad,
                "Leave out images that cannot be read (each named on stderr, all listed "
                "in the cache header) instead of stopping at the first");
