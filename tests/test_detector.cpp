@@ -14,6 +14,7 @@
 #include "datasets/io.hpp"
 #include "datasets/safetensors.hpp"
 #include "tests/detector_reference.hpp"
+#include "tests/reference_pixels.hpp"
 #include "tests/scratch.hpp"
 #include "vision/detector.hpp"
 #include "vision/image.hpp"
@@ -342,7 +343,8 @@ TEST_CASE("detector: the shared CenterNet model gives its README's figures at 22
   std::vector<float> both;
   for (const Expected& e : cases) {
     std::vector<float> planes(3 * 224 * 224);
-    image_to_rgb255_planes(load_image_bgr(photos + e.photo), 224, planes.data());
+    // decoded by libjpeg, as the README's figures were (tests/reference_pixels.hpp)
+    image_to_rgb255_planes(test::load_reference_pixels(photos + e.photo), 224, planes.data());
     both.insert(both.end(), planes.begin(), planes.end());
   }
   std::vector<float> heat;

@@ -11,6 +11,7 @@
 
 #include "datasets/sha256.hpp"
 #include "tests/gradcheck.hpp"
+#include "tests/reference_pixels.hpp"
 #include "train/model.hpp"
 #include "vision/image.hpp"
 #include "vision/pretrained.hpp"
@@ -74,8 +75,9 @@ TensorFile load_fixture() {
 }
 std::vector<float> fixture_photo(const PretrainedNet& net) {
   std::vector<float> planes(3 * 224 * 224);
-  image_to_planes(load_image_bgr(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean, net.stdev,
-                  planes.data());
+  // decoded as the reference decoded it (tests/reference_pixels.hpp)
+  image_to_planes(test::load_reference_pixels(std::string(SAT_SOURCE_DIR) + "/examples/dog_and_man.jpg"), 224, net.mean,
+                  net.stdev, planes.data());
   return planes;
 }
 
