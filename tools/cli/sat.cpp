@@ -109,6 +109,8 @@ int main(int argc, char** argv) {
       std::fflush(stderr);
       std::_Exit(0);
     }
+  } catch (const CLI::RuntimeError& e) {
+    return e.get_exit_code();  // a command's verdict as its exit status (sat model diff: 1 when models differ)
   } catch (const CLI::ParseError& e) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all
     std::fprintf(stderr, "sat: %s\n", usage_problem(app, e, argc, argv).c_str());
