@@ -406,6 +406,51 @@ TEST_CASE("detector: object maps joined to a grid, max-pooled and scaled (Encode
   CHECK(worst < 1e-4f);  // the planes' normalization undone to 0..255 within float rounding
   CHECK_THROWS_WITH_AS(EncoderWithObjects(base, *detector, 5, 5, 3, mean, stdev, 1.f),
                        doctest::Contains("do not pool onto the 5x5 grid"), Error);
+
+  // the other forms: tags (each class's peak over the photo at every location), both (the maps, then the tags), on
+  // a grid as fine as the maps (this detector's heat saturates, so 8 x 8 cells would all hold its peak of 1)
+  struct FineGrid : ImageEncoder {  // 32 x 32 locations of 2 features: location l, image b -> b * 10000 + l
+    void encode(const float*, int n, std::vector<float>& grid) override {
+      grid.resize((size_t)n * 1024 * 2);
+      for (int b = 0; b < n; ++b)
+        for (int l = 0; l < 1024; ++l)
+          grid[((size_t)b * 1024 + l) * 2] = grid[((size_t)b * 1024 + l) * 2 + 1] = b * 1e4f + l;
+    }
+    Precision precision() const override { return Precision::f32; }
+  } fine;
+  EncoderWithObjects maps(fine, *detector, 32, 32, 2, mean, stdev, 4.f, "maps");
+  EncoderWithObjects tags(fine, *detector, 32, 32, 2, mean, stdev, 4.f, "tags");
+  EncoderWithObjects both(fine, *detector, 32, 32, 2, mean, stdev, 4.f, "both");
+  CHECK(tags.channels() == 7);
+  CHECK(both.channels() == 12);
+  std::vector<float> map_grid, tag_grid, both_grid;
+  maps.encode(planes.data(), 2, map_grid);
+  tags.encode(planes.data(), 2, tag_grid);
+  both.encode(planes.data(), 2, both_grid);
+  REQUIRE(tag_grid.size() == (size_t)2 * 1024 * 7);
+  REQUIRE(both_grid.size() == (size_t)2 * 1024 * 12);
+  int below_peak = 0;  // cells whose map value is under the class's peak: the tags are not the maps
+  float worst_tag = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int k = 0; k < 5; ++k) {
+      const float* photo_heat = heat.data() + (size_t)b * 32 * 32 * 5;
+      float peak = 0;
+      for (int m = 0; m < 32 * 32; ++m) peak = std::max(peak, photo_heat[(size_t)m * 5 + k]);
+      for (int l = 0; l < 1024; ++l) {
+        const float* t = tag_grid.data() + ((size_t)b * 1024 + l) * 7;
+        const float* j = both_grid.data() + ((size_t)b * 1024 + l) * 12;
+        const float* m = map_grid.data() + ((size_t)b * 1024 + l) * 7;
+        if (k == 0) CHECK((t[1] == b * 1e4f + l && j[0] == b * 1e4f + l));
+        worst_tag = std::max(worst_tag, std::fabs(t[2 + k] - 4.f * peak));
+        CHECK(j[2 + k] == m[2 + k]);  // the maps as the maps form has them
+        CHECK(j[7 + k] == t[2 + k]);  // then the tags
+        if (m[2 + k] < t[2 + k]) ++below_peak;
+      }
+    }
+  CHECK(worst_tag < 1e-4f);
+  CHECK(below_peak > 1000);
+  CHECK_THROWS_WITH_AS(EncoderWithObjects(base, *detector, 4, 4, 3, mean, stdev, 1.f, "labels"),
+                       doctest::Contains("object form 'labels' is not maps, tags or both"), Error);
 }
 
 TEST_CASE("detector: its files found by name and sha256; missing or altered ones refused naming what was looked for") {

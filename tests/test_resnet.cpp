@@ -163,6 +163,21 @@ TEST_CASE("encoder config: object maps add 80 features, survive the JSON form, a
   nlohmann::json odd = with.to_json();
   odd["objects"]["channels"] = 7;
   CHECK_THROWS_AS(EncoderConfig::from_json(odd), Error);
+  CHECK(!with.to_json()["objects"].contains("form"));  // the maps form writes none: older files keep their ids
+  EncoderConfig both = with;
+  both.object_channels = 160, both.object_form = "both";
+  const EncoderConfig both_back = EncoderConfig::from_json(both.to_json());
+  CHECK(both_back.object_form == "both");
+  CHECK(both_back.feature_dim() == plain.feature_dim() + 160);
+  CHECK(both_back.to_json() == both.to_json());
+  CHECK(both.to_json() != with.to_json());  // a cache of one form never feeds a model of another
+  nlohmann::json short_both = both.to_json();
+  short_both["objects"]["channels"] = 80;
+  CHECK_THROWS_WITH_AS(EncoderConfig::from_json(short_both), doctest::Contains("160 for both"), Error);
+  nlohmann::json unknown = both.to_json();
+  unknown["objects"]["form"] = "boxes";
+  CHECK_THROWS_WITH_AS(EncoderConfig::from_json(unknown), doctest::Contains("form 'boxes' is not maps, tags or both"),
+                       Error);
 }
 
 TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, whose gradients match differences") {

@@ -1,19 +1,27 @@
 #!/usr/bin/env python3
-"""The first channels of every record of a feature cache, into a cache another extraction's header describes.
+"""A feature cache's records, cut or reformed into a cache another extraction's header describes.
 
   tools/feature-cache-slice.py FROM HEADER_FROM OUT
 
 FROM: a cache (datasets/features.hpp: "SATFEAT1", uint64 header length, JSON header, zero padding to 4096 bytes,
-then one record of grid_h x grid_w x channels values per image). HEADER_FROM: a cache of the same grid with fewer
-channels per location (e.g. a plain block3 extraction of one photo, where FROM has the object maps after the
-grid's 1024). OUT gets HEADER_FROM's header with FROM's image list (and skipped list) and, per image, the first
-`channels` values of each location of FROM's record: the same grids, bit for bit. Written to OUT.partial, then
-renamed. Used by tools/train-flickr8k-objects.sh so both arms of the ablation read identical ResNet features.
+then one record of grid_h x grid_w x channels values per image). HEADER_FROM: a cache of the same grid (e.g. an
+extraction of one photo) with
+  - no object channels and fewer channels per location (a plain block3 extraction, where FROM has the object maps
+    after the grid's 1024): OUT's records are the first `channels` values of each location of FROM's;
+  - object channels in the form "tags" or "both" (sat extract --objects-as), where FROM has them as "maps" with the
+    same scale: OUT's records are the grid, then (both) the maps, then each class's largest value over the
+    locations, repeated at every location: what the detector-side pooling computes (a max of maxima), since
+    rounding to float16 keeps the order of values.
+OUT gets HEADER_FROM's header with FROM's image list (and skipped list): the same grids, bit for bit. Written to
+OUT.partial, then renamed. Used by tools/train-flickr8k-objects.sh so every arm of the ablation reads identical
+ResNet features.
 """
 import json
 import os
 import struct
 import sys
+
+import numpy as np
 
 ALIGN = 4096
 
@@ -29,6 +37,22 @@ def read_header(f, path):
     return header, (16 + n + ALIGN - 1) // ALIGN * ALIGN
 
 
+def objects_per_form(channels, form):
+    """The maps' channel count of an object block of `channels` in `form`."""
+    return channels // 2 if form == "both" else channels
+
+
+def object_layout(header, path):
+    """(form or None, grid channels, object channels) of a cache's encoder."""
+    objects = header.get("encoder", {}).get("objects")
+    if not objects:
+        return None, header["channels"], 0
+    form = objects.get("form", "maps")
+    if form not in ("maps", "tags", "both"):
+        sys.exit(f"feature-cache-slice: {path}: object form {form!r} is not maps, tags or both")
+    return form, header["channels"] - objects["channels"], objects["channels"]
+
+
 def main():
     if len(sys.argv) != 4:
         sys.exit(__doc__)
@@ -40,12 +64,21 @@ def main():
         for key in ("grid_h", "grid_w", "dtype"):
             if source[key] != target[key]:
                 sys.exit(f"feature-cache-slice: {src} and {header_src} differ in {key}")
-        if target["channels"] > source["channels"]:
+        form, grid_channels, objects = object_layout(target, header_src)
+        form = None if form == "maps" else form  # maps to maps: the first channels, all of them
+        if form is None and target["channels"] > source["channels"]:
             sys.exit(f"feature-cache-slice: {header_src} has more channels than {src}")
+        if form is not None:
+            source_form, source_grid, source_objects = object_layout(source, src)
+            if source_form != "maps" or source_grid != grid_channels or source_objects != objects_per_form(objects, form):
+                sys.exit(f"feature-cache-slice: {src} does not hold the {header_src}'s grid with object maps")
+            if source["encoder"]["objects"]["scale"] != target["encoder"]["objects"]["scale"]:
+                sys.exit(f"feature-cache-slice: {src} and {header_src} scale the object maps differently")
         target["images"] = source["images"]
         target.pop("skipped", None)
         if source.get("skipped"):  # absent when empty, as sat writes it
             target["skipped"] = source["skipped"]
+        dtype = np.float16 if source["dtype"] == "f16" else np.float32
         value = 2 if source["dtype"] == "f16" else 4
         locations = source["grid_h"] * source["grid_w"]
         keep, stride = target["channels"] * value, source["channels"] * value
@@ -59,7 +92,14 @@ def main():
                 record = f.read(locations * stride)
                 if len(record) != locations * stride:
                     sys.exit(f"feature-cache-slice: {src}: too short (truncated file?)")
-                o.write(b"".join(record[l * stride : l * stride + keep] for l in range(locations)))
+                if form is None:
+                    o.write(b"".join(record[l * stride : l * stride + keep] for l in range(locations)))
+                    continue
+                values = np.frombuffer(record, dtype=dtype).reshape(locations, source["channels"])
+                maps = values[:, grid_channels:]
+                parts = [values[:, :grid_channels]] + ([maps] if form == "both" else [])
+                parts.append(np.broadcast_to(maps.max(axis=0), maps.shape))
+                o.write(np.ascontiguousarray(np.concatenate(parts, axis=1)).tobytes())
             o.flush()
             os.fsync(o.fileno())
     os.replace(out + ".partial", out)

@@ -5,9 +5,11 @@
 # copied by tools/feature-cache-slice.py into a cache whose header is a plain block3 extraction's): so the two arms
 # see bit-identical ResNet features. Each arm trains the first stage of tools/train-flickr8k-model.sh (soft additive
 # attention, 512 wide, Adam 4e-4 x 0.9 per epoch, batch 16, dropout 0.5) for $EPOCHS epochs with each seed in
-# $SEEDS. Arms ($ARMS): objects (the grid and the maps), resnet (the grid alone), hard and hard-objects (the same with
-# the hard 3x3 glimpse of the InceptionV3 attention table: --attention hard --hard-window 3 --hard-samples 4
-# --hard-soft-warmup 5). Every epoch's model is kept (RUN/model-epochN.sat); scores: sat eval ... --features CACHE
+# $SEEDS. Arms ($ARMS): objects (the grid and the maps), resnet (the grid alone), tags (the grid and each class's
+# peak over the photo at every location: --objects-as tags), both (the grid, the maps and the tags), hard and
+# hard-objects (resnet and objects with the hard 3x3 glimpse of the InceptionV3 attention table: --attention hard
+# --hard-window 3 --hard-samples 4 --hard-soft-warmup 5). The tags and both caches are made from the maps cache's
+# records (tools/feature-cache-slice.py, checked bit for bit against sat extract --objects-as on one photo). Every epoch's model is kept (RUN/model-epochN.sat); scores: sat eval ... --features CACHE
 # (docs/objects.md). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-objects.sh   (environment: SCALE, EPOCHS, SEEDS, ARMS, WORK, SAT)
 set -euo pipefail
@@ -34,6 +36,14 @@ if [ ! -f "$without" ]; then  # the header of a plain extraction (one photo), th
     --encoder "$weights" --cut block3 --size 448
   /usr/bin/python3 tools/feature-cache-slice.py "$with" "$work/one.feat" "$without"
 fi
+for form in tags both; do  # only when an arm needs it
+  case " $arms " in *" $form "*) ;; *) continue ;; esac
+  if [ ! -f "$work/block3_448_${form}$scale.feat" ]; then
+    "$sat" --encoder-precision bf16 extract --data "$data" --images "$work/one.txt" --out "$work/one_$form.feat" \
+      --encoder "$weights" --cut block3 --size 448 --objects "$scale" --objects-as "$form"
+    /usr/bin/python3 tools/feature-cache-slice.py "$with" "$work/one_$form.feat" "$work/block3_448_${form}$scale.feat"
+  fi
+done
 for seed in $seeds; do
   for arm in $arms; do
     run=$work/$arm-seed$seed
@@ -43,7 +53,10 @@ for seed in $seeds; do
       continue
     fi
     features=$without objects=() attention=(--attention soft --score additive)
-    case $arm in *objects) features=$with objects=(--objects "$scale") ;; esac
+    case $arm in
+      *objects) features=$with objects=(--objects "$scale") ;;
+      tags | both) features=$work/block3_448_$arm$scale.feat objects=(--objects "$scale" --objects-as "$arm") ;;
+    esac
     case $arm in hard*) attention=(--attention hard --hard-window 3 --hard-samples 4 --hard-soft-warmup 5) ;; esac
     "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
       --encoder "$weights" --cut block3 --encoder-size 448 "${objects[@]}" --features "$features" \

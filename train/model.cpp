@@ -29,7 +29,8 @@ void CaptionModel::build(bool sync_encoder) {
 }
 
 std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut,
-                                                       int size, bool raw, bool build, float object_scale) {
+                                                       int size, bool raw, bool build, float object_scale,
+                                                       const std::string& object_form) {
   PretrainedNet net = load_pretrained_net(encoder_file);
   auto m = std::make_unique<CaptionModel>();
   try {
@@ -38,10 +39,15 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
   } catch (const Error& e) {
     fail(encoder_file, e.what());
   }
+  if (object_scale <= 0.f && object_form != "maps")
+    fail(encoder_file, "object form '" + object_form + "' without object maps (--objects SCALE)");
   if (object_scale > 0.f) {
     if (raw) fail(encoder_file, "object maps join the grid, not a raw layer's output (--raw)");
-    m->encoder_config.object_channels = (int)coco_class_names().size();
+    if (!valid_object_form(object_form))
+      fail(encoder_file, "object form '" + object_form + "' is not maps, tags or both");
+    m->encoder_config.object_channels = object_form_channels(object_form, (int)coco_class_names().size());
     m->encoder_config.object_scale = object_scale;
+    m->encoder_config.object_form = object_form;
   }
   if (!net.external_file.empty()) m->encoder_weights_path = encoder_file;
   m->encoder_config.weights_file = net.external_file;
@@ -89,12 +95,13 @@ void CaptionModel::sync_tuned() {
   }
   if (tuned) throw Error("object maps with a fine-tuned encoder are not supported");
   object_detector();
-  if (detector->classes() != encoder_config.object_channels)
+  if (object_form_channels(encoder_config.object_form, detector->classes()) != encoder_config.object_channels)
     throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes, the model takes " +
-                std::to_string(encoder_config.object_channels));
+                std::to_string(encoder_config.object_channels) + " object channels (" + encoder_config.object_form +
+                ")");
   with_objects = std::make_unique<EncoderWithObjects>(
       *pretrained, *detector, encoder_config.grid_h(), encoder_config.grid_w(), encoder_config.grid_channels(),
-      encoder_config.mean, encoder_config.stdev, encoder_config.object_scale);
+      encoder_config.mean, encoder_config.stdev, encoder_config.object_scale, encoder_config.object_form);
 }
 
 void CaptionModel::drop_int8_ranges() {

@@ -126,6 +126,7 @@ struct CaptionModel {
 // object_scale > 0: the grid is joined by the COCO detector's object maps times that (EncoderConfig::object_channels).
 std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut,
                                                        int size, bool raw = false, bool build = true,
-                                                       float object_scale = 0.f);
+                                                       float object_scale = 0.f,
+                                                       const std::string& object_form = "maps");
 
 }  // namespace sat

@@ -287,7 +287,8 @@ void build_new_model(TrainRun& run) {
   std::unique_ptr<CaptionModel>& model = run.model;
   if (run.self_critical) throw Error("train: --objective cider fine-tunes a trained model: give it --init-from MODEL");
   if (!opt.encoder.empty()) {
-    model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size, false, false, opt.objects);  // built below
+    model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size, false, false, opt.objects,
+                                     opt.objects_as);  // built below
   } else {
     model = std::make_unique<CaptionModel>();
     model->encoder_config.input_size = opt.input_size;

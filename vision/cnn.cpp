@@ -31,6 +31,14 @@ EncoderConfig EncoderConfig::make_pretrained(const NetGraph& full, const std::st
   return c;
 }
 
+bool valid_object_form(const std::string& form) {
+  return form == "maps" || form == "tags" || form == "both";
+}
+
+int object_form_channels(const std::string& form, int classes) {
+  return form == "both" ? 2 * classes : classes;
+}
+
 int EncoderConfig::grid_w() const {
   return pretrained() ? pretrained_grid_w : grid_h();
 }
@@ -60,7 +68,10 @@ nlohmann::json EncoderConfig::to_json() const {
                         {"graph", graph.to_json()}};
     if (!tune_from.empty()) j["tune_from"] = tune_from;  // absent when frozen: older files and caches keep their ids
     if (!weights_file.empty()) j["weights"] = {{"file", weights_file}, {"sha256", weights_sha256}};
-    if (object_channels > 0) j["objects"] = {{"channels", object_channels}, {"scale", object_scale}};  // else absent
+    if (object_channels > 0) {  // else absent; "form" absent for maps, so the files and caches before it keep their ids
+      j["objects"] = {{"channels", object_channels}, {"scale", object_scale}};
+      if (object_form != "maps") j["objects"]["form"] = object_form;
+    }
     return j;
   }
   nlohmann::json bl = nlohmann::json::array();
@@ -96,8 +107,12 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
       if (j.contains("objects")) {
         p.object_channels = j.at("objects").at("channels").get<int>();
         p.object_scale = j.at("objects").at("scale").get<float>();
-        if (p.object_channels != 80 || !(p.object_scale > 0.f && p.object_scale <= 1000.f))
-          throw Error("encoder objects need 80 channels and a scale in (0, 1000]");
+        p.object_form = j.at("objects").value("form", std::string("maps"));
+        if (!valid_object_form(p.object_form))
+          throw Error("encoder objects form '" + p.object_form + "' is not maps, tags or both");
+        if (p.object_channels != object_form_channels(p.object_form, 80) ||
+            !(p.object_scale > 0.f && p.object_scale <= 1000.f))
+          throw Error("encoder objects need 80 channels (160 for both forms) and a scale in (0, 1000]");
         if (!p.tune_from.empty()) throw Error("encoder object maps with a fine-tuned encoder are not supported");
       }
       return p;

@@ -23,6 +23,10 @@ struct ConvBlockConfig {
 // How to turn an image into the feature grid. kind "cnn": the small CNN below, trained here end to end.
 // kind "pretrained": an imported network (graph cut at `cut`, e.g. InceptionV3 at mixed5), frozen, run on oneDNN
 // by PretrainedEncoder; its weights travel with the model file.
+// The forms object maps can join a grid in (EncoderConfig::object_form), and the channels a form of `classes` adds.
+bool valid_object_form(const std::string& form);
+int object_form_channels(const std::string& form, int classes);
+
 struct EncoderConfig {
   std::string kind = "cnn";
   int input_size = 128;
@@ -43,11 +47,15 @@ struct EncoderConfig {
   // Weights kept outside the model file (ResNet v2 from ../shared/models, too large and not ours to copy): the
   // file's name and sha256. Empty: the encoder's weights are stored in the model file.
   std::string weights_file, weights_sha256;
-  // Object maps (vision/detector.hpp): the COCO detector's class heat on the same photo at input_size, max-pooled
-  // onto the grid and times object_scale, as object_channels (80) more features at each location after the grid's.
+  // Object maps (vision/detector.hpp): the COCO detector's class heat on the same photo at input_size, times
+  // object_scale, as object_channels more features at each location after the grid's, in one of three forms:
+  //   "maps": each class's heat max-pooled onto the grid (80 channels: "a dog is centred here");
+  //   "tags": each class's peak over the whole photo, the same at every location (80: "there is a dog");
+  //   "both": the maps, then the tags (160).
   // 0: none. Frozen pretrained encoders only (a tuned one's caches hold the frozen part, not the grid).
   int object_channels = 0;
   float object_scale = 1.f;
+  std::string object_form = "maps";
 
   bool pretrained() const { return kind == "pretrained"; }
   bool tuned() const { return pretrained() && !tune_from.empty(); }

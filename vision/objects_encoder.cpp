@@ -1,5 +1,6 @@
 #include "vision/objects_encoder.hpp"
 
+#include <algorithm>
 #include <string>
 
 #include "datasets/io.hpp"
@@ -18,8 +19,16 @@ void planes_to_rgb255(const float* planes, int n, size_t pixels, const float mea
 }
 
 EncoderWithObjects::EncoderWithObjects(ImageEncoder& grid, ObjectDetector& detector, int grid_h, int grid_w,
-                                       int grid_channels, const float mean[3], const float stdev[3], float scale)
-    : grid_(grid), detector_(detector), grid_h_(grid_h), grid_w_(grid_w), grid_channels_(grid_channels), scale_(scale) {
+                                       int grid_channels, const float mean[3], const float stdev[3], float scale,
+                                       const std::string& form)
+    : grid_(grid),
+      detector_(detector),
+      grid_h_(grid_h),
+      grid_w_(grid_w),
+      grid_channels_(grid_channels),
+      scale_(scale),
+      form_(form) {
+  if (!valid_object_form(form)) throw Error("object form '" + form + "' is not maps, tags or both");
   for (int c = 0; c < 3; ++c) mean_[c] = mean[c], stdev_[c] = stdev[c];
   if (detector.map_size() % grid_h || detector.map_size() % grid_w)
     throw Error("the detector's " + std::to_string(detector.map_size()) + "x" + std::to_string(detector.map_size()) +
@@ -33,18 +42,27 @@ void EncoderWithObjects::encode(const float* images, int n, std::vector<float>& 
   rgb_.resize((size_t)n * 3 * plane);
   planes_to_rgb255(images, n, plane, mean_, stdev_, rgb_.data());
   detector_.forward(rgb_.data(), n, heat_);
-  const int L = grid_h_ * grid_w_, K = detector_.classes(), D = grid_channels_ + K;
+  const int L = grid_h_ * grid_w_, K = detector_.classes(), D = channels();
+  const bool maps = form_ != "tags", tags = form_ != "maps";
   const size_t map = (size_t)detector_.map_size() * detector_.map_size() * K;
   pooled_.resize((size_t)L * K);
+  peaks_.resize(K);
   grid.resize((size_t)n * L * D);
   for (int b = 0; b < n; ++b) {
     pool_class_maps(heat_.data() + b * map, detector_.map_size(), detector_.map_size(), K, grid_h_, grid_w_,
                     pooled_.data());
+    // a class's peak over the photo is the largest of its pooled cells (the pooling is a max too)
+    std::fill(peaks_.begin(), peaks_.end(), 0.f);
+    for (int l = 0; l < L; ++l)
+      for (int k = 0; k < K; ++k) peaks_[k] = std::max(peaks_[k], pooled_[(size_t)l * K + k]);
     for (int l = 0; l < L; ++l) {
       float* row = grid.data() + ((size_t)b * L + l) * D;
       const float* g = base_.data() + ((size_t)b * L + l) * grid_channels_;
-      std::copy(g, g + grid_channels_, row);
-      for (int k = 0; k < K; ++k) row[grid_channels_ + k] = scale_ * pooled_[(size_t)l * K + k];
+      row = std::copy(g, g + grid_channels_, row);
+      if (maps)
+        for (int k = 0; k < K; ++k) *row++ = scale_ * pooled_[(size_t)l * K + k];
+      if (tags)
+        for (int k = 0; k < K; ++k) *row++ = scale_ * peaks_[k];
     }
   }
 }

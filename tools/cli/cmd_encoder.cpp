@@ -89,6 +89,7 @@ void add_encoder_commands(CLI::App& app) {
     int size = 0;
     bool raw = false;
     float objects = 0.f;
+    std::string objects_as = "maps";
     ExtractOptions opt;
   };
   auto x = std::make_shared<ExArgs>();
@@ -114,6 +115,11 @@ void add_encoder_commands(CLI::App& app) {
                  "Join the COCO detector's class maps (sat detect) to the grid, times this (0: no); the cache then "
                  "feeds models trained with sat train --objects")
       ->check(CLI::Range(0.0, 1000.0));
+  ex->add_option("--objects-as", x->objects_as,
+                 "With --objects: maps (each class's heat pooled onto the grid), tags (each class's peak over the "
+                 "photo, the same at every location) or both")
+      ->check(CLI::IsMember({"maps", "tags", "both"}))
+      ->capture_default_str();
   ex->add_option("--batch", x->opt.batch, "Images per encoder call")->check(CLI::Range(1, 256))->capture_default_str();
   ex->add_flag("--skip-bad", x->opt.skip_bad,
                "Leave out images that cannot be read (each named on stderr, all listed "
@@ -125,7 +131,7 @@ void add_encoder_commands(CLI::App& app) {
   ex->callback([x] {
     std::unique_ptr<CaptionModel> model =
         x->model.empty() ? pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut,
-                                                    x->size, x->raw, true, x->objects)
+                                                    x->size, x->raw, true, x->objects, x->objects_as)
                          : CaptionModel::load(x->model);
     CaptionSet set = load_caption_set(x->data, x->image_dir, x->images);
     std::vector<std::string> paths, names;

@@ -37,6 +37,11 @@ void add_train_command(CLI::App& app) {
                   "With --encoder: join the COCO detector's class maps (sat detect) to the grid, times this, as 80 "
                   "more features per location (0: no; the cache: sat extract --objects with the same value)")
       ->check(CLI::Range(0.0, 1000.0));
+  cmd->add_option("--objects-as", o->objects_as,
+                  "With --objects: maps (each class's heat pooled onto the grid), tags (each class's peak over the "
+                  "photo, the same at every location) or both (160 features); the cache: sat extract --objects-as")
+      ->check(CLI::IsMember({"maps", "tags", "both"}))
+      ->capture_default_str();
   cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")
       ->capture_default_str();
   cmd->add_option("--features", o->features,
