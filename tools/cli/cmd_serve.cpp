@@ -41,6 +41,11 @@ void add_serve_command(CLI::App& app) {
   serve_cmd->add_option("--queue", a->server.queue, "Captions in the server at once (arriving, waiting, captioned); beyond, 503 at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  serve_cmd
+      ->add_option("--max-wait", a->server.max_wait_s,
+                   "Seconds a caption may expect to wait, at the network's recent pace; beyond, 503 at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   serve_cmd->add_option("--max-bytes", a->server.max_bytes, "Largest request body (413 beyond)")
       ->capture_default_str()
       ->check(CLI::Range((size_t)1, (size_t)1 << 31));

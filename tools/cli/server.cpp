@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
@@ -321,6 +322,21 @@ struct Service {
   ServerMetrics metrics;
   std::atomic<uint64_t> captioned{0};
   std::atomic<int> admitted{0};  // POST /caption requests between their head and their answer
+  std::atomic<int64_t> image_us{0};  // the network's recent time per image (a moving average), 0 until measured
+
+  // Admission: a place in --queue, and an expected wait within --max-wait at the network's recent pace (one
+  // request alone is always let in). Both are known from the head, so a refusal costs no body and no decode.
+  std::optional<http::Response> admit() {
+    const int before = admitted.fetch_add(1);
+    const double per_image = image_us.load() / 1e6, expected = (before + 1) * per_image;
+    if (before == 0 || (before < opt.queue && expected <= opt.max_wait_s)) return std::nullopt;
+    --admitted;
+    http::Response r = http::error_response(
+        503, "busy: " + std::to_string(before) + " captions already in the server (about " +
+                 std::to_string((int)std::ceil(expected)) + " s of work); try again");
+    r.headers.emplace_back("Retry-After", std::to_string(std::clamp((int)std::ceil(expected - opt.max_wait_s), 1, 60)));
+    return r;
+  }
 
   Service(const Captioner& c, const ServerOptions& o) : captioner(c), opt(o), queue((size_t)o.queue) {}
 
@@ -329,11 +345,7 @@ struct Service {
     const bool get = req.method == "GET" || req.method == "HEAD";
     if (req.path == "/caption") {
       if (req.method != "POST") return wrong_method(req, "POST");
-      if (admitted.fetch_add(1) >= opt.queue) {
-        --admitted;
-        return busy("busy: " + std::to_string(opt.queue) + " images already wait; try again");
-      }
-      return std::nullopt;
+      return admit();
     }
     if (req.path != "/" && req.path != "/health" && req.path != "/metrics")
       return http::error_response(404, "no such path: " + req.path + " (GET /, POST /caption, GET /health, GET /metrics)");
@@ -421,9 +433,13 @@ struct Service {
       metrics.batch(jobs.size());
       std::vector<CaptionResult> results;
       std::exception_ptr error;
+      const auto start = std::chrono::steady_clock::now();
       try {
         results = captioner.caption(images, jobs.front()->options);
         captioned += jobs.size();
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        const int64_t per = (int64_t)(us / jobs.size()), old = image_us.load();
+        image_us = old == 0 ? per : (old * 3 + per) / 4;
       } catch (...) {
         error = std::current_exception();
       }

@@ -24,6 +24,7 @@ struct ServerOptions {
   int max_batch = 8;
   int batch_wait_ms = 5;  // after the first image of a batch, how long to wait for more
   int queue = 64;         // POST /caption requests in the server at once (arriving, decoded, waiting, captioned)
+  double max_wait_s = 3;  // a caption the network's recent pace would answer later than this is refused (503)
   size_t max_bytes = 20u << 20;
   int http_threads = 2;         // workers that decode images (connections are served by one event loop)
   int max_connections = 512;    // open at once; beyond, 503
