@@ -406,6 +406,13 @@ void Server::run() {
   auto last_sweep = Clock::now();
   for (;;) {
     if (s.stopping && s.accepting) {
+      // The backlog's connections are accepted, and what they sent read, before the listening socket closes:
+      // closing it would reset them, requests that had arrived included
+      s.accept_all();
+      std::vector<Conn*> idle;
+      for (auto& [id, c] : s.conns)
+        if (c->state == State::idle && c->fd >= 0) idle.push_back(c.get());
+      for (Conn* c : idle) s.read_some(*c);
       epoll_ctl(s.epoll_fd, EPOLL_CTL_DEL, s.listen_fd, nullptr);
       ::close(s.listen_fd);
       s.listen_fd = -1;

@@ -316,7 +316,7 @@ http::Response wrong_method(const http::Request& req, const char* allowed) {
 struct Service {
   const Captioner& captioner;
   const ServerOptions& opt;
-  std::string model_name, page, page_policy;
+  std::string model_path, model_name, page, page_policy;
   bool objects = false;
   BatchQueue queue;
   ServerMetrics metrics;
@@ -339,6 +339,13 @@ struct Service {
   }
 
   Service(const Captioner& c, const ServerOptions& o) : captioner(c), opt(o), queue((size_t)o.queue) {}
+
+  // The library names the model by its path; answers name it by its file (the server's folders are not public).
+  std::string public_message(std::string message) const {
+    for (size_t at; !model_path.empty() && (at = message.find(model_path)) != std::string::npos;)
+      message.replace(at, model_path.size(), model_name);
+    return message;
+  }
 
   // On the loop thread: routing, the GET answers, and admission, all before any body is read.
   std::optional<http::Response> on_head(const http::Request& req) {
@@ -397,7 +404,7 @@ struct Service {
     try {  // the options checked against the model (resolve_search: the one place), before any work
       captioner.check(job->options);
     } catch (const Error& e) {
-      return respond(http::error_response(400, e.what()));
+      return respond(http::error_response(400, public_message(e.what())));
     }
     if (bytes.empty()) return respond(http::error_response(400, "empty body: POST the image's bytes (or a multipart file)"));
     try {
@@ -409,12 +416,12 @@ struct Service {
     }
     std::string().swap(req.body);
     const bool attention = job->options.attention, objects_asked = job->options.objects;
-    job->done = [respond, attention, objects_asked](CaptionResult* result, std::exception_ptr error) {
+    job->done = [this, respond, attention, objects_asked](CaptionResult* result, std::exception_ptr error) {
       if (result) return respond(json_answer(caption_json(*result, attention, objects_asked)));
       try {
         std::rethrow_exception(error);
       } catch (const std::exception& e) {
-        respond(http::error_response(500, e.what()));
+        respond(http::error_response(500, public_message(e.what())));
       }
     };
     if (!queue.push(job.get()))
@@ -470,6 +477,7 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
   service.page = serve_page();
   service.page_policy = page_security_policy(service.page);
   // The file's name, not its path: /health is public, the build machine's folders are not
+  service.model_path = model_path;
   service.model_name = std::filesystem::path(model_path).filename().string();
 
   http::ServerLimits limits;
