@@ -264,7 +264,8 @@ def main():
     ap.add_argument("--sat", default="build/sat", help="a built sat (for the model seed)")
     args = ap.parse_args()
     for target in ["image", "safetensors", "model", "feature_cache", "tfjs_json", "tfjs_minjs", "coco_json",
-                   "karpathy", "flickr_csv", "flickr_token", "split_list", "ptb_tokenizer", "caption_lists", "http_request"]:
+                   "karpathy", "flickr_csv", "flickr_token", "split_list", "ptb_tokenizer", "caption_lists",
+                   "http_request"]:
         d = os.path.join(CORPUS, target)
         if os.path.isdir(d):  # regenerate the seeds, keep the crashing inputs found by fuzzing
             for f in os.listdir(d):
