@@ -86,6 +86,10 @@ head -c 300000 /dev/urandom > "$WORK/big.bin"
 check_error empty 400 -X POST "$URL/caption"
 check_error garbage 400 -X POST --data-binary "not an image at all" "$URL/caption"
 check_error truncated 400 -X POST --data-binary @"$WORK/truncated.jpg" "$URL/caption"
+# a TIFF without its photometric tag: OpenCV's reader complains on stderr (its logger, and imdecode through std::cerr)
+python3 -c "import struct, sys; open(sys.argv[1], 'wb').write(b'II*\0\x08\0\0\0' + struct.pack('<H', 3) +
+  b''.join(struct.pack('<HHII', t, 3 if t < 273 else 4, 1, v) for t, v in ((256, 64), (257, 64), (273, 9999))) + bytes(4))" "$WORK/bad.tif"
+check_error bad_tiff 400 -X POST --data-binary @"$WORK/bad.tif" "$URL/caption"
 check_error oversize 413 -X POST --data-binary @"$WORK/big.bin" "$URL/caption"
 check_error bad_beam 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam=0"
 check_error bad_norm 400 -X POST --data-binary @"$PHOTO" "$URL/caption?length_norm=abc"
@@ -114,6 +118,10 @@ check_error no_file 400 -F "note=x" "$URL/caption"
 check_error get_caption 405 "$URL/caption"
 check_error post_health 405 -X POST "$URL/health"
 check_error no_path 404 "$URL/nowhere"
+# the answer says what is wrong; the server's log holds only its own lines (no decoder's line without its request)
+grep -v '^sat serve: ' "$WORK/serve.log" > "$WORK/foreign.log"
+[ -s "$WORK/foreign.log" ] && fail "the server's log holds decoders' lines: $(head -c 300 "$WORK/foreign.log")" ||
+  pass "the server's log holds only its own lines"
 grep -q 'truncated JPEG' "$WORK/truncated.body" && pass "the truncated JPEG's error is sat's one line" || fail "truncated: $(cat "$WORK/truncated.body")"
 
 # concurrent requests: batched, each the caption a single request gets
@@ -142,11 +150,11 @@ for line in text.splitlines():
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
 assert samples['sat_requests_total{code="200"}'] == 6 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 17, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="400"}'] == 18, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 21
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 35
+assert samples["sat_errors_total"] == 22
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 36
 assert samples["sat_batch_size_sum"] == 14 and samples["sat_batch_size_count"] < 14, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY

@@ -11,7 +11,10 @@
 #include <memory>
 #include <optional>
 
+#include <iostream>
+
 #include <nlohmann/json.hpp>
+#include <opencv2/core/utils/logger.hpp>
 
 #include "datasets/image_codecs.hpp"
 #include "tools/cli/http_server.hpp"
@@ -471,6 +474,17 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
   install_stop_handler();
   load_image_codecs();  // now, not at the first request (and an install without them is refused at start)
   set_pixel_budget(opt.pixel_budget);
+  // OpenCV's codecs (WebP, TIFF, the rarer JPEG codings) complain about a bad file on stderr, a warning through its
+  // logger and imdecode's "can't read header" through std::cerr, with nothing to tie the line to its request; each
+  // is already answered to its client as sat's one-line 400. The server's log keeps its own lines (fprintf).
+  struct QuietDecoders {
+    cv::utils::logging::LogLevel level = cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT);
+    std::streambuf* cerr = std::cerr.rdbuf(nullptr);
+    ~QuietDecoders() {
+      cv::utils::logging::setLogLevel(level);
+      std::cerr.rdbuf(cerr);
+    }
+  } quiet;
 
   Service service(captioner, opt);
   service.objects = objects_available(captioner, opt.weights_dir);
