@@ -2,6 +2,9 @@
 
 #include <cctype>
 #include <climits>
+#include <condition_variable>
+#include <mutex>
+#include <algorithm>
 #include <cstdint>
 #include <cstring>
 #include <optional>
@@ -266,7 +269,8 @@ void check_complete(std::string_view b, const char* format, const std::string& n
                    std::to_string(need) + ")");
 }
 
-cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std::string& name) {
+cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std::string& name, PixelHold& hold,
+                           bool wait) {
   const std::optional<PixelSize> size = opencv_declared_size(bytes, format);
   if (!size) fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
   check_declared_size(*size, name);
@@ -277,6 +281,7 @@ cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std
   if (bytes.size() >= 132 && bytes.substr(128, 4) == "DICM")
     fail(name, std::string("cannot decode image (a ") + format + " header, but a DICOM signature at byte 128)");
   if (bytes.size() > (size_t)INT_MAX) fail(name, "image of " + std::to_string(bytes.size()) + " bytes is too large");
+  hold = reserve_pixels(size->width * size->height, name, wait);
   const cv::Mat raw(1, (int)bytes.size(), CV_8UC1, const_cast<char*>(bytes.data()));  // imdecode only reads it
   cv::Mat img;
   try {
@@ -288,7 +293,8 @@ cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std
   return img;
 }
 
-cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::string& name) {
+cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::string& name, PixelHold& hold,
+                        bool wait) {
   const bool jpeg = std::strcmp(format, "JPEG") == 0;
   // before any of stb's readers: its header reader builds the Huffman tables it meets before the frame header
   if (jpeg && !jpeg_huffman_tables_fit(bytes))
@@ -325,6 +331,7 @@ cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::s
                      "x" + std::to_string(height) + " pixels its header declares)");
   }
   check_complete(bytes, format, name);
+  hold = reserve_pixels((uint64_t)width * (uint64_t)height * (gif ? 3 : 1), name, wait);
   std::string why;
   cv::Mat img = stb_decode_bgr(bytes, &why);
   if (img.empty()) fail(name, std::string("cannot decode image (") + format + ": " + why + ")");
@@ -339,13 +346,71 @@ cv::Mat load_image_bgr(const std::string& path) {
   return decode_image_bgr(bytes.data(), bytes.size(), path);
 }
 
-cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name) {
+cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name, PixelHold* hold, bool wait) {
   const std::string_view bytes(data, data ? size : 0);
   if (bytes.empty()) fail(name, "empty file, not an image");
   const char* format = photo_format(bytes);
   if (!format)
     fail(name, "cannot decode image (not a JPEG, PNG, WebP, BMP, GIF, TIFF or PNM file: corrupt or another format)");
-  return through_opencv(bytes, format) ? decode_with_opencv(bytes, format, name) : decode_with_stb(bytes, format, name);
+  PixelHold reserved;
+  cv::Mat image = through_opencv(bytes, format) ? decode_with_opencv(bytes, format, name, reserved, wait)
+                                                : decode_with_stb(bytes, format, name, reserved, wait);
+  if (hold) *hold = std::move(reserved);
+  return image;
+}
+
+namespace {
+std::mutex budget_mu;
+std::condition_variable budget_freed;
+uint64_t budget = kMaxImagePixels, in_flight = 0;
+}  // namespace
+
+void set_pixel_budget(uint64_t pixels) {
+  std::lock_guard<std::mutex> lock(budget_mu);
+  budget = std::max<uint64_t>(pixels, 1);
+  budget_freed.notify_all();
+}
+uint64_t pixel_budget() {
+  std::lock_guard<std::mutex> lock(budget_mu);
+  return budget;
+}
+uint64_t pixels_in_flight() {
+  std::lock_guard<std::mutex> lock(budget_mu);
+  return in_flight;
+}
+
+PixelHold reserve_pixels(uint64_t pixels, const std::string& name, bool wait) {
+  std::unique_lock<std::mutex> lock(budget_mu);
+  if (pixels > budget)
+    fail(name, "image of " + std::to_string(pixels) + " pixels to decode is over the decode budget of " +
+                   std::to_string(budget) + " pixels");
+  if (!wait && in_flight + pixels > budget)
+    throw ImageBusy(name + ": busy: images being decoded or captioned hold " + std::to_string(in_flight) + " of " +
+                    std::to_string(budget) + " pixels; try again");
+  budget_freed.wait(lock, [&] { return in_flight + pixels <= budget; });
+  in_flight += pixels;
+  PixelHold hold;
+  hold.pixels_ = pixels;
+  return hold;
+}
+
+PixelHold& PixelHold::operator=(PixelHold&& other) noexcept {
+  if (this != &other) {
+    release();
+    pixels_ = other.pixels_;
+    other.pixels_ = 0;
+  }
+  return *this;
+}
+
+void PixelHold::release() {
+  if (pixels_ == 0) return;
+  {
+    std::lock_guard<std::mutex> lock(budget_mu);
+    in_flight -= pixels_;
+  }
+  pixels_ = 0;
+  budget_freed.notify_all();
 }
 
 // The photo at size x size: as it is when it has that size, else shrunk by pixel area or enlarged bilinearly.

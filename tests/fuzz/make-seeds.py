@@ -249,12 +249,23 @@ def model_seed(sat):
     put("model", "not_a_model.safetensors", safetensors_bytes({"a": ("F32", [1], struct.pack("<f", 1))}, {}))
 
 
+def http_request_seeds():
+    # what clients send sat serve: a GET, a multipart POST, and heads the parser refuses (Transfer-Encoding beside a
+    # length, a folded header, bare LF line ends)
+    put("http_request", "bare_lf", b'POST /caption HTTP/1.1\nContent-Length: 1\n\nx')
+    put("http_request", "fold", b'GET / HTTP/1.0\r\nConnection: keep-alive\r\nX: 1\r\n folded\r\n\r\n')
+    put("http_request", "get", b'GET /health HTTP/1.1\r\nHost: a\r\n\r\n')
+    put("http_request", "multipart", b'POST /caption?beam=3&include=hot+dog HTTP/1.1\r\nHost: a\r\nContent-Type: multipart/form-data; boundary=XyZ\r\nContent-Length: 120\r\n\r\n--XyZ\r\nContent-Disposition: form-data; name="image"; filename="a.jpg"\r\n\r\n\xff\xd8\xff\r\n--XyZ--\r\n')
+    put("http_request", "te", b'POST / HTTP/1.1\r\nContent-Length: 4\r\nTransfer-Encoding: chunked\r\n\r\n0\r\n\r\n')
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--sat", default="build/sat", help="a built sat (for the model seed)")
     args = ap.parse_args()
     for target in ["image", "safetensors", "model", "feature_cache", "tfjs_json", "tfjs_minjs", "coco_json",
-                   "karpathy", "flickr_csv", "flickr_token", "split_list", "ptb_tokenizer", "caption_lists"]:
+                   "karpathy", "flickr_csv", "flickr_token", "split_list", "ptb_tokenizer", "caption_lists",
+                   "http_request"]:
         d = os.path.join(CORPUS, target)
         if os.path.isdir(d):  # regenerate the seeds, keep the crashing inputs found by fuzzing
             for f in os.listdir(d):
@@ -265,6 +276,7 @@ def main():
     feature_cache_seeds()
     tfjs_seeds()
     caption_seeds()
+    http_request_seeds()
     model_seed(args.sat)
     for target in sorted(os.listdir(CORPUS)):
         print(target, len(os.listdir(os.path.join(CORPUS, target))), "seeds")

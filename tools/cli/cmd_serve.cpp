@@ -3,6 +3,7 @@
 
 #include "tools/cli/commands.hpp"
 #include "tools/cli/server.hpp"
+#include "vision/image.hpp"
 #include "vision/pretrained.hpp"
 
 namespace sat {
@@ -37,16 +38,35 @@ void add_serve_command(CLI::App& app) {
       ->add_option("--batch-wait-ms", a->server.batch_wait_ms, "After a batch's first image, wait this long for more")
       ->capture_default_str()
       ->check(CLI::Range(0, 10000));
-  serve_cmd->add_option("--queue", a->server.queue, "Images waiting for the network at most; beyond it, 503 at once")
+  serve_cmd->add_option("--queue", a->server.queue, "Captions in the server at once (arriving, waiting, captioned); beyond, 503 at once")
       ->capture_default_str()
       ->check(CLI::Range(1, 100000));
+  serve_cmd
+      ->add_option("--max-wait", a->server.max_wait_s,
+                   "Seconds a caption may expect to wait, at the network's recent pace; beyond, 503 at once")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 3600.0));
   serve_cmd->add_option("--max-bytes", a->server.max_bytes, "Largest request body (413 beyond)")
       ->capture_default_str()
       ->check(CLI::Range((size_t)1, (size_t)1 << 31));
   serve_cmd
-      ->add_option("--http-threads", a->server.http_threads, "Requests served at once (the rest wait for a thread)")
+      ->add_option("--http-threads", a->server.http_threads,
+                   "Threads that decode images (one event loop serves every connection)")
       ->capture_default_str()
       ->check(CLI::Range(1, 1024));
+  serve_cmd->add_option("--max-connections", a->server.max_connections, "Connections open at once; beyond, 503")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 100000));
+  serve_cmd
+      ->add_option("--request-timeout", a->server.request_timeout_s,
+                   "Seconds from a request's first byte to its last, whatever the rate; 408 beyond")
+      ->capture_default_str()
+      ->check(CLI::Range(0.1, 3600.0));
+  serve_cmd
+      ->add_option("--pixel-budget", a->server.pixel_budget,
+                   "Decoded pixels all requests may hold at once (a larger photo: 400; a full budget: 503)")
+      ->capture_default_str()
+      ->check(CLI::Range((uint64_t)1, (uint64_t)kMaxImagePixels));
   serve_cmd->add_option("--threads", a->threads, "Threads of the network (0: all cores)")
       ->check(CLI::NonNegativeNumber);
   serve_cmd->callback([a] {

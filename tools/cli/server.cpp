@@ -2,20 +2,26 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cmath>
 #include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
+#include <memory>
+#include <optional>
+
+#include <iostream>
 
 #include <nlohmann/json.hpp>
+#include <opencv2/core/utils/logger.hpp>
 
 #include "datasets/image_codecs.hpp"
+#include "tools/cli/http_server.hpp"
 #include "tools/cli/page.hpp"
 #include "train/search_policy.hpp"  // the limits of the search options
 #include "vision/detector.hpp"
 #include "vision/image.hpp"
-// Last: it includes <resolv.h>, whose `_res` macro breaks Eigen's headers (a parameter of that name)
-#include <httplib.h>
 
 namespace sat {
 
@@ -275,73 +281,17 @@ void install_stop_handler() {
 
 namespace {
 
-void answer_error(httplib::Response& res, int status, const std::string& message) {
-  res.status = status;
-  res.set_content(json{{"error", message}}.dump(), "application/json");
+http::Response json_answer(std::string body) {
+  http::Response r;
+  r.body = std::move(body);
+  return r;
 }
 
-// The start of the request a thread is answering (httplib answers each request on one thread).
-// A request httplib refuses before routing (malformed, over --max-bytes) has none: it counts as answered at once.
-thread_local std::chrono::steady_clock::time_point request_start;
-thread_local bool request_routed = false;
-
-// POST /caption: the image from the body (or its first multipart file), the search options from the query, checked
-// before the image is queued for the network thread; the caption as JSON, or the error with its status.
-void answer_caption(const Captioner& captioner, BatchQueue& queue, const ServerOptions& opt,
-                    const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
-  // The body is read whole before any answer: one left unread would be parsed as the connection's next request.
-  // (A declared length over --max-bytes makes httplib skip the body and the read fail.)
-  const bool declared_over = std::strtoull(req.get_header_value("Content-Length").c_str(), nullptr, 10) > opt.max_bytes;
-  std::string bytes;
-  bool multipart_file = false, over_limit = false;
-  if (req.is_multipart_form_data()) {
-    bool collecting = false, collected = false;  // the first part that is a file, whatever its field name
-    read(
-        [&](const httplib::MultipartFormData& header) {
-          if (collecting) collected = true;
-          collecting = !collected && !header.filename.empty();
-          multipart_file = multipart_file || collecting;
-          return true;
-        },
-        [&](const char* data, size_t n) {
-          if (collecting) bytes.append(data, n);
-          return !(over_limit = bytes.size() > opt.max_bytes);
-        });
-    if (!multipart_file) return answer_error(res, 400, "multipart request without a file part");
-  } else {
-    read([&](const char* data, size_t n) {
-      bytes.append(data, n);
-      return !(over_limit = bytes.size() > opt.max_bytes);
-    });
-  }
-  if (over_limit || declared_over) {
-    res.set_header("Connection", "close");
-    return answer_error(res, 413, "body over the limit of " + std::to_string(opt.max_bytes) + " bytes");
-  }
-  CaptionOptions options;
-  if (std::string bad = parse_search_query(req.params, options); !bad.empty()) return answer_error(res, 400, bad);
-  try {  // the options checked against the model (resolve_search: the one place), before any work
-    captioner.check(options);
-  } catch (const Error& e) {
-    return answer_error(res, 400, e.what());
-  }
-  if (bytes.empty()) return answer_error(res, 400, "empty body: POST the image's bytes (or a multipart file)");
-  CaptionJob job;
-  job.options = options;
-  try {
-    job.image = decode_image_bgr(bytes.data(), bytes.size(), "request body");
-  } catch (const Error& e) {
-    return answer_error(res, 400, e.what());
-  }
-  std::string().swap(bytes);
-  std::future<CaptionResult> result = job.result.get_future();
-  if (!queue.push(&job))
-    return answer_error(res, 503, "busy: " + std::to_string(opt.queue) + " images already wait; try again");
-  try {
-    res.set_content(caption_json(result.get(), options.attention, options.objects), "application/json");
-  } catch (const std::exception& e) {
-    answer_error(res, 500, e.what());
-  }
+// 503 with when to come back: overload is answered at once, never by waiting.
+http::Response busy(const std::string& message) {
+  http::Response r = http::error_response(503, message);
+  r.headers.emplace_back("Retry-After", "1");
+  return r;
 }
 
 // Whether objects=1 can be answered: the model's input side suits the detector and the detector's files are found
@@ -358,143 +308,206 @@ bool objects_available(const Captioner& captioner, const std::string& weights_di
   }
 }
 
-}  // namespace
+http::Response wrong_method(const http::Request& req, const char* allowed) {
+  http::Response r = http::error_response(405, req.method + " " + req.path + " is not served (use " + allowed + ")");
+  r.headers.emplace_back("Allow", allowed);
+  return r;
+}
 
-void serve(const Captioner& captioner, const std::string& model_path, const ServerOptions& opt) {
-  if (opt.max_batch < 1 || opt.queue < 1 || opt.batch_wait_ms < 0 || opt.http_threads < 1 || opt.max_bytes < 1)
-    throw Error(
-        "serve: --max-batch, --queue, --threads and --max-bytes must be positive, --batch-wait-ms not negative");
-  install_stop_handler();
-  load_image_codecs();  // now, not at the first request (and an install without them is refused at start)
-
-  const bool objects = objects_available(captioner, opt.weights_dir);
-  const std::string page = serve_page(), page_policy = page_security_policy(page);
-  BatchQueue queue((size_t)opt.queue);
+// Everything a request may touch, shared by the loop thread (heads, GETs), the workers (POST /caption) and the
+// network thread (captions).
+struct Service {
+  const Captioner& captioner;
+  const ServerOptions& opt;
+  std::string model_path, model_name, page, page_policy;
+  bool objects = false;
+  BatchQueue queue;
   ServerMetrics metrics;
   std::atomic<uint64_t> captioned{0};
+  std::atomic<int> admitted{0};  // POST /caption requests between their head and their answer
+  std::atomic<int64_t> image_us{0};  // the network's recent time per image (a moving average), 0 until measured
+
+  // Admission: a place in --queue, and an expected wait within --max-wait at the network's recent pace (one
+  // request alone is always let in). Both are known from the head, so a refusal costs no body and no decode.
+  std::optional<http::Response> admit() {
+    const int before = admitted.fetch_add(1);
+    const double per_image = image_us.load() / 1e6, expected = (before + 1) * per_image;
+    if (before == 0 || (before < opt.queue && expected <= opt.max_wait_s)) return std::nullopt;
+    --admitted;
+    http::Response r = http::error_response(
+        503, "busy: " + std::to_string(before) + " captions already in the server (about " +
+                 std::to_string((int)std::ceil(expected)) + " s of work); try again");
+    r.headers.emplace_back("Retry-After", std::to_string(std::clamp((int)std::ceil(expected - opt.max_wait_s), 1, 60)));
+    return r;
+  }
+
+  Service(const Captioner& c, const ServerOptions& o) : captioner(c), opt(o), queue((size_t)o.queue) {}
+
+  // The library names the model by its path; answers name it by its file (the server's folders are not public).
+  std::string public_message(std::string message) const {
+    for (size_t at; !model_path.empty() && (at = message.find(model_path)) != std::string::npos;)
+      message.replace(at, model_path.size(), model_name);
+    return message;
+  }
+
+  // On the loop thread: routing, the GET answers, and admission, all before any body is read.
+  std::optional<http::Response> on_head(const http::Request& req) {
+    const bool get = req.method == "GET" || req.method == "HEAD";
+    if (req.path == "/caption") {
+      if (req.method != "POST") return wrong_method(req, "POST");
+      return admit();
+    }
+    if (req.path != "/" && req.path != "/health" && req.path != "/metrics")
+      return http::error_response(404, "no such path: " + req.path + " (GET /, POST /caption, GET /health, GET /metrics)");
+    if (!get) return wrong_method(req, "GET");
+    if (req.path == "/health") {
+      const ModelInfo info = captioner.info();
+      return json_answer(json{{"status", "ok"},
+                              {"model", model_name},
+                              {"attention", info.attention},
+                              {"objects", objects},
+                              {"queue", queue.depth()},
+                              {"max_batch", opt.max_batch},
+                              {"captioned", captioned.load()}}
+                             .dump());
+    }
+    http::Response r;
+    if (req.path == "/metrics") {
+      r.content_type = "text/plain; version=0.0.4";
+      r.body = metrics.text(queue.depth());
+      return r;
+    }
+    r.content_type = "text/html; charset=utf-8";
+    r.body = page;
+    r.headers = {{"Content-Security-Policy", page_policy},
+                 {"X-Content-Type-Options", "nosniff"},
+                 {"Referrer-Policy", "no-referrer"},
+                 {"Cache-Control", "no-cache"}};
+    return r;
+  }
+
+  // On a worker: POST /caption, the image from the body (or its first multipart file), the search options from the
+  // query, checked before the image is decoded and queued for the network thread, which answers.
+  void caption(http::Request& req, http::Respond respond_) {
+    auto respond = [this, respond_](http::Response r) {
+      --admitted;
+      respond_(std::move(r));
+    };
+    std::string image_part;
+    const std::string* content_type = req.header("content-type");
+    const bool multipart = content_type && content_type->rfind("multipart/form-data", 0) == 0;
+    if (multipart) {
+      if (std::string bad = http::multipart_file(req.body, *content_type, image_part); !bad.empty())
+        return respond(http::error_response(400, bad));
+    }
+    const std::string& bytes = multipart ? image_part : req.body;
+    auto job = std::make_unique<CaptionJob>();
+    if (std::string bad = parse_search_query(req.params, job->options); !bad.empty())
+      return respond(http::error_response(400, bad));
+    try {  // the options checked against the model (resolve_search: the one place), before any work
+      captioner.check(job->options);
+    } catch (const Error& e) {
+      return respond(http::error_response(400, public_message(e.what())));
+    }
+    if (bytes.empty()) return respond(http::error_response(400, "empty body: POST the image's bytes (or a multipart file)"));
+    try {
+      job->image = decode_image_bgr(bytes.data(), bytes.size(), "request body", &job->pixels, /*wait=*/false);
+    } catch (const ImageBusy& e) {
+      return respond(busy(e.what()));
+    } catch (const Error& e) {
+      return respond(http::error_response(400, e.what()));
+    }
+    std::string().swap(req.body);
+    const bool attention = job->options.attention, objects_asked = job->options.objects;
+    job->done = [this, respond, attention, objects_asked](CaptionResult* result, std::exception_ptr error) {
+      if (result) return respond(json_answer(caption_json(*result, attention, objects_asked)));
+      try {
+        std::rethrow_exception(error);
+      } catch (const std::exception& e) {
+        respond(http::error_response(500, public_message(e.what())));
+      }
+    };
+    if (!queue.push(job.get()))
+      return respond(busy("busy: " + std::to_string(opt.queue) + " images already wait; try again"));
+    job.release();  // the network thread owns it now
+  }
 
   // The network: one batch at a time (the encoder and search use every core).
-  std::thread network([&] {
+  void network() {
     for (;;) {
       std::vector<CaptionJob*> batch = queue.next_batch(opt.max_batch, std::chrono::milliseconds(opt.batch_wait_ms));
       if (batch.empty()) return;
+      std::vector<std::unique_ptr<CaptionJob>> jobs(batch.begin(), batch.end());
       std::vector<cv::Mat> images;
-      for (CaptionJob* job : batch) images.push_back(job->image);
-      metrics.batch(batch.size());
+      for (const auto& job : jobs) images.push_back(job->image);
+      metrics.batch(jobs.size());
+      std::vector<CaptionResult> results;
+      std::exception_ptr error;
+      const auto start = std::chrono::steady_clock::now();
       try {
-        std::vector<CaptionResult> results = captioner.caption(images, batch.front()->options);
-        for (size_t i = 0; i < batch.size(); ++i) batch[i]->result.set_value(std::move(results[i]));
-        captioned += batch.size();
+        results = captioner.caption(images, jobs.front()->options);
+        captioned += jobs.size();
+        const double us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count();
+        const int64_t per = (int64_t)(us / jobs.size()), old = image_us.load();
+        image_us = old == 0 ? per : (old * 3 + per) / 4;
       } catch (...) {
-        for (CaptionJob* job : batch) job->result.set_exception(std::current_exception());
+        error = std::current_exception();
+      }
+      images.clear();
+      for (size_t i = 0; i < jobs.size(); ++i) {
+        jobs[i]->image.release();
+        jobs[i]->pixels.release();
+        jobs[i]->done(error ? nullptr : &results[i], error);
       }
     }
-  });
+  }
+};
 
-  httplib::Server http;
-  const int threads = opt.http_threads;
-  http.new_task_queue = [threads] { return new httplib::ThreadPool((size_t)threads); };
-  http.set_payload_max_length(opt.max_bytes);
-  http.set_read_timeout(30, 0);
-  http.set_write_timeout(30, 0);
-  http.set_pre_routing_handler([](const httplib::Request&, httplib::Response&) {
-    request_start = std::chrono::steady_clock::now();
-    request_routed = true;
-    return httplib::Server::HandlerResponse::Unhandled;
-  });
-  http.set_logger([&](const httplib::Request&, const httplib::Response& res) {
-    const double seconds =
-        request_routed ? std::chrono::duration<double>(std::chrono::steady_clock::now() - request_start).count() : 0.0;
-    request_routed = false;
-    metrics.request(res.status, seconds);
-  });
-  // httplib's own refusals (413 over --max-bytes, 404, 400 malformed) get a JSON body like ours
-  http.set_error_handler(httplib::Server::HandlerWithResponse([&](const httplib::Request& req, httplib::Response& res) {
-    if (!res.body.empty()) return httplib::Server::HandlerResponse::Unhandled;
-    std::string message = "HTTP " + std::to_string(res.status);
-    if (res.status == 404) message = "no such path: " + req.path + " (GET /, POST /caption, GET /health, GET /metrics)";
-    if (res.status == 413) message = "body over the limit of " + std::to_string(opt.max_bytes) + " bytes";
-    answer_error(res, res.status, message);
-    return httplib::Server::HandlerResponse::Handled;
-  }));
-  http.set_exception_handler([](const httplib::Request&, httplib::Response& res, std::exception_ptr e) {
-    std::string message = "internal error";
-    try {
-      std::rethrow_exception(e);
-    } catch (const std::exception& ex) {
-      message = ex.what();
-    } catch (...) {
+}  // namespace
+
+void serve(const Captioner& captioner, const std::string& model_path, const ServerOptions& opt) {
+  if (opt.max_batch < 1 || opt.queue < 1 || opt.batch_wait_ms < 0 || opt.http_threads < 1 || opt.max_bytes < 1 ||
+      opt.max_connections < 1 || opt.request_timeout_s <= 0 || opt.pixel_budget < 1)
+    throw Error(
+        "serve: --max-batch, --queue, --http-threads, --max-bytes, --max-connections, --request-timeout and "
+        "--pixel-budget must be positive, --batch-wait-ms not negative");
+  install_stop_handler();
+  load_image_codecs();  // now, not at the first request (and an install without them is refused at start)
+  set_pixel_budget(opt.pixel_budget);
+  // OpenCV's codecs (WebP, TIFF, the rarer JPEG codings) complain about a bad file on stderr, a warning through its
+  // logger and imdecode's "can't read header" through std::cerr, with nothing to tie the line to its request; each
+  // is already answered to its client as sat's one-line 400. The server's log keeps its own lines (fprintf).
+  struct QuietDecoders {
+    cv::utils::logging::LogLevel level = cv::utils::logging::setLogLevel(cv::utils::logging::LOG_LEVEL_SILENT);
+    std::streambuf* cerr = std::cerr.rdbuf(nullptr);
+    ~QuietDecoders() {
+      cv::utils::logging::setLogLevel(level);
+      std::cerr.rdbuf(cerr);
     }
-    answer_error(res, 500, message);
-  });
+  } quiet;
 
-  // A content reader: httplib would otherwise parse a body sent as application/x-www-form-urlencoded (curl's default
-  // for --data-binary) as form fields, and refuse one over 8 KB.
-  http.Post("/caption", [&](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
-    answer_caption(captioner, queue, opt, req, res, read);
-  });
-  auto wrong_method = [](const char* allowed) {
-    return [allowed](const httplib::Request& req, httplib::Response& res) {
-      res.set_header("Allow", allowed);
-      answer_error(res, 405, req.method + " " + req.path + " is not served (use " + allowed + ")");
-    };
-  };
-  http.Get("/caption", wrong_method("POST"));
-  http.Put("/caption", wrong_method("POST"));
-  http.Delete("/caption", wrong_method("POST"));
-  // POST with a body goes through a content reader that drains it (see /caption), then answers 405
-  auto wrong_method_post = [](const char* allowed) {
-    return [allowed](const httplib::Request& req, httplib::Response& res, const httplib::ContentReader& read) {
-      read([](const char*, size_t) { return true; });
-      res.set_header("Allow", allowed);
-      answer_error(res, 405, req.method + " " + req.path + " is not served (use " + allowed + ")");
-    };
-  };
-  http.Post("/", wrong_method_post("GET"));
-  http.Post("/health", wrong_method_post("GET"));
-  http.Post("/metrics", wrong_method_post("GET"));
-  http.Get("/health", [&](const httplib::Request&, httplib::Response& res) {
-    const ModelInfo info = captioner.info();
-    res.set_content(json{{"status", "ok"},
-                         {"model", model_path},
-                         {"attention", info.attention},
-                         {"objects", objects},
-                         {"queue", queue.depth()},
-                         {"max_batch", opt.max_batch},
-                         {"captioned", captioned.load()}}
-                        .dump(),
-                    "application/json");
-  });
-  // The page (HEAD / too: httplib answers it with the GET handler's headers and no body)
-  http.Get("/", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_header("Content-Security-Policy", page_policy);
-    res.set_header("X-Content-Type-Options", "nosniff");
-    res.set_header("Referrer-Policy", "no-referrer");
-    res.set_header("Cache-Control", "no-cache");
-    res.set_content(page, "text/html; charset=utf-8");
-  });
-  http.Get("/metrics", [&](const httplib::Request&, httplib::Response& res) {
-    res.set_content(metrics.text(queue.depth()), "text/plain; version=0.0.4");
-  });
+  Service service(captioner, opt);
+  service.objects = objects_available(captioner, opt.weights_dir);
+  service.page = serve_page();
+  service.page_policy = page_security_policy(service.page);
+  // The file's name, not its path: /health is public, the build machine's folders are not
+  service.model_path = model_path;
+  service.model_name = std::filesystem::path(model_path).filename().string();
 
-  // Only SO_REUSEADDR: httplib's default also sets SO_REUSEPORT, which lets a second server take a port in use.
-  http.set_socket_options([](int sock) {
-    int yes = 1;
-    setsockopt(sock, SOL_SOCKET, SO_REUSEADDR, &yes, sizeof yes);
-  });
-  int port = opt.port;
-  if (port == 0) {
-    port = http.bind_to_any_port(opt.host);
-  } else if (!http.bind_to_port(opt.host, port)) {
-    port = -1;
-  }
-  if (port < 0) {
-    queue.close();
-    network.join();
-    throw Error("serve: cannot listen on " + opt.host + ":" + std::to_string(opt.port) +
-                " (address in use or not this machine's)");
-  }
+  http::ServerLimits limits;
+  limits.parse.max_body = opt.max_bytes;
+  limits.max_connections = (size_t)opt.max_connections;
+  limits.request_timeout_ms = (int)std::lround(opt.request_timeout_s * 1000);
+  limits.workers = opt.http_threads;
+  http::Handlers handlers;
+  handlers.on_head = [&](const http::Request& req) { return service.on_head(req); };
+  handlers.on_request = [&](http::Request& req, http::Respond respond) { service.caption(req, std::move(respond)); };
+  handlers.on_dropped = [&](const http::Request&) { --service.admitted; };
+  handlers.on_answered = [&](int status, double seconds) { service.metrics.request(status, seconds); };
+  http::Server http(limits, std::move(handlers));
+  const int port = http.bind(opt.host, opt.port);
 
+  std::thread network([&] { service.network(); });
   std::atomic<bool> listening_ended{false};
   std::thread stopper([&] {
     while (!stop_signal && !listening_ended) std::this_thread::sleep_for(std::chrono::milliseconds(20));
@@ -503,16 +516,18 @@ void serve(const Captioner& captioner, const std::string& model_path, const Serv
                    stop_signal == SIGTERM ? "SIGTERM" : "SIGINT");
     http.stop();
   });
-  std::fprintf(stderr, "sat serve: listening on http://%s:%d (model %s, batches of up to %d, queue %d)\n",
-               opt.host.c_str(), port, model_path.c_str(), opt.max_batch, opt.queue);
+  std::fprintf(stderr,
+               "sat serve: listening on http://%s:%d (model %s, batches of up to %d, queue %d, %d connections, "
+               "decode budget %.0f megapixels)\n",
+               opt.host.c_str(), port, model_path.c_str(), opt.max_batch, opt.queue, opt.max_connections,
+               opt.pixel_budget / 1e6);
   std::fflush(stderr);
-  const bool listened = http.listen_after_bind();  // returns after stop(), once its threads answered what they accepted
+  http.run();  // returns after stop(), once every request that had arrived is answered
   listening_ended = true;
   stopper.join();
-  queue.close();
+  service.queue.close();
   network.join();
-  std::fprintf(stderr, "sat serve: stopped after %llu captions\n", (unsigned long long)captioned.load());
-  if (!listened) throw Error("serve: the server stopped listening on " + opt.host + ":" + std::to_string(port));
+  std::fprintf(stderr, "sat serve: stopped after %llu captions\n", (unsigned long long)service.captioned.load());
 }
 
 }  // namespace sat

@@ -1,9 +1,11 @@
 // sat serve: captions over HTTP. Requests that arrive together are captioned as one batch through the public API
-// (sat::Captioner); a bounded queue turns overload into immediate 503s instead of memory growth.
+// (sat::Captioner); bounded admission, connections and decoded pixels turn overload into immediate 503s instead of
+// memory growth or waiting (docs/server.md).
 #pragma once
 #include <condition_variable>
 #include <cstdint>
 #include <deque>
+#include <functional>
 #include <future>
 #include <map>
 #include <mutex>
@@ -12,6 +14,7 @@
 #include <vector>
 
 #include "train/sat/captioner.hpp"
+#include "vision/image.hpp"
 
 namespace sat {
 
@@ -20,17 +23,22 @@ struct ServerOptions {
   int port = 8080;  // 0: any free port (printed when listening)
   int max_batch = 8;
   int batch_wait_ms = 5;  // after the first image of a batch, how long to wait for more
-  int queue = 64;         // images waiting for the network at most; more get 503
+  int queue = 64;         // POST /caption requests in the server at once (arriving, decoded, waiting, captioned)
+  double max_wait_s = 3;  // a caption the network's recent pace would answer later than this is refused (503)
   size_t max_bytes = 20u << 20;
-  int http_threads = 16;  // connections served at once
+  int http_threads = 2;         // workers that decode images (connections are served by one event loop)
+  int max_connections = 512;    // open at once; beyond, 503
+  double request_timeout_s = 20;  // a request's first byte to its last, whatever the byte rate; 408 beyond
+  uint64_t pixel_budget = 64'000'000;  // decoded pixels held at once by all requests (vision/image.hpp)
   std::string weights_dir;  // the Captioner's LoadOptions::weights_dir: where objects=1 finds the object detector
 };
 
 // One image waiting for the network, and where its caption goes.
 struct CaptionJob {
   cv::Mat image;
+  PixelHold pixels;  // the image's share of the decode budget, released once the network has taken it
   CaptionOptions options;
-  std::promise<CaptionResult> result;
+  std::function<void(CaptionResult*, std::exception_ptr)> done;  // called once, by the network thread
 };
 
 // The queue between HTTP threads and the one thread that runs the network: bounded, and batches are formed from
