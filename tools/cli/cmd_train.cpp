@@ -1,10 +1,42 @@
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <unistd.h>
 
+#include "datasets/io.hpp"
 #include "tools/cli/commands.hpp"
 #include "train/data_parallel.hpp"
 #include "train/trainer.hpp"
 
 namespace sat {
+
+namespace {
+
+// Ctrl-C during training: the first ends the run after the step under way, with a checkpoint and the command that
+// resumes it (a run killed outright loses everything since its last checkpoint, an epoch by default); a second one
+// ends the process at once, as Ctrl-C does elsewhere.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+extern "C" void on_train_interrupt(int) {
+  static const char message[] =
+      "\nsat: interrupted: stopping after this step with a checkpoint (Ctrl-C again to stop at once)\n";
+  g_stop_requested.store(true);
+  std::signal(SIGINT, SIG_DFL);
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof message - 1);
+}
+
+// A fresh run never replaces an earlier one's files: its model and checkpoint would be gone, its features kept.
+void refuse_earlier_run(const std::string& out) {
+  const std::string checkpoint = join_path(out, "checkpoint.sat");
+  if (file_exists(checkpoint))
+    fail(out, "already holds a run (checkpoint.sat); continue it with --resume " + checkpoint +
+                  ", or start over in it with --overwrite");
+  if (file_exists(join_path(out, "model.sat")))
+    fail(out, "already holds a model (model.sat); start over in it with --overwrite, or choose another --out");
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
@@ -12,6 +44,7 @@ void add_train_command(CLI::App& app) {
   auto more_epochs = std::make_shared<int>(0);
   auto stop_after = std::make_shared<int64_t>(0);
   auto mpi_timeout = std::make_shared<double>(300);
+  auto overwrite = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("train", "Train a captioner (encoder and decoder end to end)");
   cmd->add_option("--data", o->data,
                   "Training data: a directory with captions.json and images/, or a COCO captions JSON");
@@ -20,7 +53,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--val-data", o->val_data, "Validation data (directory or JSON; default: --data)");
   cmd->add_option("--val-images", o->val_images, "Image folder for --val-data when it is a JSON file");
   cmd->add_option("--val-split", o->val_split, "File listing the validation image file names");
-  cmd->add_option("--out", o->out, "Output directory: model.sat (best) and checkpoint.sat")->capture_default_str();
+  cmd->add_option("--out", o->out,
+                  "Output directory: model.sat (best) and checkpoint.sat (one that already holds a run is refused "
+                  "but with --overwrite)")
+      ->capture_default_str();
+  cmd->add_flag("--overwrite", *overwrite, "Start a fresh run in an --out folder that already holds one, replacing it");
   cmd->add_option("--encoder", o->encoder,
                   "Pretrained encoder file (e.g. models/inception_v3.sat): frozen, features "
                   "cached once; without it a small CNN is trained end to end");
@@ -151,7 +188,7 @@ void add_train_command(CLI::App& app) {
                   "before it gives up, naming the exchange (a rank that hangs; 0: wait forever)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([o, resume, more_epochs, stop_after, mpi_timeout, cmd] {
+  cmd->callback([o, resume, more_epochs, stop_after, mpi_timeout, overwrite, cmd] {
     if (resume->empty() && o->data.empty()) throw CLI::RequiredError("--data (or --resume)");
     std::string command = "sat";
     for (auto& part : cmd->remaining_for_passthrough()) command += " " + part;
@@ -178,8 +215,13 @@ void add_train_command(CLI::App& app) {
     more.epochs = *more_epochs;
     more.keep_epochs = o->keep_epochs;
     if (cmd->get_option("--patience")->count() > 0) more.patience = o->patience;
+    if (resume->empty() && !*overwrite) refuse_earlier_run(o->out);
     std::unique_ptr<Collective> ranks = join_ranks(*mpi_timeout);
-    auto summary = train(*o, *resume, more, *stop_after, ranks.get());
+    // Ranks would have to agree on the step to stop at; under mpirun, Ctrl-C keeps mpirun's meaning.
+    if (ranks->size() == 1) std::signal(SIGINT, on_train_interrupt);
+    auto summary = train(*o, *resume, more, *stop_after, ranks.get(), &g_stop_requested);
+    std::signal(SIGINT, SIG_DFL);
+    if (summary.interrupted) throw CLI::RuntimeError(130);  // as a shell reports a Ctrl-C
     if (!ranks->leads()) return;
     std::printf("best val %s %.4f (epoch %d), model %s\n", summary.metric == "cider" ? "CIDEr-D" : "BLEU-4",
                 summary.best_score, summary.best_epoch, summary.model_path.c_str());
