@@ -125,7 +125,8 @@ int decode(Bits& b, const Huffman& h) {
 }
 
 struct Component {
-  int id = 0, h = 1, v = 1;
+  int id = 0, h = 1, v = 1, tq = 0;
+  int32_t dc = 0;                        // the DC predictor while a scan is decoded (quantized units)
   uint64_t bw = 0, bh = 0;               // its blocks across and down, in a scan of it alone
   std::array<int, 64> precision_left{};  // per coefficient: -1 before its first scan, then that scan's Al
   std::vector<uint64_t> nonzero;         // per block: which coefficients a progressive scan made nonzero
@@ -153,7 +154,7 @@ void parse_frame(Frame& f, uint8_t marker, const uint8_t* s, size_t n) {
   int hmax = 1, vmax = 1;
   for (int i = 0; i < count; ++i) {
     Component c;
-    c.id = s[6 + 3 * i], c.h = s[7 + 3 * i] >> 4, c.v = s[7 + 3 * i] & 15;
+    c.id = s[6 + 3 * i], c.h = s[7 + 3 * i] >> 4, c.v = s[7 + 3 * i] & 15, c.tq = s[8 + 3 * i] & 3;
     if (c.h < 1 || c.h > 4 || c.v < 1 || c.v > 4) damaged("a frame component with sampling factors out of 1..4");
     for (const Component& o : f.comps)
       if (o.id == c.id) damaged("a frame header naming component " + std::to_string(c.id) + " twice");
@@ -232,10 +233,21 @@ void need(const Huffman& h, const char* what) {
   if (!h.defined) damaged(std::string("a scan using an undefined ") + what + " Huffman table");
 }
 
-void sequential_block(Bits& b, const Huffman& dc, const Huffman& ac) {
-  const int s = decode(b, dc);
-  if (s > 11) damaged("a DC difference of magnitude category " + std::to_string(s) + " (corrupt data)");
-  b.get(s);
+// A block's DC difference, added to its component's predictor. The DC coefficient of 8-bit samples is 8 times their
+// mean less 128, within [-1024, 1016]: a desynchronised bit stream walks the predictor out of it (al: a progressive
+// scan's point transform, whose dropped low bits are at most 2^al - 1; q: the quantizer, 0 when unknown).
+void dc_difference(Bits& b, const Huffman& table, Component& c, int al, uint32_t q) {
+  const int size = decode(b, table);
+  if (size > 11) damaged("a DC difference of magnitude category " + std::to_string(size) + " (corrupt data)");
+  const int32_t bits = (int32_t)b.get(size);
+  c.dc += size == 0 ? 0 : bits < (1 << (size - 1)) ? bits - (1 << size) + 1 : bits;
+  const int64_t low = (int64_t)c.dc * (1 << al), high = low + (1 << al) - 1;
+  if (q != 0 && (low * q > 1024 + (int64_t)q || high * q < -1024 - (int64_t)q))
+    damaged("a DC value no 8-bit block has (corrupt data)");
+}
+
+void sequential_block(Bits& b, const Huffman& dc, const Huffman& ac, Component& c, uint32_t q) {
+  dc_difference(b, dc, c, 0, q);
   for (int k = 1; k < 64;) {
     const int rs = decode(b, ac), r = rs >> 4, size = rs & 15;
     if (size == 0) {
@@ -318,8 +330,9 @@ const uint8_t* skip_fill(const uint8_t* p, const uint8_t* end) {
 
 // Decodes a scan's every block (for stb's codings) or steps over its data (the others), checking its restart
 // markers; returns where the marker after it starts.
-const uint8_t* walk_scan(Frame& f, const Scan& s, const Huffman dc[4], const Huffman ac[4], uint32_t restart,
-                         int number, const uint8_t* p, const uint8_t* end) {
+const uint8_t* walk_scan(Frame& f, const Scan& s, const Huffman dc[4], const Huffman ac[4],
+                         const std::array<uint32_t, 4>& dc_quant, uint32_t restart, int number, const uint8_t* p,
+                         const uint8_t* end) {
   const std::string which = "scan " + std::to_string(number);
   uint64_t mcus = 0;
   if (f.checked) {
@@ -338,6 +351,7 @@ const uint8_t* walk_scan(Frame& f, const Scan& s, const Huffman dc[4], const Huf
   Bits b(p, end);
   uint32_t eobrun = 0;
   int next_rst = 0;
+  for (int c : s.comps) f.comps[(size_t)c].dc = 0;
   auto finish_interval = [&](uint64_t mcu) {
     if (const uint64_t left = b.bytes_left())
       damaged(which + " has " + std::to_string(left) + " bytes of data left after MCU " + std::to_string(mcu) +
@@ -353,21 +367,21 @@ const uint8_t* walk_scan(Frame& f, const Scan& s, const Huffman dc[4], const Huf
       next_rst = (next_rst + 1) & 7;
       b = Bits(at + 2, end);
       eobrun = 0;
+      for (int c : s.comps) f.comps[(size_t)c].dc = 0;
     }
     for (size_t i = 0; i < s.comps.size(); ++i) {
       Component& c = f.comps[(size_t)s.comps[i]];
       const Huffman &d = dc[s.dc[i]], &a = ac[s.ac[i]];
+      const uint32_t q = dc_quant[(size_t)c.tq];
       const int blocks = s.comps.size() == 1 ? 1 : c.h * c.v;
       for (int k = 0; k < blocks; ++k) {
         if (!f.progressive) {
-          sequential_block(b, d, a);
+          sequential_block(b, d, a, c, q);
         } else if (s.ss == 0) {
           if (s.ah != 0) {
             b.get(1);
           } else {
-            const int size = decode(b, d);
-            if (size > 11) damaged("a DC difference of magnitude category " + std::to_string(size) + " (corrupt data)");
-            b.get(size);
+            dc_difference(b, d, c, s.al, q);
           }
         } else if (s.ah == 0) {
           ac_first_block(b, a, s, c.nonzero[m], eobrun);
@@ -401,6 +415,7 @@ void walk(std::string_view bytes) {
   const uint8_t* const end = begin + bytes.size();
   Frame f;
   Huffman dc[4], ac[4];
+  std::array<uint32_t, 4> dc_quant{};  // each quantization table's DC step (0: not defined)
   uint32_t restart = 0;
   int scans = 0;
   while (true) {
@@ -424,6 +439,13 @@ void walk(std::string_view bytes) {
       parse_frame(f, marker, s, n);
     } else if (marker == 0xC4) {
       parse_huffman(s, n, dc, ac);
+    } else if (marker == 0xDB) {
+      for (size_t at = 0; at < n;) {
+        const bool wide = s[at] >> 4;
+        if (at + 1 + (wide ? 128 : 64) > n) damaged("a quantization table segment shorter than its tables");
+        dc_quant[s[at] & 3] = wide ? be16(s + at + 1) : s[at + 1];
+        at += 1 + (wide ? 128 : 64);
+      }
     } else if (marker == 0xDD) {
       if (n < 2) damaged("a restart interval segment without its interval");
       restart = be16(s);
@@ -434,7 +456,7 @@ void walk(std::string_view bytes) {
           if (scan.dc[i] > 3 || scan.ac[i] > 3) damaged("a scan naming a Huffman table beyond the four");
         check_progression(f, scan);
       }
-      p = walk_scan(f, scan, dc, ac, restart, ++scans, p, end);
+      p = walk_scan(f, scan, dc, ac, dc_quant, restart, ++scans, p, end);
     }
   }
   if (!f.seen) damaged("no frame header");

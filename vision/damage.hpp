@@ -9,9 +9,10 @@
 // What is detected: a marker sequence that is not a JPEG's (no frame, segments running past the file, bytes where a
 // marker belongs, a restart marker out of order or missing, a second start of image); scan data that ends before the
 // frame's every block is coded (half a photo with an end-of-image marker appended); a Huffman code no table holds, a
-// coefficient past the 64th, a magnitude category no 8-bit JPEG uses, a correction bit where a progressive refinement
-// allows none; scan data left over after the last block (libjpeg's "extraneous bytes before marker"); a progressive
-// JPEG whose scans stop before every coefficient is refined to full precision, or repeat one.
+// coefficient past the 64th, a magnitude category no 8-bit JPEG uses, a DC value no 8-bit block has, a correction bit
+// where a progressive refinement allows none; scan data left over after the last block (libjpeg's "extraneous bytes
+// before marker"); a progressive JPEG whose scans stop before every coefficient is refined to full precision, or repeat
+// one.
 //
 // What cannot be: a flipped bit inside the Huffman-coded data that still decodes to valid codes of the right total
 // length changes some coefficients and no decoder can tell (JPEG has no checksum); nor is bit damage in DQT tables,
