@@ -2,8 +2,10 @@
 
 #include "datasets/json_checks.hpp"
 #include <nlohmann/json.hpp>
+#include <algorithm>
 #include <set>
 #include <sstream>
+#include <string_view>
 
 #include "datasets/io.hpp"
 #include "datasets/vocab.hpp"
@@ -12,7 +14,32 @@ namespace sat {
 
 using nlohmann::json;
 
+std::string image_name_problem(const std::string& name) {
+  if (name.empty()) return "is an empty file name";
+  if (name.find('\0') != std::string::npos) return "holds a NUL byte";
+  if (name[0] == '/') return "is an absolute path (image names are relative to the image folder)";
+  int depth = 0;
+  for (size_t at = 0; at <= name.size();) {
+    const size_t slash = std::min(name.find('/', at), name.size());
+    const std::string_view part = std::string_view(name).substr(at, slash - at);
+    if (part == "..") {
+      if (--depth < 0) return "leaves the image folder";
+    } else if (!part.empty() && part != ".") {
+      ++depth;
+    }
+    at = slash + 1;
+  }
+  return "";
+}
+
+// A caption file's image name, refused with where it is when it is not one (image_name_problem).
+static void check_image_name(const std::string& file, const std::string& where, const std::string& name) {
+  const std::string problem = image_name_problem(name);
+  if (!problem.empty()) fail(file, (where.empty() ? "" : where + ": ") + "image '" + name + "' " + problem);
+}
+
 std::string CaptionSet::image_path(const ImageEntry& e) const {
+  check_image_name(image_dir, "", e.file_name);  // a set built by code rather than by a loader
   return join_path(image_dir, e.file_name);
 }
 
@@ -87,6 +114,7 @@ CaptionSet load_coco_captions(const std::string& json_path, const std::string& i
     } catch (const std::exception&) {
       fail(json_path, where("images", i) + " is malformed (needs integer id and string file_name)");
     }
+    check_image_name(json_path, where("images", i), e.file_name);
     if (set.image_index.count(e.id)) fail(json_path, where("images", i) + " repeats image id " + std::to_string(e.id));
     set.image_index[e.id] = (int)set.images.size();
     set.images.push_back(std::move(e));
@@ -212,6 +240,7 @@ CaptionSet load_flickr_captions_csv(const std::string& path, const std::string& 
     auto f = parse_csv_line(line, path, lineno);
     if (lineno == 1 && f.size() == 2 && f[0] == "image" && f[1] == "caption") return;  // header
     if (f.size() < 2 || f[0].empty()) fail(path, "line " + std::to_string(lineno) + ": expected \"image,caption\"");
+    check_image_name(path, "line " + std::to_string(lineno), f[0]);
     std::string caption = f[1];
     for (size_t k = 2; k < f.size(); ++k) caption += "," + f[k];  // unquoted commas belong to the caption
     add_caption(set, image_named(set, by_name, f[0]), caption, {});
@@ -244,6 +273,7 @@ CaptionSet load_karpathy_split(const std::string& path, const std::string& image
       if (im.contains("filepath") && im["filepath"].is_string() && !im["filepath"].get<std::string>().empty())
         name = join_path(im["filepath"].get<std::string>(), name);
       if (name.empty()) fail(path, where("images", i) + " has an empty filename");
+      check_image_name(path, where("images", i), name);
       if (by_name.count(name)) fail(path, where("images", i) + ": image '" + name + "' appears twice");
       ImageEntry& img = image_named(set, by_name, name);
       if (im.contains("cocoid") && im["cocoid"].is_number_integer()) {
@@ -287,6 +317,7 @@ CaptionSet load_flickr_token_txt(const std::string& path, const std::string& ima
     if (tab == std::string::npos || hash == std::string::npos || hash > tab || hash == 0)
       fail(path, "line " + std::to_string(lineno) + ": expected \"<image>#<n><TAB><caption>\"");
     std::string name = line.substr(0, hash), caption = line.substr(tab + 1);
+    check_image_name(path, "line " + std::to_string(lineno), name);
     if (caption.find_first_not_of(" \t") == std::string::npos)
       fail(path, "line " + std::to_string(lineno) + ": empty caption");
     add_caption(set, image_named(set, by_name, name), caption, {});

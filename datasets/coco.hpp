@@ -35,12 +35,21 @@ struct CaptionSet {
   std::vector<Caption> captions;
   std::map<int64_t, int> image_index;  // id -> position in images
 
+  // image_dir joined with the entry's file name (one that leaves the folder is an Error: image_name_problem).
   std::string image_path(const ImageEntry& e) const;
   // The raw reference captions of images[i].
   std::vector<std::string> references(int i) const;
   // Keeps only images whose file name is listed (one per line); errors name unknown entries.
   CaptionSet subset(const std::vector<std::string>& file_names, const std::string& list_path) const;
 };
+
+// Why a caption file's image name is refused, or "" when it is not. Names are paths relative to the image folder:
+// an absolute path, or one whose ".." components climb out of the folder ("../../secret/x.jpg", "a/../../x.jpg";
+// "a/../x.jpg" stays inside and is allowed), is refused, so that a caption file from elsewhere cannot make `eval` or
+// `report` read (and embed in a page) a file outside the folder it was given. Checked on the names alone: a
+// symbolic link inside the folder is followed wherever it points (whoever can put one there chose the folder's
+// contents; datasets are often folders of links).
+std::string image_name_problem(const std::string& name);
 
 // Reads a COCO captions JSON; image_dir holds the files named by "file_name".
 CaptionSet load_coco_captions(const std::string& json_path, const std::string& image_dir);

@@ -17,14 +17,39 @@ void fail(const std::string& file, const std::string& problem) {
   throw Error(file + ": " + problem);
 }
 
+namespace {
+
+std::string not_regular(mode_t mode) {
+  if (S_ISDIR(mode)) return "is a directory, expected a file";
+  if (S_ISFIFO(mode)) return "is a named pipe, not a regular file";
+  if (S_ISSOCK(mode)) return "is a socket, not a regular file";
+  if (S_ISCHR(mode) || S_ISBLK(mode)) return "is a device, not a regular file";
+  return "is not a regular file";
+}
+
+// A regular file opened for reading, and its size. A named pipe would block the open (or the read) until something
+// writes to it, forever; a device may do anything when opened. stat refuses them before the open; the open does not
+// block (O_NONBLOCK) and fstat checks what was opened, in case the path was replaced in between.
+int open_regular(const std::string& path, struct stat& st) {
+  if (stat(path.c_str(), &st) != 0) fail(path, "cannot open (" + std::string(std::strerror(errno)) + ")");
+  if (!S_ISREG(st.st_mode)) fail(path, not_regular(st.st_mode));
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NONBLOCK | O_NOCTTY | O_CLOEXEC);
+  if (fd < 0) fail(path, "cannot open for reading (" + std::string(std::strerror(errno)) + ")");
+  if (fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    const std::string why = S_ISREG(st.st_mode) ? std::strerror(errno) : not_regular(st.st_mode);
+    ::close(fd);
+    fail(path, why);
+  }
+  return fd;
+}
+
+}  // namespace
+
 std::string read_file(const std::string& path) {
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) fail(path, "cannot open (" + std::string(std::strerror(errno)) + ")");
-  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, expected a file");
   // One allocation of the file's size and read() straight into it: a stream would grow and copy its buffer, and
   // every page first touched costs a fault (on this VM several microseconds each: model files are tens of MB).
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(path, "cannot open for reading (" + std::string(std::strerror(errno)) + ")");
+  const int fd = open_regular(path, st);
   std::string out;
   out.resize((size_t)st.st_size);
   size_t got = 0;
@@ -58,10 +83,7 @@ void* allocate_aligned(size_t bytes) {
 
 MappedFile::MappedFile(const std::string& path) : path_(path) {
   struct stat st {};
-  if (stat(path.c_str(), &st) != 0) fail(path, "cannot open (" + std::string(std::strerror(errno)) + ")");
-  if (S_ISDIR(st.st_mode)) fail(path, "is a directory, expected a file");
-  int fd = ::open(path.c_str(), O_RDONLY);
-  if (fd < 0) fail(path, "cannot open for reading (" + std::string(std::strerror(errno)) + ")");
+  const int fd = open_regular(path, st);
   size_ = (size_t)st.st_size;
   if (size_ > 0) {
     // MAP_POPULATE maps every page in one call instead of one fault per page

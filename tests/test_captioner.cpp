@@ -330,6 +330,16 @@ TEST_CASE("captioner: bad images and models throw sat::Error with the CLI's one-
   const std::string half = jpeg.substr(0, jpeg.size() / 2);
   CHECK(error_of([&] { captioner.caption_bytes(reinterpret_cast<const uint8_t*>(half.data()), half.size()); }) ==
         "image bytes: truncated JPEG (" + std::to_string(half.size()) + " bytes, no end-of-image marker)");
+  // half a photo with an end-of-image marker appended decodes (its lower half grey): refused unless allow_damaged
+  const std::string half_ended = dir + "/half_ended.jpg";
+  sat::write_file_atomic(half_ended, half + "\xFF\xD9");
+  CHECK(error_of([&] {
+          captioner.caption_file(half_ended);
+        }).rfind(half_ended + ": damaged JPEG: scan 1's data ends", 0) == 0);
+  sat::CaptionOptions anyway;
+  anyway.allow_damaged = true;
+  CHECK(!captioner.caption_file(half_ended, anyway).words.empty());
+  CHECK(!captioner.caption_files({half_ended}, anyway)[0].words.empty());
   CHECK(error_of([&] { captioner.caption(cv::Mat()); }) == "image: empty image");
   CHECK(error_of([&] { captioner.caption(std::vector<cv::Mat>{cv::Mat(8, 8, CV_32FC3)}); }) ==
         "image[0]: expected an 8-bit BGR image (as cv::imread gives), got CV_32FC3");

@@ -35,8 +35,8 @@ cv::Mat opencv_decoded(const std::string& bytes) {
   return cv::imdecode(cv::Mat(1, (int)bytes.size(), CV_8UC1, (void*)bytes.data()), cv::IMREAD_COLOR);
 }
 
-cv::Mat sat_decoded(const std::string& bytes, const std::string& name = "image") {
-  return decode_image_bgr(bytes.data(), bytes.size(), name);
+cv::Mat sat_decoded(const std::string& bytes, const std::string& name = "image", const DecodeOptions& options = {}) {
+  return decode_image_bgr(bytes.data(), bytes.size(), name, options);
 }
 
 // Random pixels: a swapped channel, a flipped row or a lost bit shows as a difference.
@@ -198,15 +198,17 @@ TEST_CASE("images: stb's failure reasons stay with the thread that failed") {
   const size_t idat = bad_png.find("IDAT");
   REQUIRE(idat != std::string::npos);
   bad_png[idat + 4] = (char)(bad_png[idat + 4] ^ 0x5A);  // the zlib header of the first IDAT
-  const std::string jpeg_error = error_of([&] { sat_decoded(bad_jpeg, "a.jpg"); });
-  const std::string png_error = error_of([&] { sat_decoded(bad_png, "a.png"); });
+  // damaged files, read anyway so that stb's decoder meets the damage (sat's own checks refuse them before it)
+  const DecodeOptions anyway{true};
+  const std::string jpeg_error = error_of([&] { sat_decoded(bad_jpeg, "a.jpg", anyway); });
+  const std::string png_error = error_of([&] { sat_decoded(bad_png, "a.png", anyway); });
   REQUIRE(jpeg_error.rfind("a.jpg: cannot decode image (JPEG: ", 0) == 0);
   REQUIRE(png_error.rfind("a.png: cannot decode image (PNG: ", 0) == 0);
   REQUIRE(jpeg_error.substr(7) != png_error.substr(7));  // the two reasons differ, so a mix-up would show
   std::atomic<int> wrong{0};
   auto hammer = [&](const std::string& bytes, const char* name, const std::string& expected) {
     for (int i = 0; i < 300; ++i)
-      if (error_of([&] { sat_decoded(bytes, name); }) != expected) ++wrong;
+      if (error_of([&] { sat_decoded(bytes, name, anyway); }) != expected) ++wrong;
   };
   std::thread a(hammer, std::cref(bad_jpeg), "a.jpg", std::cref(jpeg_error));
   std::thread b(hammer, std::cref(bad_png), "a.png", std::cref(png_error));
@@ -272,6 +274,9 @@ TEST_CASE("images: only photo formats reach the decoders; other files are one-li
   const std::string png = encoded(".png", noise(40, 40, CV_8UC3));
   CHECK(error_of([&] {
           sat_decoded(png.substr(0, png.size() / 2), "cut.png");
+        }).rfind("cut.png: damaged PNG: chunk IDAT at byte ", 0) == 0);
+  CHECK(error_of([&] {
+          sat_decoded(png.substr(0, png.size() / 2), "cut.png", DecodeOptions{true});
         }).rfind("cut.png: cannot decode image (PNG: ", 0) == 0);
   const std::string jpg = encoded(".jpg", noise(40, 40, CV_8UC3));
   CHECK(error_of([&] {

@@ -25,12 +25,12 @@ TEST_CASE("pixel budget: a decode reserves its header's pixels; full means wait 
   BudgetScope scope(2000);
   REQUIRE(pixels_in_flight() == 0);
   PixelHold held;
-  cv::Mat img = decode_image_bgr(png.data(), png.size(), "a.png", &held);
+  cv::Mat img = decode_image_bgr(png.data(), png.size(), "a.png", {}, &held);
   CHECK(img.cols == 40);
   CHECK(held.pixels() == 1200);
   CHECK(pixels_in_flight() == 1200);
   // a second one does not fit beside it: refused at once when told not to wait
-  CHECK_THROWS_AS(decode_image_bgr(png.data(), png.size(), "b.png", nullptr, false), ImageBusy);
+  CHECK_THROWS_AS(decode_image_bgr(png.data(), png.size(), "b.png", DecodeOptions{false, false}), ImageBusy);
   // ...and waits when told to, until the first is released
   std::atomic<bool> done{false};
   std::thread waiter([&] {
@@ -44,7 +44,7 @@ TEST_CASE("pixel budget: a decode reserves its header's pixels; full means wait 
   CHECK(done.load());
   CHECK(pixels_in_flight() == 0);  // without a hold, the reservation ends with the decode
   // negative control: with the budget free, the same call goes through
-  CHECK_NOTHROW(decode_image_bgr(png.data(), png.size(), "d.png", nullptr, false));
+  CHECK_NOTHROW(decode_image_bgr(png.data(), png.size(), "d.png", DecodeOptions{false, false}));
   set_pixel_budget(1000);
   CHECK_THROWS_WITH_AS(decode_image_bgr(png.data(), png.size(), "e.png"),
                        "e.png: image of 1200 pixels to decode is over the decode budget of 1000 pixels", Error);

@@ -9,7 +9,7 @@ set -euo pipefail
 # pybind11-dev, python3-dev, python3-numpy: the Python module, import sat (SAT_PYTHON; built when pybind11 is found).
 # curl: tools/fetch-weights.sh downloads the ResNet weights with it (and the server test sends its requests with it).
 pkgs=(build-essential cmake pkg-config libdnnl-dev ocl-icd-opencl-dev libopencv-dev libeigen3-dev libstb-dev doctest-dev
-      nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base libcpp-httplib-dev python3 libopenmpi-dev openmpi-bin
+      nlohmann-json3-dev libcli11-dev libstemmer-dev wordnet-base python3 libopenmpi-dev openmpi-bin
       pybind11-dev python3-dev python3-numpy curl)
 if [ "${1:-}" = --test ]; then
   pkgs+=(clang libomp-dev ccache  # the ASan/UBSan + libFuzzer build (tests/fuzz); ccache: rebuilds reuse objects

@@ -198,12 +198,16 @@ CaptionResult Captioner::caption(const cv::Mat& image, const CaptionOptions& opt
 }
 
 CaptionResult Captioner::caption_file(const std::string& path, const CaptionOptions& options) const {
-  return impl_->caption_each(1, options, [&](size_t, float* out) { impl_->to_planes(load_image_bgr(path), out); })[0];
+  return impl_->caption_each(1, options, [&](size_t, float* out) {
+    impl_->to_planes(load_image_bgr(path, DecodeOptions{options.allow_damaged}), out);
+  })[0];
 }
 
 CaptionResult Captioner::caption_bytes(const uint8_t* data, size_t size, const CaptionOptions& options) const {
   return impl_->caption_each(1, options, [&](size_t, float* out) {
-    impl_->to_planes(decode_image_bgr(reinterpret_cast<const char*>(data), size, "image bytes"), out);
+    impl_->to_planes(decode_image_bgr(reinterpret_cast<const char*>(data), size, "image bytes",
+                                      DecodeOptions{options.allow_damaged}),
+                     out);
   })[0];
 }
 
@@ -219,16 +223,18 @@ std::vector<CaptionResult> Captioner::caption(const std::vector<cv::Mat>& images
 
 std::vector<CaptionResult> Captioner::caption_files(const std::vector<std::string>& paths,
                                                     const CaptionOptions& options) const {
-  return impl_->caption_each(paths.size(), options,
-                             [&](size_t i, float* out) { impl_->to_planes(load_image_bgr(paths[i]), out); });
+  return impl_->caption_each(paths.size(), options, [&](size_t i, float* out) {
+    impl_->to_planes(load_image_bgr(paths[i], DecodeOptions{options.allow_damaged}), out);
+  });
 }
 
 std::vector<CaptionResult> Captioner::caption_bytes(const std::vector<std::vector<uint8_t>>& images,
                                                     const CaptionOptions& options) const {
   return impl_->caption_each(images.size(), options, [&](size_t i, float* out) {
     const auto& bytes = images[i];
-    impl_->to_planes(
-        decode_image_bgr(reinterpret_cast<const char*>(bytes.data()), bytes.size(), batch_name("image bytes", i)), out);
+    impl_->to_planes(decode_image_bgr(reinterpret_cast<const char*>(bytes.data()), bytes.size(),
+                                      batch_name("image bytes", i), DecodeOptions{options.allow_damaged}),
+                     out);
   });
 }
 

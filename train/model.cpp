@@ -180,8 +180,9 @@ std::vector<float> CaptionModel::load_planes(const std::vector<std::string>& pat
   return planes;
 }
 
-void CaptionModel::load_plane(const std::string& path, float* out) const {
-  image_to_planes(load_image_bgr(path), encoder_config.input_size, encoder_config.mean, encoder_config.stdev, out);
+void CaptionModel::load_plane(const std::string& path, float* out, const DecodeOptions& decode) const {
+  image_to_planes(load_image_bgr(path, decode), encoder_config.input_size, encoder_config.mean, encoder_config.stdev,
+                  out);
 }
 
 ObjectDetector& CaptionModel::object_detector() {

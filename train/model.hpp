@@ -15,6 +15,7 @@
 #include "train/consensus.hpp"
 #include "train/search_policy.hpp"
 #include "vision/cnn.hpp"
+#include "vision/image.hpp"
 #include "vision/detector.hpp"
 #include "vision/objects_encoder.hpp"
 #include "vision/pretrained.hpp"
@@ -101,8 +102,9 @@ struct CaptionModel {
 
   // Decodes and preprocesses images into N x 3 x S x S planes (mirror: each flipped left to right first).
   std::vector<float> load_planes(const std::vector<std::string>& paths, bool mirror = false) const;
-  // One image into 3 x S x S planes at `out` (an unreadable image is an Error naming the file).
-  void load_plane(const std::string& path, float* out) const;
+  // One image into 3 x S x S planes at `out` (an unreadable or damaged image is an Error naming the file, a damaged
+  // one read anyway with decode.allow_damaged).
+  void load_plane(const std::string& path, float* out, const DecodeOptions& decode = {}) const;
   // The model's encoder, whichever kind it is (null before build()).
   ImageEncoder* image_encoder() const;
   // The COCO detector at the model's input size: the model's own when it has object maps, else loaded now (found like

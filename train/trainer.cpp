@@ -563,10 +563,19 @@ std::string epoch_stats(const TrainRun& run, const EpochTally& tally) {
   return line;
 }
 
-// The steps of epoch st.epoch from st.step_in_epoch on. False when the run stops after stop_after_steps steps (the
-// count in steps_this_run) before the epoch's end, with a checkpoint to resume from.
+bool requested(const std::atomic<bool>* stop) {
+  return stop && stop->load(std::memory_order_relaxed);
+}
+
+void note_interrupted(const TrainRun& run, const char* where) {
+  note(run.lead, "\ninterrupted %s: checkpoint written; continue with: sat train --resume %s\n", where,
+       run.ckpt_path.c_str());
+}
+
+// The steps of epoch st.epoch from st.step_in_epoch on. False when the run stops before the epoch's end, with a
+// checkpoint to resume from: after stop_after_steps steps (the count in steps_this_run), or when stop is set.
 bool run_epoch_steps(TrainRun& run, StepBuffers& buf, EpochTally& tally, int64_t stop_after_steps,
-                     int64_t& steps_this_run) {
+                     int64_t& steps_this_run, const std::atomic<bool>* stop) {
   const TrainOptions& opt = run.opt;
   TrainState& st = run.st;
   const int steps_per_epoch = run.steps_per_epoch;
@@ -596,10 +605,17 @@ bool run_epoch_steps(TrainRun& run, StepBuffers& buf, EpochTally& tally, int64_t
     if (run.lead) bar.update(s + 1, epoch_stats(run, tally));
     if (run.lead && opt.checkpoint_every > 0 && st.global_step % opt.checkpoint_every == 0 && s + 1 < steps_per_epoch)
       save_checkpoint(run, st);
-    if (stop_after_steps > 0 && ++steps_this_run == stop_after_steps && s + 1 < steps_per_epoch) {
+    const bool counted_out = stop_after_steps > 0 && ++steps_this_run == stop_after_steps;
+    if ((counted_out || requested(stop)) && s + 1 < steps_per_epoch) {
       if (run.lead) save_checkpoint(run, st);
-      note(run.lead, "\nstopped after %lld steps (epoch %d, step %d); continue with --resume %s\n",
-           (long long)stop_after_steps, st.epoch + 1, st.step_in_epoch, run.ckpt_path.c_str());
+      if (counted_out) {
+        note(run.lead, "\nstopped after %lld steps (epoch %d, step %d); continue with --resume %s\n",
+             (long long)stop_after_steps, st.epoch + 1, st.step_in_epoch, run.ckpt_path.c_str());
+      } else {
+        const std::string where = "at epoch " + std::to_string(st.epoch + 1) + ", step " +
+                                  std::to_string(st.step_in_epoch) + " of " + std::to_string(steps_per_epoch);
+        note_interrupted(run, where.c_str());
+      }
       return false;
     }
   }
@@ -657,7 +673,7 @@ TrainSummary with_best_scores(const TrainRun& run, TrainSummary summary) {
 }  // namespace trainer
 
 TrainSummary train(TrainOptions opt, const std::string& resume_path, const ResumeOverrides& more,
-                   int64_t stop_after_steps, Collective* ranks_given) {
+                   int64_t stop_after_steps, Collective* ranks_given, const std::atomic<bool>* stop) {
   using namespace trainer;
   Collective alone;
   Collective& ranks = ranks_given ? *ranks_given : alone;
@@ -676,10 +692,18 @@ TrainSummary train(TrainOptions opt, const std::string& resume_path, const Resum
   int64_t steps_this_run = 0;
   for (; run.st.epoch < run.opt.epochs; ++run.st.epoch, run.st.step_in_epoch = 0) {
     EpochTally tally;
-    if (!run_epoch_steps(run, buf, tally, stop_after_steps, steps_this_run)) return with_best_scores(run, summary);
-    const bool stop = end_epoch(run, tally);
+    if (!run_epoch_steps(run, buf, tally, stop_after_steps, steps_this_run, stop)) {
+      summary.interrupted = requested(stop);
+      return with_best_scores(run, summary);
+    }
+    const bool early = end_epoch(run, tally);
     summary.epochs_run++;
-    if (stop) {
+    if (!early && requested(stop) && run.st.epoch + 1 < run.opt.epochs) {
+      note_interrupted(run, ("after epoch " + std::to_string(run.st.epoch + 1)).c_str());
+      summary.interrupted = true;
+      return with_best_scores(run, summary);
+    }
+    if (early) {
       note(run.lead, "early stop: no improvement for %d epochs\n", run.opt.patience);
       break;
     }

@@ -2,6 +2,7 @@
 // trained model), Adam, clipping, lr decay, per-epoch validation (BLEU-4 or CIDEr-D), best-model keeping, early
 // stopping, atomic checkpoints and --resume.
 #pragma once
+#include <atomic>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -117,6 +118,7 @@ struct TrainSummary {
   std::string metric;
   int best_epoch = 0;
   std::string model_path;
+  bool interrupted = false;  // stopped by stop_requested, with a checkpoint to resume from
 };
 
 // What a resumed run may change: options that decide when to stop and what to write, never the training math.
@@ -128,13 +130,15 @@ struct ResumeOverrides {
 
 // Starts a fresh run in opt.out, or continues the checkpoint at resume_path (whose options win, but for `more`).
 // stop_after_steps > 0 ends this run after that many optimizer steps with a checkpoint (as an interruption would),
-// so --resume can pick it up.
+// so --resume can pick it up. stop_requested, when set (by a signal handler: Ctrl-C), ends the run after the step
+// (or the epoch's validation) under way, with a checkpoint, and train() returns with summary.interrupted.
 // ranks (data-parallel training; null: this process alone): every rank runs this with the same options and data.
 // Each global batch of opt.batch_images photos is split into the ranks' contiguous shares, their gradients are
 // summed into the global batch's and every rank steps Adam alike; the ranks share validation, rank 0 prints and
 // writes every file. The model is the one a single process makes, up to the order of floating-point sums.
 TrainSummary train(TrainOptions opt, const std::string& resume_path = "", const ResumeOverrides& more = {},
-                   int64_t stop_after_steps = 0, Collective* ranks = nullptr);
+                   int64_t stop_after_steps = 0, Collective* ranks = nullptr,
+                   const std::atomic<bool>* stop_requested = nullptr);
 
 // A caption as the photo mirrored left to right would be described: "left" and "right" swap, other words stay.
 std::vector<std::string> mirror_caption(const std::vector<std::string>& tokens);

@@ -16,6 +16,7 @@
 #include "datasets/image_codecs.hpp"
 #include "datasets/stb_codecs.hpp"
 #include "datasets/io.hpp"
+#include "vision/damage.hpp"
 #include "vision/exif.hpp"
 
 namespace sat {
@@ -197,15 +198,25 @@ void check_declared_size(const PixelSize& size, const std::string& name, uint64_
                    " pixels is too large (at most " + std::to_string(max_pixels / 1000000) + " megapixels)");
 }
 
-// libjpeg and stb both decode a truncated JPEG without an error, the missing rows grey or garbage: a caption of half
-// a photo. A whole JPEG ends with the end-of-image marker (FF D9), give or take trailing padding.
+// A whole JPEG ends with the end-of-image marker (FF D9), give or take trailing padding: the first sign of a cut file.
 void check_jpeg_end(std::string_view bytes, const std::string& name) {
   size_t end = bytes.size();
   while (end > 2 &&
          (bytes[end - 1] == '\0' || bytes[end - 1] == '\n' || bytes[end - 1] == '\r' || bytes[end - 1] == ' '))
     --end;
   if (!((unsigned char)bytes[end - 2] == 0xFF && (unsigned char)bytes[end - 1] == 0xD9))
-    fail(name, "truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
+    throw DamagedImage(name + ": truncated JPEG (" + std::to_string(bytes.size()) + " bytes, no end-of-image marker)");
+}
+
+// stb decodes a cut or corrupt JPEG or PNG without an error, the missing rows grey or garbage: a caption of half a
+// photo. Damage that can be seen (vision/damage.hpp) is refused unless the caller asked for the photo anyway.
+void check_whole(std::string_view bytes, const char* format, const std::string& name, const DecodeOptions& options) {
+  if (options.allow_damaged) return;
+  const bool jpeg = std::strcmp(format, "JPEG") == 0;
+  if (!jpeg && std::strcmp(format, "PNG") != 0) return;
+  if (jpeg) check_jpeg_end(bytes, name);
+  const std::string what = jpeg ? jpeg_damage(bytes) : png_damage(bytes);
+  if (!what.empty()) throw DamagedImage(name + ": damaged " + format + ": " + what);
 }
 
 // stb 2.27 (Debian 12's) builds a Huffman table from a DHT segment's 16 code counts without checking that they sum
@@ -269,19 +280,19 @@ void check_complete(std::string_view b, const char* format, const std::string& n
                    std::to_string(need) + ")");
 }
 
-cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std::string& name, PixelHold& hold,
-                           bool wait) {
+cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std::string& name,
+                           const DecodeOptions& options, PixelHold& hold) {
   const std::optional<PixelSize> size = opencv_declared_size(bytes, format);
   if (!size) fail(name, std::string("cannot decode image (corrupt ") + format + " header)");
   check_declared_size(*size, name);
-  if (std::strcmp(format, "JPEG") == 0) check_jpeg_end(bytes, name);
+  check_whole(bytes, format, name, options);
   // OpenCV chooses its decoder by its own signature checks, and its DICOM reader (GDCM) claims any file with "DICM"
   // at byte 128, whatever its first bytes say, then aborts the process on a malformed one (found by fuzzing: a WebP
   // header, then "DICM"). No photo format here puts those bytes there by design.
   if (bytes.size() >= 132 && bytes.substr(128, 4) == "DICM")
     fail(name, std::string("cannot decode image (a ") + format + " header, but a DICOM signature at byte 128)");
   if (bytes.size() > (size_t)INT_MAX) fail(name, "image of " + std::to_string(bytes.size()) + " bytes is too large");
-  hold = reserve_pixels(size->width * size->height, name, wait);
+  hold = reserve_pixels(size->width * size->height, name, options.wait_for_budget);
   const cv::Mat raw(1, (int)bytes.size(), CV_8UC1, const_cast<char*>(bytes.data()));  // imdecode only reads it
   cv::Mat img;
   try {
@@ -293,8 +304,8 @@ cv::Mat decode_with_opencv(std::string_view bytes, const char* format, const std
   return img;
 }
 
-cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::string& name, PixelHold& hold,
-                        bool wait) {
+cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::string& name,
+                        const DecodeOptions& options, PixelHold& hold) {
   const bool jpeg = std::strcmp(format, "JPEG") == 0;
   // before any of stb's readers: its header reader builds the Huffman tables it meets before the frame header
   if (jpeg && !jpeg_huffman_tables_fit(bytes))
@@ -321,7 +332,6 @@ cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::s
   const bool gif = std::strcmp(format, "GIF") == 0;
   check_declared_size(PixelSize{(uint64_t)width, (uint64_t)height}, name, gif ? kMaxImagePixels / 3 : kMaxImagePixels);
   if (jpeg) {
-    check_jpeg_end(bytes, name);
     // Huffman coding spends at least one bit on every 8x8 block's DC value (a flat grey photo, progressive: 1/512 of
     // a byte a pixel). stb decodes a frame's every block however little data follows, so 948 bytes declaring
     // 65496x2828 pixels took 2.8 s and a gigabyte to refuse (found by fuzzing). Half that minimum is required.
@@ -331,7 +341,8 @@ cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::s
                      "x" + std::to_string(height) + " pixels its header declares)");
   }
   check_complete(bytes, format, name);
-  hold = reserve_pixels((uint64_t)width * (uint64_t)height * (gif ? 3 : 1), name, wait);
+  check_whole(bytes, format, name, options);
+  hold = reserve_pixels((uint64_t)width * (uint64_t)height * (gif ? 3 : 1), name, options.wait_for_budget);
   std::string why;
   cv::Mat img = stb_decode_bgr(bytes, &why);
   if (img.empty()) fail(name, std::string("cannot decode image (") + format + ": " + why + ")");
@@ -341,20 +352,21 @@ cv::Mat decode_with_stb(std::string_view bytes, const char* format, const std::s
 
 }  // namespace
 
-cv::Mat load_image_bgr(const std::string& path) {
-  const std::string bytes = read_file(path);  // names the file if it is missing or unreadable
-  return decode_image_bgr(bytes.data(), bytes.size(), path);
+cv::Mat load_image_bgr(const std::string& path, const DecodeOptions& options) {
+  const std::string bytes = read_file(path);  // names the file if it is missing, unreadable or not a regular file
+  return decode_image_bgr(bytes.data(), bytes.size(), path, options);
 }
 
-cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name, PixelHold* hold, bool wait) {
+cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name, const DecodeOptions& options,
+                         PixelHold* hold) {
   const std::string_view bytes(data, data ? size : 0);
   if (bytes.empty()) fail(name, "empty file, not an image");
   const char* format = photo_format(bytes);
   if (!format)
     fail(name, "cannot decode image (not a JPEG, PNG, WebP, BMP, GIF, TIFF or PNM file: corrupt or another format)");
   PixelHold reserved;
-  cv::Mat image = through_opencv(bytes, format) ? decode_with_opencv(bytes, format, name, reserved, wait)
-                                                : decode_with_stb(bytes, format, name, reserved, wait);
+  cv::Mat image = through_opencv(bytes, format) ? decode_with_opencv(bytes, format, name, options, reserved)
+                                                : decode_with_stb(bytes, format, name, options, reserved);
   if (hold) *hold = std::move(reserved);
   return image;
 }

@@ -43,13 +43,26 @@ struct ImageBusy : Error {
 // Reserves `pixels` for `name`: waits for them (wait), or throws ImageBusy; an Error when over the whole budget.
 PixelHold reserve_pixels(uint64_t pixels, const std::string& name, bool wait);
 
-// Decodes an image file as 8-bit BGR; a missing, empty or undecodable file, or one declaring more than
-// kMaxImagePixels, is an Error naming it.
-cv::Mat load_image_bgr(const std::string& path);
+// What a decode lets through. A damaged JPEG or PNG (cut short, corrupt data, a failed checksum: vision/damage.hpp
+// says what is detectable) is an Error unless allow_damaged; the decoder then fills what is missing with grey.
+// wait_for_budget: wait for the pixel budget to hold the photo, or (false) throw ImageBusy at once.
+struct DecodeOptions {
+  bool allow_damaged = false;
+  bool wait_for_budget = true;
+};
+
+// The Error a damaged photo throws (one DecodeOptions::allow_damaged would read), so that a front end can say how.
+struct DamagedImage : Error {
+  using Error::Error;
+};
+
+// Decodes an image file as 8-bit BGR; a missing, empty, damaged or undecodable file, one that is not a regular file,
+// or one declaring more than kMaxImagePixels, is an Error naming it.
+cv::Mat load_image_bgr(const std::string& path, const DecodeOptions& options = {});
 // The same from an encoded image in memory (the file's bytes); `name` stands for the file in errors. With `hold`,
-// the pixels stay reserved in it after the return; without `wait`, a full budget throws ImageBusy.
-cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name, PixelHold* hold = nullptr,
-                         bool wait = true);
+// the pixels stay reserved in it after the return.
+cv::Mat decode_image_bgr(const char* data, size_t size, const std::string& name, const DecodeOptions& options = {},
+                         PixelHold* hold = nullptr);
 
 // Resizes to size x size and writes planar RGB floats ((x/255 - mean) / std) into out (3*size*size).
 void image_to_planes(const cv::Mat& bgr, int size, const float mean[3], const float stdev[3], float* out);

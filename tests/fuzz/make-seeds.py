@@ -48,6 +48,21 @@ def image_seeds():
     put("image", "truncated.jpg", jpg.tobytes()[: len(jpg) // 2])  # refused: no end-of-image marker
     ok, progressive = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1])
     put("image", "progressive.jpg", progressive.tobytes())
+    # the damage checks (vision/damage.hpp): restart markers to count, half a scan with an end marker, a progressive
+    # file missing its last scan, a PNG whose IDAT fails its CRC
+    ok, restart = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_RST_INTERVAL, 1])
+    put("image", "restart.jpg", restart.tobytes())
+    ok, prog_restart = cv2.imencode(".jpg", img, [cv2.IMWRITE_JPEG_PROGRESSIVE, 1, cv2.IMWRITE_JPEG_RST_INTERVAL, 1])
+    put("image", "progressive_restart.jpg", prog_restart.tobytes())
+    j = jpg.tobytes()
+    scan = j.find(b"\xff\xda")
+    put("image", "half_eoi.jpg", j[: scan + (len(j) - scan) // 2] + b"\xff\xd9")
+    p = progressive.tobytes()
+    put("image", "progressive_cut.jpg", p[: p.rfind(b"\xff\xda")] + b"\xff\xd9")
+    ok, png = cv2.imencode(".png", img)
+    bad_crc = bytearray(png.tobytes())
+    bad_crc[bad_crc.find(b"IDAT") + 10] ^= 1
+    put("image", "bad_crc.png", bytes(bad_crc))
     put("image", "exif6.jpg", with_exif_orientation(jpg.tobytes(), 6))
     ok, png = cv2.imencode(".png", img)
     put("image", "exif6.png", with_exif_orientation(png.tobytes(), 6))

@@ -139,13 +139,13 @@ void add_caption_commands(CLI::App& app) {
     std::string model = default_model_path();
     SearchFlags search;
     int batch = 16, candidates = 0;
-    bool json = false, timing = false, quiet = false, objects = false;
+    bool json = false, timing = false, quiet = false, objects = false, allow_damaged = false;
     float object_threshold = 0.3f;
   };
   auto a = std::make_shared<CaptionArgs>();
   auto* cap = app.add_subcommand("caption", "Caption images (files or directories of images)");
   cap->add_option("images", a->images, "Image files or directories")->required();
-  cap->add_option("--model", a->model, "Model file")->capture_default_str();
+  add_model_option(cap, a->model);
   a->search.add_to(cap);
   cap->add_option("--batch", a->batch, "Images encoded together")->check(CLI::Range(1, 256))->capture_default_str();
   cap->add_option("--candidates", a->candidates,
@@ -162,6 +162,7 @@ void add_caption_commands(CLI::App& app) {
       ->capture_default_str();
   cap->add_flag("--timing", a->timing, "Print where the time went to stderr (load, decode images, encode, search)");
   cap->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal, for more than one batch)");
+  add_allow_damaged_flag(cap, a->allow_damaged);
   cap->callback([a] {
     using clock = std::chrono::steady_clock;
     auto seconds = [](clock::time_point from) { return std::chrono::duration<double>(clock::now() - from).count(); };
@@ -194,7 +195,9 @@ void add_caption_commands(CLI::App& app) {
 #pragma omp parallel for schedule(dynamic) if (chunk.size() > 1)
       for (size_t i = 0; i < chunk.size(); ++i) {
         try {
-          model->load_plane(chunk[i], planes.data() + i * plane);
+          model->load_plane(chunk[i], planes.data() + i * plane, DecodeOptions{a->allow_damaged});
+        } catch (const DamagedImage& e) {
+          errors[i] = std::string(e.what()) + " (--allow-damaged reads it anyway)";
         } catch (const Error& e) {
           errors[i] = e.what();
         } catch (const std::exception& e) {  // nothing may leave the parallel loop
@@ -262,14 +265,14 @@ void add_caption_commands(CLI::App& app) {
     std::string image, out, model = default_model_path();
     SearchFlags search;
     int panel = 224, columns = 5;
-    bool objects = false;
+    bool objects = false, allow_damaged = false;
     float object_threshold = 0.3f;
   };
   auto b = std::make_shared<AttendArgs>();
   auto* att = app.add_subcommand("attend", "Caption one image and draw where the model looked, word by word");
   att->add_option("image", b->image, "Image file")->required();
   att->add_option("--out", b->out, "Output image (.png or .jpg): one panel per word")->required();
-  att->add_option("--model", b->model, "Model file")->capture_default_str();
+  add_model_option(att, b->model);
   b->search.add_to(att);
   att->add_option("--panel", b->panel, "The longer side of each panel in pixels (the photo keeps its shape)")
       ->check(CLI::Range(kMinOverlayPanel, kMaxOverlayPanel))
@@ -283,10 +286,11 @@ void add_caption_commands(CLI::App& app) {
   att->add_option("--object-threshold", b->object_threshold, "With --objects: the lowest peak marked")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
+  add_allow_damaged_flag(att, b->allow_damaged);
   att->callback([b] {
     auto model = CaptionModel::load(b->model);
     const SearchSettings search = b->search.resolve(*model, b->model);
-    cv::Mat img = load_image_bgr(b->image);
+    cv::Mat img = load_image_bgr(b->image, DecodeOptions{b->allow_damaged});
     const EncoderConfig& encoder = model->encoder_config;
     std::vector<float> planes((size_t)3 * encoder.input_size * encoder.input_size);
     image_to_planes(img, encoder.input_size, encoder.mean, encoder.stdev, planes.data());

@@ -16,7 +16,7 @@ struct DetectArgs {
   int size = 448;
   float threshold = 0.3f;
   int batch = 4;
-  bool json = false;
+  bool json = false, allow_damaged = false;
 };
 
 std::string score_text(float v) {
@@ -27,7 +27,7 @@ std::string score_text(float v) {
 
 void run_detect(const DetectArgs& a) {
   for (const std::string& path : a.images)  // a missing photo is named before the detector is looked for
-    if (!file_exists(path)) load_image_bgr(path);
+    if (!file_exists(path)) load_image_bgr(path, DecodeOptions{a.allow_damaged});
   const Precision precision = resolve(encoder_precision_setting().value_or(PrecisionChoice::auto_));
   std::unique_ptr<ObjectDetector> detector = load_object_detector(a.size, precision, "sat detect");
   const auto& names = coco_class_names();
@@ -41,7 +41,8 @@ void run_detect(const DetectArgs& a) {
     const size_t n = std::min(a.images.size() - first, (size_t)a.batch);
     planes.resize(n * plane);
     for (size_t k = 0; k < n; ++k)
-      image_to_rgb255_planes(load_image_bgr(a.images[first + k]), a.size, planes.data() + k * plane);
+      image_to_rgb255_planes(load_image_bgr(a.images[first + k], DecodeOptions{a.allow_damaged}), a.size,
+                             planes.data() + k * plane);
     detector->forward(planes.data(), (int)n, heat);
     for (size_t k = 0; k < n; ++k) {
       const auto found = class_peaks(heat.data() + k * map, detector->map_size(), detector->map_size(),
@@ -79,6 +80,7 @@ void add_detect_command(CLI::App& app) {
       ->capture_default_str();
   cmd->add_option("--batch", a->batch, "Photos per pass")->check(CLI::Range(1, 64))->capture_default_str();
   cmd->add_flag("--json", a->json, "JSON: [{image, objects: [{class, score, x, y}]}]");
+  add_allow_damaged_flag(cmd, a->allow_damaged);
   cmd->callback([a] {
     if (a->size % 32) throw Error("--size must be a multiple of 32, got " + std::to_string(a->size));
     run_detect(*a);

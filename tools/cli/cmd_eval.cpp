@@ -17,7 +17,7 @@ void add_eval_commands(CLI::App& app) {
   auto* gr = app.add_subcommand(
       "eval-grounding",
       "Grounding accuracy on a synthetic set: how often the attention argmax falls on the object a word names");
-  gr->add_option("--model", g->model, "Model file")->capture_default_str();
+  add_model_option(gr, g->model);
   gr->add_option("--data", g->data, "Synthetic data directory (from `sat synth`) or its captions JSON")->required();
   gr->add_option("--images", g->images, "Image folder when --data is a JSON file");
   gr->add_option("--split", g->split, "Only these image file names (one per line)");
@@ -51,7 +51,7 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--results", e->results, "COCO results file [{\"image_id\", \"caption\"}] to score");
   ev->add_option("--refs", e->refs,
                  "References for --results: COCO captions JSON, Flickr8k captions.csv or a data dir");
-  ev->add_option("--model", e->model, "Model file (when captioning --data)")->capture_default_str();
+  add_model_option(ev, e->model, "Model file (when captioning --data)");
   ev->add_option("--data", e->data, "Data to caption and score: a data dir, COCO captions JSON or captions.csv");
   ev->add_option("--images", e->images, "Image folder when --data is a JSON/CSV file");
   ev->add_option("--split", e->split, "Only these image file names (one per line)");

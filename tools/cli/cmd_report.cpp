@@ -22,7 +22,7 @@ void add_report_command(CLI::App& app) {
       "report",
       "Write one self-contained HTML page: corpus scores, and per photo its caption, references, scores and "
       "word-by-word attention maps (sortable, filterable; no network needed)");
-  rep->add_option("--model", a->model, "Model file")->capture_default_str();
+  CLI::Option* model_option = add_model_option(rep, a->model);
   rep->add_option("--data", a->data, "Data to caption: a data dir, COCO captions JSON or captions.csv")->required();
   rep->add_option("--images", a->images, "Image folder when --data is a JSON/CSV file");
   rep->add_option("--split", a->split, "Only these image file names (one per line)");
@@ -36,7 +36,7 @@ void add_report_command(CLI::App& app) {
       ->check(CLI::Range(32, 1024));
   rep->add_option("--out", a->out, "HTML file to write (replaced atomically)")->required();
   rep->add_flag("--quiet", a->quiet, "No progress line (it is shown only on a terminal)");
-  rep->callback([a] {
+  rep->callback([a, model_option] {
     auto model = CaptionModel::load(a->model);
     const SearchSettings search = a->search.resolve(*model, a->model);
     CaptionSet set = load_caption_set(a->data, a->images, a->split);
@@ -65,12 +65,15 @@ void add_report_command(CLI::App& app) {
     Report report = build_report(*model, set, cache.get(), opt);
     if (bar) bar->finish(std::to_string(report.photos.size()) + " photos");
 
-    report.title = a->model;
+    // The model as the user named it; the default by its file name alone (its folder is the build's or install's)
+    const std::string model_name =
+        model_option->count() > 0 ? a->model : a->model.substr(a->model.find_last_of('/') + 1);
+    report.title = model_name;
     std::string data = a->data + (a->split.empty() ? "" : " (split " + a->split + ")");
     if (a->limit > 0) data += ", first " + std::to_string(a->limit) + " photos";
     std::string photos = std::to_string(report.photos.size()) + " in the report";
     if (!report.skipped.empty()) photos += ", " + std::to_string(report.skipped.size()) + " unreadable left out";
-    report.settings.insert(report.settings.begin(), {{"model", a->model}, {"data", data}, {"photos", photos}});
+    report.settings.insert(report.settings.begin(), {{"model", model_name}, {"data", data}, {"photos", photos}});
     if (model->info.contains("command") && model->info["command"].is_string())
       report.settings.push_back({"trained by", model->info["command"].get<std::string>()});
     report.settings.push_back({"report by", command_line()});

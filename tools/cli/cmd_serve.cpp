@@ -22,7 +22,7 @@ void add_serve_command(CLI::App& app) {
       "include=&attention=1&objects=1), "
       "GET /health, GET /metrics (Prometheus). Requests that arrive together are captioned as one batch; "
       "SIGTERM finishes the accepted requests and exits");
-  serve_cmd->add_option("--model", a->model, "Model file")->capture_default_str();
+  add_model_option(serve_cmd, a->model);
   serve_cmd->add_option("--weights-dir", a->weights_dir, "Folder holding encoder weights the model names");
   serve_cmd->add_option("--host", a->server.host, "Address to listen on (loopback unless told otherwise)")
       ->capture_default_str();

@@ -1,10 +1,82 @@
+#include <atomic>
+#include <csignal>
 #include <cstdio>
+#include <unistd.h>
 
+#include "datasets/io.hpp"
 #include "tools/cli/commands.hpp"
 #include "train/data_parallel.hpp"
 #include "train/trainer.hpp"
 
 namespace sat {
+
+namespace {
+
+// Ctrl-C during training: the first ends the run after the step under way, with a checkpoint and the command that
+// resumes it (a run killed outright loses everything since its last checkpoint, an epoch by default); a second one
+// ends the process at once, as Ctrl-C does elsewhere.
+std::atomic<bool> g_stop_requested{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "set from a signal handler");
+
+extern "C" void on_train_interrupt(int) {
+  static const char message[] =
+      "\nsat: interrupted: stopping after this step with a checkpoint (Ctrl-C again to stop at once)\n";
+  g_stop_requested.store(true);
+  std::signal(SIGINT, SIG_DFL);
+  [[maybe_unused]] const ssize_t n = ::write(STDERR_FILENO, message, sizeof message - 1);
+}
+
+// A fresh run never replaces an earlier one's files: its model and checkpoint would be gone, its features kept.
+void refuse_earlier_run(const std::string& out) {
+  const std::string checkpoint = join_path(out, "checkpoint.sat");
+  if (file_exists(checkpoint))
+    fail(out, "already holds a run (checkpoint.sat); continue it with --resume " + checkpoint +
+                  ", or start over in it with --overwrite");
+  if (file_exists(join_path(out, "model.sat")))
+    fail(out, "already holds a model (model.sat); start over in it with --overwrite, or choose another --out");
+}
+
+// Checks on a number's sign, named in the error as the user thinks of them (CLI11's own checks name a range up to
+// 1.8e308).
+CLI::Validator number_check(bool zero_allowed) {
+  return CLI::Validator(
+      [zero_allowed](std::string& text) -> std::string {
+        double v = 0;
+        if (!CLI::detail::lexical_cast(text, v)) return "not a number: " + text;
+        if (v > 0 || (zero_allowed && v == 0)) return "";
+        return std::string(zero_allowed ? "must be 0 or more" : "must be more than 0") + ", got " + text;
+      },
+      zero_allowed ? "NUMBER >= 0" : "NUMBER > 0");
+}
+const CLI::Validator kAboveZero = number_check(false), kNotNegative = number_check(true);
+
+// The command that started the run, recorded in its model, and the decoder sizes given on it, checked (with
+// --fresh-decoder they size the new decoder, the others stay the model's).
+void take_command_line(TrainOptions& o, CLI::App* cmd) {
+  std::string command = "sat";
+  for (auto& part : cmd->remaining_for_passthrough()) command += " " + part;
+  if (o.command.empty()) {
+    command = "sat train";
+    for (auto* opt : cmd->get_options())
+      if (opt->count() > 0 && opt->get_name() != "--help")
+        command += " " + opt->get_name() + " " + opt->as<std::string>();
+    o.command = command;
+  }
+  for (const char* size : {"--embed", "--hidden", "--attn"})
+    if (cmd->get_option(size)->count() > 0 && cmd->get_option(size)->as<int>() < 1)
+      throw Error(std::string("train: ") + size + " must be a positive size");
+  if (cmd->get_option("--dropout")->count() > 0 && !(o.dropout >= 0 && o.dropout < 1))
+    throw Error("train: --dropout must be in [0, 1)");
+  if (o.fresh_decoder) {  // sizes given on the command line set the fresh decoder's; the others stay the model's
+    if (cmd->get_option("--embed")->count() > 0) o.fresh_embed = o.embed_dim;
+    if (cmd->get_option("--hidden")->count() > 0) o.fresh_hidden = o.hidden_dim;
+    if (cmd->get_option("--attn")->count() > 0) o.fresh_attn = o.attn_dim;
+    if (cmd->get_option("--dropout")->count() > 0) o.fresh_dropout = o.dropout;
+    if (cmd->get_option("--order")->count() > 0) o.fresh_order = o.order;
+  }
+}
+
+}  // namespace
 
 void add_train_command(CLI::App& app) {
   auto o = std::make_shared<TrainOptions>();
@@ -12,6 +84,7 @@ void add_train_command(CLI::App& app) {
   auto more_epochs = std::make_shared<int>(0);
   auto stop_after = std::make_shared<int64_t>(0);
   auto mpi_timeout = std::make_shared<double>(300);
+  auto overwrite = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("train", "Train a captioner (encoder and decoder end to end)");
   cmd->add_option("--data", o->data,
                   "Training data: a directory with captions.json and images/, or a COCO captions JSON");
@@ -20,7 +93,11 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--val-data", o->val_data, "Validation data (directory or JSON; default: --data)");
   cmd->add_option("--val-images", o->val_images, "Image folder for --val-data when it is a JSON file");
   cmd->add_option("--val-split", o->val_split, "File listing the validation image file names");
-  cmd->add_option("--out", o->out, "Output directory: model.sat (best) and checkpoint.sat")->capture_default_str();
+  cmd->add_option("--out", o->out,
+                  "Output directory: model.sat (best) and checkpoint.sat (one that already holds a run is refused "
+                  "but with --overwrite)")
+      ->capture_default_str();
+  cmd->add_flag("--overwrite", *overwrite, "Start a fresh run in an --out folder that already holds one, replacing it");
   cmd->add_option("--encoder", o->encoder,
                   "Pretrained encoder file (e.g. models/inception_v3.sat): frozen, features "
                   "cached once; without it a small CNN is trained end to end");
@@ -32,7 +109,8 @@ void add_train_command(CLI::App& app) {
       "start fine-tuning; from one fine-tuned after a later layer: more units tune, the tuned ones kept");
   cmd->add_option("--tune-lr", o->tune_lr,
                   "Learning rate of the fine-tuned encoder layers (decays like --lr; 0: they stay as they are)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--objects", o->objects,
                   "With --encoder: join the COCO detector's class maps (sat detect) to the grid, times this, as 80 "
                   "more features per location (0: no; the cache: sat extract --objects with the same value)")
@@ -43,7 +121,8 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::IsMember({"maps", "tags", "both"}))
       ->capture_default_str();
   cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 2048));
   cmd->add_option("--features", o->features,
                   "With --encoder: feature cache of the images (default: <out>/features.feat, "
                   "made if missing)");
@@ -53,7 +132,8 @@ void add_train_command(CLI::App& app) {
                   "(sat extract --mirror, same encoder and cut as --features); each step reads a photo's mirrored grid "
                   "with probability --mirror-prob, its captions with left and right swapped");
   cmd->add_option("--mirror-prob", o->mirror_prob, "With --mirror-features: the probability a photo is read mirrored")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 1.0));
   cmd->add_option("--blocks", o->blocks, "Encoder conv blocks: output channels, each 3x3 conv+BN+ReLU+2x2 max pool")
       ->capture_default_str();
   cmd->add_option("--input-size", o->input_size, "Encoder input side in pixels")->capture_default_str();
@@ -82,7 +162,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")
       ->capture_default_str();
   cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
   cmd->add_option("--hard-soft-prob", o->hard_soft_prob,
                   "Hard attention: probability that a training step takes the expected (soft) context")
       ->capture_default_str();
@@ -90,11 +171,14 @@ void add_train_command(CLI::App& app) {
                   "Hard attention: epochs over which that probability falls from 1 (all soft) to --hard-soft-prob")
       ->capture_default_str();
   cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--init-from", o->init_from,
                   "Start from this trained model file (weights, vocabulary, sizes; "
                   "the model options above are then ignored, but for the sizes given with --fresh-decoder)");
@@ -113,78 +197,78 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--scst-samples", o->scst_samples,
                   "Self-critical: captions sampled per image (the baseline of each "
                   "is the mean reward of the others)")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(2, 256));
   cmd->add_option("--max-len", o->max_len, "Longest caption in words (longer ones are cut)")->capture_default_str();
   cmd->add_option("--min-count", o->min_count, "Words seen fewer times in training become <unk>")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--epochs", o->epochs, "Maximum number of epochs (0: write the initialized, untrained model)")
       ->capture_default_str();
   cmd->add_option("--batch", o->batch_images, "Images per batch (each brings its captions)")->capture_default_str();
   cmd->add_option("--captions-per-image", o->captions_per_image, "Captions used per image and step (0 = all)")
-      ->capture_default_str();
-  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str();
-  cmd->add_option("--lr-decay", o->lr_decay, "Learning rate factor per epoch")->capture_default_str();
-  cmd->add_option("--clip", o->clip, "Gradient-norm clipping threshold (0 = off)")->capture_default_str();
+      ->capture_default_str()
+      ->check(kNotNegative);
+  cmd->add_option("--lr", o->lr, "Adam learning rate")->capture_default_str()->check(kAboveZero);
+  cmd->add_option("--lr-decay", o->lr_decay, "Learning rate factor per epoch")
+      ->capture_default_str()
+      ->check(kAboveZero);
+  cmd->add_option("--clip", o->clip, "Gradient-norm clipping threshold (0 = off)")
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--label-smoothing", o->label_smoothing,
                   "Cross-entropy training: put this much of the target's "
                   "probability evenly over the vocabulary instead of on the reference word (0: off; 0.1 is usual)")
       ->capture_default_str();
-  cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")->capture_default_str();
+  cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--patience", o->patience,
                   "Stop after this many epochs without a better validation score (--metric); with --resume, overrides "
                   "the checkpoint's")
-      ->capture_default_str();
-  cmd->add_option("--val-limit", o->val_limit, "Validate on at most this many images (0 = all)")->capture_default_str();
+      ->capture_default_str()
+      ->check(kAboveZero);
+  cmd->add_option("--val-limit", o->val_limit, "Validate on at most this many images (0 = all)")
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--metric", o->metric, "Validation score that picks the best model and stops early: bleu4 or cider")
       ->capture_default_str();
   cmd->add_option("--checkpoint-every", o->checkpoint_every, "Also checkpoint every N steps inside an epoch")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(kNotNegative);
   cmd->add_option("--seed", o->seed, "Random seed (initialization, order, dropout)")->capture_default_str();
   cmd->add_option("--threads", o->threads,
                   "Worker threads (0 = all cores; under mpirun, the rank's share of its machine's "
                   "cores); with --resume, overrides the checkpoint's")
-      ->capture_default_str();
+      ->capture_default_str()
+      ->check(CLI::Range(0, 4096));
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
-  cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs");
+  cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs")->check(kNotNegative);
   cmd->add_flag(
       "--keep-epochs", o->keep_epochs,
       "Also write each epoch's model as model-epochN.sat (to choose an epoch "
       "by other scores, such as beam search on all dev photos); with --resume at an epoch's end, that epoch's too");
-  cmd->add_option("--stop-after", *stop_after, "End this run after N steps with a checkpoint (continue with --resume)");
+  cmd->add_option("--stop-after", *stop_after, "End this run after N steps with a checkpoint (continue with --resume)")
+      ->check(kNotNegative);
   cmd->add_option("--mpi-timeout", *mpi_timeout,
                   "Under mpirun: seconds a rank waits for the others in one exchange "
                   "before it gives up, naming the exchange (a rank that hangs; 0: wait forever)")
       ->capture_default_str()
       ->check(CLI::NonNegativeNumber);
-  cmd->callback([o, resume, more_epochs, stop_after, mpi_timeout, cmd] {
+  cmd->callback([o, resume, more_epochs, stop_after, mpi_timeout, overwrite, cmd] {
     if (resume->empty() && o->data.empty()) throw CLI::RequiredError("--data (or --resume)");
-    std::string command = "sat";
-    for (auto& part : cmd->remaining_for_passthrough()) command += " " + part;
-    if (o->command.empty()) {
-      command = "sat train";
-      for (auto* opt : cmd->get_options())
-        if (opt->count() > 0 && opt->get_name() != "--help")
-          command += " " + opt->get_name() + " " + opt->as<std::string>();
-      o->command = command;
-    }
-    for (const char* size : {"--embed", "--hidden", "--attn"})
-      if (cmd->get_option(size)->count() > 0 && cmd->get_option(size)->as<int>() < 1)
-        throw Error(std::string("train: ") + size + " must be a positive size");
-    if (cmd->get_option("--dropout")->count() > 0 && !(o->dropout >= 0 && o->dropout < 1))
-      throw Error("train: --dropout must be in [0, 1)");
-    if (o->fresh_decoder) {  // sizes given on the command line set the fresh decoder's; the others stay the model's
-      if (cmd->get_option("--embed")->count() > 0) o->fresh_embed = o->embed_dim;
-      if (cmd->get_option("--hidden")->count() > 0) o->fresh_hidden = o->hidden_dim;
-      if (cmd->get_option("--attn")->count() > 0) o->fresh_attn = o->attn_dim;
-      if (cmd->get_option("--dropout")->count() > 0) o->fresh_dropout = o->dropout;
-      if (cmd->get_option("--order")->count() > 0) o->fresh_order = o->order;
-    }
+    take_command_line(*o, cmd);
     ResumeOverrides more;  // with --resume, the checkpoint's options hold but for these
     more.epochs = *more_epochs;
     more.keep_epochs = o->keep_epochs;
     if (cmd->get_option("--patience")->count() > 0) more.patience = o->patience;
+    if (resume->empty() && !*overwrite) refuse_earlier_run(o->out);
     std::unique_ptr<Collective> ranks = join_ranks(*mpi_timeout);
-    auto summary = train(*o, *resume, more, *stop_after, ranks.get());
+    // Ranks would have to agree on the step to stop at; under mpirun, Ctrl-C keeps mpirun's meaning.
+    if (ranks->size() == 1) std::signal(SIGINT, on_train_interrupt);
+    auto summary = train(*o, *resume, more, *stop_after, ranks.get(), &g_stop_requested);
+    std::signal(SIGINT, SIG_DFL);
+    if (summary.interrupted) throw CLI::RuntimeError(130);  // as a shell reports a Ctrl-C
     if (!ranks->leads()) return;
     std::printf("best val %s %.4f (epoch %d), model %s\n", summary.metric == "cider" ? "CIDEr-D" : "BLEU-4",
                 summary.best_score, summary.best_epoch, summary.model_path.c_str());

@@ -31,6 +31,13 @@ void add_model_commands(CLI::App& app);    // model info, model compact
 void add_report_command(CLI::App& app);    // report (HTML page of captions, scores, attention maps)
 void add_serve_command(CLI::App& app);
 void add_detect_command(CLI::App& app);    // detect (the COCO objects in photos)     // serve (HTTP server, tools/cli/server.hpp)
+// --allow-damaged, on the commands that read photos a user names (caption, attend, detect).
+void add_allow_damaged_flag(CLI::App* command, bool& to);
+// What follows the error of a damaged photo: how to read it anyway, on the commands that can.
+std::string damaged_hint(const CLI::App& app);
+// --model, its default (default_model_path()) described rather than printed: it is a path into wherever sat was built
+// or installed, which --help would show every user.
+CLI::Option* add_model_option(CLI::App* command, std::string& to, const std::string& help = "Model file");
 std::string default_model_path();
 std::string default_encoder_path();  // the imported InceptionV3 (tools/import-inception.sh writes it)
 // The ranks of a data-parallel run (tools/cli/ranks.cpp): those mpirun started, when it started this process (each

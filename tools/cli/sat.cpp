@@ -8,6 +8,7 @@
 #include "datasets/io.hpp"
 #include "datasets/shipped.hpp"
 #include "tools/cli/commands.hpp"
+#include "vision/image.hpp"
 #include "vision/pretrained.hpp"
 
 namespace sat {
@@ -18,6 +19,19 @@ std::string default_model_path() {
 std::string default_encoder_path() {
   if (const char* env = std::getenv("SAT_ENCODER")) return env;
   return join_path(shipped_models_dir(), "inception_v3.sat");
+}
+void add_allow_damaged_flag(CLI::App* command, bool& to) {
+  command->add_flag("--allow-damaged", to,
+                    "Read a damaged JPEG or PNG anyway (cut short, corrupt data, a failed checksum: by default an "
+                    "error naming the file), its missing part grey");
+}
+CLI::Option* add_model_option(CLI::App* command, std::string& to, const std::string& help) {
+  return command->add_option("--model", to, help)->default_str("$SAT_MODEL, else flickr8k.sat in sat's models folder");
+}
+std::string damaged_hint(const CLI::App& app) {
+  for (const char* name : {"caption", "attend", "detect"})
+    if (app.got_subcommand(name)) return " (--allow-damaged reads it anyway)";
+  return "";
 }
 static std::string g_command_line;
 const std::string& command_line() {
@@ -73,7 +87,8 @@ int main(int argc, char** argv) {
   mallopt(M_TRIM_THRESHOLD, 1 << 30);
   sat::g_command_line = "sat";
   for (int i = 1; i < argc; ++i) sat::g_command_line += std::string(" ") + argv[i];
-  CLI::App app{"sat: Show, Attend and Tell image captioning with attention maps (oneDNN encoder, LSTM decoder)"};
+  // named "sat" whatever path ran it: usage lines show no path of the machine
+  CLI::App app{"sat: Show, Attend and Tell image captioning with attention maps (oneDNN encoder, LSTM decoder)", "sat"};
   app.require_subcommand(1);
   app.set_help_all_flag("--help-all", "Show help for every subcommand");
   app.fallthrough();  // --weights-dir may come after the command
@@ -115,6 +130,9 @@ int main(int argc, char** argv) {
     if (e.get_exit_code() == 0) return app.exit(e);  // --help, --help-all
     std::fprintf(stderr, "sat: %s\n", usage_problem(app, e, argc, argv).c_str());
     return 2;  // a usage error, as for other Unix commands
+  } catch (const sat::DamagedImage& e) {
+    std::fprintf(stderr, "sat: %s%s\n", e.what(), sat::damaged_hint(app).c_str());
+    return 1;
   } catch (const std::bad_alloc&) {
     sat::abort_ranks_after("out of memory");
     std::fprintf(stderr, "sat: out of memory\n");

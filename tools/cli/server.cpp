@@ -324,7 +324,7 @@ struct Service {
   BatchQueue queue;
   ServerMetrics metrics;
   std::atomic<uint64_t> captioned{0};
-  std::atomic<int> admitted{0};  // POST /caption requests between their head and their answer
+  std::atomic<int> admitted{0};      // POST /caption requests between their head and their answer
   std::atomic<int64_t> image_us{0};  // the network's recent time per image (a moving average), 0 until measured
 
   // Admission: a place in --queue, and an expected wait within --max-wait at the network's recent pace (one
@@ -334,9 +334,9 @@ struct Service {
     const double per_image = image_us.load() / 1e6, expected = (before + 1) * per_image;
     if (before == 0 || (before < opt.queue && expected <= opt.max_wait_s)) return std::nullopt;
     --admitted;
-    http::Response r = http::error_response(
-        503, "busy: " + std::to_string(before) + " captions already in the server (about " +
-                 std::to_string((int)std::ceil(expected)) + " s of work); try again");
+    http::Response r =
+        http::error_response(503, "busy: " + std::to_string(before) + " captions already in the server (about " +
+                                      std::to_string((int)std::ceil(expected)) + " s of work); try again");
     r.headers.emplace_back("Retry-After", std::to_string(std::clamp((int)std::ceil(expected - opt.max_wait_s), 1, 60)));
     return r;
   }
@@ -358,18 +358,20 @@ struct Service {
       return admit();
     }
     if (req.path != "/" && req.path != "/health" && req.path != "/metrics")
-      return http::error_response(404, "no such path: " + req.path + " (GET /, POST /caption, GET /health, GET /metrics)");
+      return http::error_response(404,
+                                  "no such path: " + req.path + " (GET /, POST /caption, GET /health, GET /metrics)");
     if (!get) return wrong_method(req, "GET");
     if (req.path == "/health") {
       const ModelInfo info = captioner.info();
-      return json_answer(json{{"status", "ok"},
-                              {"model", model_name},
-                              {"attention", info.attention},
-                              {"objects", objects},
-                              {"queue", queue.depth()},
-                              {"max_batch", opt.max_batch},
-                              {"captioned", captioned.load()}}
-                             .dump());
+      return json_answer(json{
+          {"status", "ok"},
+          {"model", model_name},
+          {"attention", info.attention},
+          {"objects", objects},
+          {"queue", queue.depth()},
+          {"max_batch", opt.max_batch},
+          {"captioned",
+           captioned.load()}}.dump());
     }
     http::Response r;
     if (req.path == "/metrics") {
@@ -409,9 +411,11 @@ struct Service {
     } catch (const Error& e) {
       return respond(http::error_response(400, public_message(e.what())));
     }
-    if (bytes.empty()) return respond(http::error_response(400, "empty body: POST the image's bytes (or a multipart file)"));
+    if (bytes.empty())
+      return respond(http::error_response(400, "empty body: POST the image's bytes (or a multipart file)"));
     try {
-      job->image = decode_image_bgr(bytes.data(), bytes.size(), "request body", &job->pixels, /*wait=*/false);
+      job->image =
+          decode_image_bgr(bytes.data(), bytes.size(), "request body", DecodeOptions{false, false}, &job->pixels);
     } catch (const ImageBusy& e) {
       return respond(busy(e.what()));
     } catch (const Error& e) {

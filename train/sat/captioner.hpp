@@ -66,6 +66,9 @@ struct CaptionOptions {
   bool objects = false;
   double object_threshold = 0.3;
   int candidates = 0;  // fill CaptionResult::candidates with the N best (and the kept one); at most 100
+  // A JPEG or PNG that is damaged (cut short, corrupt data, a failed checksum) throws sat::Error naming it; true
+  // captions it anyway, its missing part grey.
+  bool allow_damaged = false;
 };
 
 // Where the model looked while emitting one word: weights over the encoder's grid, row-major rows x cols, summing
