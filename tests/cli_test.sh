@@ -756,7 +756,7 @@ printf '{"images": [{"filename": "a.jpg", "split": "train", "sentences": [{"toke
 expect_error "Karpathy entry without a filename" "^sat: $WORK/karpathy.json: images\[1\]" "$SAT" data convert "$WORK/karpathy.json" --out "$WORK/k.json"
 if [ "$MODE" = all ]; then  # training with every attention kind (not bad input)
 for kind in "--attention hard --hard-window 3" "--order luong" "--order luong --attention hard" "--order updown" "--order updown --attention hard" "--attention none" "--attention local" "--score dot" "--score general" "--score cosine" "--score location"; do
-  "$SAT" train --data "$WORK/train" --train-split "$WORK/small.txt" --val-data "$WORK/val" --out "$WORK/kind" $kind \
+  "$SAT" train --data "$WORK/train" --train-split "$WORK/small.txt" --val-data "$WORK/val" --out "$WORK/kind" --overwrite $kind \
     --epochs 1 --val-limit 20 --captions-per-image 1 >/dev/null 2>&1 &&
     "$SAT" attend "$IMG" --model "$WORK/kind/model.sat" --out "$WORK/kind.png" >/dev/null 2>&1 && pass "train and attend: $kind" || fail "train and attend: $kind"
 done
