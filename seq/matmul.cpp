@@ -81,9 +81,15 @@ struct WeightKey {
     return std::tie(data, rows, cols, ld, trans) < std::tie(o.data, o.rows, o.cols, o.ld, o.trans);
   }
 };
+// A weight's bf16 copy in the layout one kind of primitive reads it in.
 struct WeightCopy {
   uint64_t generation = 0;
-  std::vector<uint16_t> values;
+  memory::desc desc;
+  std::vector<uint8_t> bytes;
+};
+struct Primitive {
+  dnnl::matmul matmul;
+  memory::desc weights;  // the weights' layout it reads
 };
 }  // namespace
 
@@ -95,16 +101,20 @@ static dnnl::engine& engine() {
 
 struct Products::Impl {
   std::mutex mutex;  // the caches below; a searched model may be shared by threads (the server)
-  std::map<Key, dnnl::matmul> primitives;
-  std::map<WeightKey, WeightCopy> weights;
+  std::map<Key, Primitive> primitives;
+  std::map<WeightKey, std::vector<WeightCopy>> weights;
 
-  dnnl::matmul& primitive(const Key& k) {
+  // ws0 == 0: a bf16 weight in the layout the primitive chooses (its copy is made in it, once per step), so the
+  // kernel does not repack it on every call.
+  Primitive& primitive(const Key& k) {
     std::lock_guard<std::mutex> lock(mutex);
     auto it = primitives.find(k);
     if (it != primitives.end()) return it->second;
     const auto [M, K, N, xs0, xs1, ws0, ws1, ldo, bf16, accumulate] = k;
     const dt in = bf16 ? dt::bf16 : dt::f32;
-    const memory::desc x({M, K}, in, memory::dims{xs0, xs1}), w({K, N}, in, memory::dims{ws0, ws1}),
+    const memory::desc x({M, K}, in, memory::dims{xs0, xs1}),
+        w = ws0 == 0 ? memory::desc({K, N}, in, memory::format_tag::any)
+                     : memory::desc({K, N}, in, memory::dims{ws0, ws1}),
         o({M, N}, dt::f32, memory::dims{ldo, 1});
     dnnl::primitive_attr attr;
     if (accumulate) {
@@ -113,8 +123,10 @@ struct Products::Impl {
       attr.set_post_ops(po);
     }
     dnnl::matmul::primitive_desc pd(dnnl::matmul::desc(x, w, o), attr, engine());
-    return primitives.emplace(k, dnnl::matmul(pd)).first->second;
+    return primitives.emplace(k, Primitive{dnnl::matmul(pd), pd.weights_desc()}).first->second;
   }
+  // W's bf16 copy in `layout`, made again when older than `generation`.
+  const void* weight_copy(const Operand& W, const memory::desc& layout, uint64_t generation);
 };
 
 Products::Products(ProductPrecision p) : precision_(p), impl_(std::make_unique<Impl>()) {}
@@ -126,20 +138,14 @@ void Products::set_precision(ProductPrecision p) {
   impl_->weights.clear();
 }
 
-const uint16_t* Products::weight_copy(const Operand& W) {
-  std::lock_guard<std::mutex> lock(impl_->mutex);
-  WeightCopy& c = impl_->weights[{W.data, W.rows, W.cols, W.ld, W.trans}];
-  if (c.generation != generation_) {
-    c.values.resize((size_t)(W.rows * W.cols));
-    to_bf16(W, c.values.data());
-    c.generation = generation_;
-  }
-  return c.values.data();
+static dnnl::stream& thread_stream() {
+  thread_local dnnl::stream stream(engine());
+  return stream;
 }
 
 // Scratch for the activations' bf16 copies, per thread (searches may run in several threads).
 static std::vector<uint16_t>& scratch(int which) {
-  thread_local std::vector<uint16_t> buffers[2];
+  thread_local std::vector<uint16_t> buffers[3];
   return buffers[which];
 }
 
@@ -150,20 +156,43 @@ static const uint16_t* converted(const Operand& X, int which) {
   return buf.data();
 }
 
+const void* Products::Impl::weight_copy(const Operand& W, const memory::desc& layout, uint64_t generation) {
+  std::lock_guard<std::mutex> lock(mutex);
+  std::vector<WeightCopy>& copies = weights[{W.data, W.rows, W.cols, W.ld, W.trans}];
+  auto it = std::find_if(copies.begin(), copies.end(), [&](const WeightCopy& c) { return c.desc == layout; });
+  if (it == copies.end()) it = copies.insert(copies.end(), WeightCopy{0, layout, {}});
+  WeightCopy& c = *it;
+  if (c.generation != generation) {
+    const int64_t K = W.op_rows(), N = W.op_cols();
+    const memory::desc plain({K, N}, dt::bf16, memory::dims{N, 1});
+    c.bytes.resize(layout.get_size());
+    if (layout == plain) {
+      to_bf16(W, reinterpret_cast<uint16_t*>(c.bytes.data()));
+    } else {  // rounded to bf16 row-major, then reordered into the primitive's layout
+      memory from(plain, engine(), const_cast<uint16_t*>(converted(W, 2))), to(layout, engine(), c.bytes.data());
+      dnnl::reorder(from, to).execute(thread_stream(), from, to);
+      thread_stream().wait();
+    }
+    c.generation = generation;
+  }
+  return c.bytes.data();
+}
+
 void Products::weight(const Operand& X, const Operand& W, float* out, int64_t ldo, bool accumulate) {
   const bool bf16 = precision_ == ProductPrecision::bf16;
   const bool empty = X.op_rows() == 0 || W.op_cols() == 0 || X.op_cols() == 0;
-  run(X, bf16 && !empty ? converted(X, 0) : nullptr, W, bf16 && !empty ? weight_copy(W) : nullptr, out, ldo,
-      accumulate);
+  run(X, bf16 && !empty ? converted(X, 0) : nullptr, W, nullptr, out, ldo, accumulate);
 }
 
 void Products::activations(const Operand& X, const Operand& Y, float* out, int64_t ldo, bool accumulate) {
   const bool bf16 = precision_ == ProductPrecision::bf16;
   const bool empty = X.op_rows() == 0 || Y.op_cols() == 0 || X.op_cols() == 0;
-  run(X, bf16 && !empty ? converted(X, 0) : nullptr, Y, bf16 && !empty ? converted(Y, 1) : nullptr, out, ldo,
-      accumulate);
+  if (!bf16 || empty) return run(X, nullptr, Y, nullptr, out, ldo, accumulate);
+  run(X, converted(X, 0), Y, converted(Y, 1), out, ldo, accumulate);
 }
 
+// xh: X as bf16 (null: float32 products). In bf16, wh: W converted (plain row-major), or null when W is a weight,
+// read from its copy in the layout the primitive chooses.
 void Products::run(const Operand& X, const uint16_t* xh, const Operand& W, const uint16_t* wh, float* out, int64_t ldo,
                    bool accumulate) {
   const int64_t M = X.op_rows(), K = X.op_cols(), N = W.op_cols();
@@ -175,22 +204,23 @@ void Products::run(const Operand& X, const uint16_t* xh, const Operand& W, const
       for (int64_t m = 0; m < M; ++m) std::fill(out + m * ldo, out + m * ldo + N, 0.f);
     return;
   }
-  const bool bf16 = xh != nullptr;
-  // bf16 operands are the converted, plain row-major copies; float32 ones are read in place, transposed by strides
+  const bool bf16 = xh != nullptr, packed = bf16 && !wh;
+  // bf16 operands are converted copies; float32 ones are read in place, transposed by strides
   const int64_t xs0 = bf16 ? K : X.trans ? 1 : X.ld, xs1 = bf16 ? 1 : X.trans ? X.ld : 1;
-  const int64_t ws0 = bf16 ? N : W.trans ? 1 : W.ld, ws1 = bf16 ? 1 : W.trans ? W.ld : 1;
-  dnnl::matmul& mm = impl_->primitive({M, K, N, xs0, xs1, ws0, ws1, ldo, bf16, accumulate});
+  const int64_t ws0 = packed ? 0 : bf16 ? N : W.trans ? 1 : W.ld, ws1 = packed ? 0 : bf16 ? 1 : W.trans ? W.ld : 1;
+  Primitive& p = impl_->primitive({M, K, N, xs0, xs1, ws0, ws1, ldo, bf16, accumulate});
   const dt in = bf16 ? dt::bf16 : dt::f32;
   // memory objects over the caller's buffers: cheap to make, so made per call
   const dnnl::engine& eng = engine();
   memory xm(memory::desc({M, K}, in, memory::dims{xs0, xs1}), eng,
             bf16 ? (void*)xh : (void*)const_cast<float*>(X.data));
-  memory wm(memory::desc({K, N}, in, memory::dims{ws0, ws1}), eng,
-            bf16 ? (void*)wh : (void*)const_cast<float*>(W.data));
+  void* w = packed ? const_cast<void*>(impl_->weight_copy(W, p.weights, generation_))
+            : bf16 ? (void*)wh
+                   : (void*)const_cast<float*>(W.data);
+  memory wm(p.weights, eng, w);
   memory om(memory::desc({M, N}, dt::f32, memory::dims{ldo, 1}), eng, out);
-  thread_local dnnl::stream stream(engine());
-  mm.execute(stream, {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, om}});
-  stream.wait();
+  p.matmul.execute(thread_stream(), {{DNNL_ARG_SRC, xm}, {DNNL_ARG_WEIGHTS, wm}, {DNNL_ARG_DST, om}});
+  thread_stream().wait();
 }
 
 }  // namespace sat
