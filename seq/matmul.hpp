@@ -3,8 +3,9 @@
 // 16 steps in sequence), cannot get past about a third of the machine's sgemm peak; oneDNN's matmul can, and runs
 // bfloat16 on the CPU's native units (AVX512-BF16 dot products, AMX tiles). One Products object per decoder keeps:
 //   - the matmul primitives, made once per shape (M, K, N, layout, precision, accumulate) and reused;
-//   - in bf16, a bfloat16 copy of each weight it has multiplied by (and of its transpose, for backward's dY W^T),
-//     made the first time the weight is used after invalidate(): the decoder calls invalidate() once per training
+//   - in bf16, a bfloat16 copy of each weight it has multiplied by (and of its transpose, for backward's dY W^T), in
+//     the blocked layout the primitive chooses (so its kernel does not repack the weight on every call), made the
+//     first time the weight is used after invalidate(): the decoder calls invalidate() once per training
 //     step (its forward), so the copies follow the optimizer's updates at one conversion per weight and step, not
 //     one per product. Activations are converted on the way in (transposed there when the product reads X^T).
 // Float32 masters stay where they are: weights, gradients (accumulated in float32 by the matmul's sum post-op), Adam.
@@ -83,7 +84,6 @@ class Products {
   struct Impl;
   void run(const Operand& X, const uint16_t* x_bf16, const Operand& W, const uint16_t* w_bf16, float* out, int64_t ldo,
            bool accumulate);
-  const uint16_t* weight_copy(const Operand& W);
   ProductPrecision precision_;
   uint64_t generation_ = 1;
   std::unique_ptr<Impl> impl_;
