@@ -69,7 +69,10 @@ class AdditiveScore final : public AttentionScore {
   void precompute(const Mat& F, const RowGrids& rows) override {
     rows_ = rows;
     F_ = &F;
-    UA_.noalias() = F * value_of(params_.U);
+    if (products_)
+      products_->times(F, value_of(params_.U), UA_, false);
+    else
+      UA_.noalias() = F * value_of(params_.U);
     UA_.rowwise() += value_of(params_.b).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
     if (coverage_) dUA_step_.resize((int64_t)rows_.row_count() * L_, A_);
@@ -88,7 +91,10 @@ class AdditiveScore final : public AttentionScore {
     if (coverage_ && !coverage) throw Error("attention: this score needs the coverage");
     const int B = rows_.row_count();
     Mat q;  // B x A
-    times(h, value_of(params_.W), q, false);
+    if (products_)
+      times(*products_, h, value_of(params_.W), q, false);
+    else
+      times(h, value_of(params_.W), q, false);
     e.resize(B, L_);
     Eigen::Map<const Eigen::VectorXf> v(params_.v.value.data(), A_);
 #pragma omp parallel
@@ -143,8 +149,13 @@ class AdditiveScore final : public AttentionScore {
     }
     params_.v.ensure_grad();
     Eigen::Map<Eigen::RowVectorXf>(params_.v.grad.data(), A_) += dv_rows.colwise().sum();
-    grad_of(params_.W).noalias() += h_cache_[t].transpose() * dq;
-    dh.noalias() += dq * value_of(params_.W).transpose();
+    if (products_) {
+      products_->add_xt_y(h_cache_[t], dq, grad_of(params_.W));
+      products_->times_t(dq, value_of(params_.W), dh, true);
+    } else {
+      grad_of(params_.W).noalias() += h_cache_[t].transpose() * dq;
+      dh.noalias() += dq * value_of(params_.W).transpose();
+    }
     if (coverage_) {
       // pre-tanh += c_bi * w_c: d w_c = sum_bi c_bi dpre_bi, d c_bi = dpre_bi . w_c
       Eigen::Map<const Eigen::RowVectorXf> cov_flat(cov->data(), (int64_t)B * L_);
@@ -155,9 +166,15 @@ class AdditiveScore final : public AttentionScore {
     }
   }
   void finish_backward(Mat* dF) override {
-    grad_of(params_.U).noalias() += F_->transpose() * dUA_;
+    if (products_)
+      products_->add_xt_y(*F_, dUA_, grad_of(params_.U));
+    else
+      grad_of(params_.U).noalias() += F_->transpose() * dUA_;
     grad_of(params_.b).row(0) += dUA_.colwise().sum();
-    if (dF) dF->noalias() += dUA_ * value_of(params_.U).transpose();
+    if (dF && products_)
+      products_->times_t(dUA_, value_of(params_.U), *dF, true);
+    else if (dF)
+      dF->noalias() += dUA_ * value_of(params_.U).transpose();
   }
 
  private:

@@ -5,6 +5,7 @@
 #include <string>
 #include <vector>
 
+#include "seq/matmul.hpp"
 #include "seq/tensor.hpp"
 
 namespace sat {
@@ -50,9 +51,13 @@ class AttentionScore {
   virtual void select_rows(const std::vector<int>& rows) { rows_ = rows_.select(rows); }
 
   const RowGrids& row_grids() const { return rows_; }
+  // The decoder's products (seq/matmul.hpp), for the scores whose products are large enough to matter (additive);
+  // null: Eigen's. A wrapper passes them on to its inner score.
+  virtual void set_products(Products* p) { products_ = p; }
 
  protected:
   RowGrids rows_;  // set by precompute
+  Products* products_ = nullptr;
 };
 
 // Additive (Bahdanau): e_i = v . tanh(U a_i + W h + b), plus w_c * c_i with coverage (Tu et al. 2016), where

@@ -130,9 +130,11 @@ Decoder::Decoder(const DecoderConfig& cfg) : cfg_(cfg) {
   spec.local = cfg.attention == "local";
   spec.local_sigma = cfg.local_sigma;
   score_ = make_score(spec);
+  score_->set_products(&products_);
 }
 
 std::vector<Param*> Decoder::params() {
+  products_.invalidate();  // the caller may change them
   DecoderParams& p = params_;
   std::vector<Param*> out = {&p.embed,  &p.init_h.W,     &p.init_h.b,      &p.init_c.W,    &p.init_c.b,
                              &p.gate.W, &p.gate.b,       &p.lstm.W_in,     &p.lstm.W_x,    &p.lstm.W_hh,
@@ -255,23 +257,25 @@ static Mat mean_features(const Mat& F, const RowGrids& rows, int L) {
 }
 
 Mat Decoder::init_state(const Mat& mean, AffineParams& init) {
-  return ((mean * value_of(init.W)).rowwise() + value_of(init.b).row(0)).array().tanh().matrix();
+  Mat s;
+  products_.times(mean, value_of(init.W), s, false);
+  s.rowwise() += value_of(init.b).row(0);
+  return s.array().tanh().matrix();
 }
 
 static Mat sigmoid(const Mat& x) {
   return (1.f / (1.f + (-x.array()).exp())).matrix();
 }
 
-void Decoder::dropout_mask(Mat& mask, int rows, int cols, Draws& draws) const {
+void Decoder::dropout_mask(float* mask, int rows, int cols, Draws& draws) const {
   const float p = cfg_.dropout;
-  mask.resize(rows, cols);
   if (!draws.any() || p <= 0) {
-    mask.setOnes();
+    std::fill(mask, mask + (int64_t)rows * cols, 1.f);
     return;
   }
   const float keep = 1.f / (1.f - p);
   for (int b = 0; b < rows; ++b) {
-    float* d = &mask(b, 0);
+    float* d = mask + (int64_t)b * cols;
     for (int k = 0; k < cols; ++k) d[k] = draws.uniform(b) >= p ? keep : 0.f;
   }
 }
@@ -333,36 +337,48 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCa
 // One LSTM step of weights W: gates from (in, x, h), then c and h (in: the word vectors, or the context for the
 // Up-Down order's language LSTM). gates keeps the activated gates for backward.
 static void lstm_activate(Mat& g, const Mat& c, Mat& c_next, Mat* tanh_c, Mat& h_next);
-static void lstm_step(const Mat& in, const Mat& x, const Mat& h, const Mat& c, LstmParams& W, Mat& gates, Mat& c_next,
-                      Mat* tanh_c, Mat& h_next) {
-  Mat& g = gates;  // a search's few rows: the few-rows product (seq/few_rows.hpp)
-  times(in, value_of(W.W_in), g, false);
-  times(x, value_of(W.W_x), g, true);
-  times(h, value_of(W.W_hh), g, true);
+static void lstm_step(Products& P, const Mat& in, const Mat& x, const Mat& h, const Mat& c, LstmParams& W, Mat& gates,
+                      Mat& c_next, Mat* tanh_c, Mat& h_next) {
+  Mat& g = gates;  // a float32 search's few rows: the few-rows product (seq/few_rows.hpp)
+  times(P, in, value_of(W.W_in), g, false);
+  times(P, x, value_of(W.W_x), g, true);
+  times(P, h, value_of(W.W_hh), g, true);
   g.rowwise() += value_of(W.b).row(0);
   lstm_activate(g, c, c_next, tanh_c, h_next);
 }
 
 // The same when the embedding's part of the gates (emb W_in + b) is already computed: emb_part.
 template <class Rows>
-static void lstm_step_from(const Rows& emb_part, const Mat& x, const Mat& h, const Mat& c, LstmParams& W, Mat& gates,
-                           Mat& c_next, Mat* tanh_c, Mat& h_next) {
+static void lstm_step_from(Products& P, const Rows& emb_part, const Mat& x, const Mat& h, const Mat& c, LstmParams& W,
+                           Mat& gates, Mat& c_next, Mat* tanh_c, Mat& h_next) {
   Mat& g = gates;
   g = emb_part;
-  g.noalias() += x * value_of(W.W_x);
-  g.noalias() += h * value_of(W.W_hh);
+  P.times(x, value_of(W.W_x), g, true);
+  P.times(h, value_of(W.W_hh), g, true);
   lstm_activate(g, c, c_next, tanh_c, h_next);
 }
 
 // gates (pre-activation, i f o g) -> activated in place; c and h of the next step.
+// Row by row, so that each row's gates, cell and state are read from memory once and every later pass over them
+// hits the first-level cache (the whole B x 4n block at once took six passes through memory).
 static void lstm_activate(Mat& g, const Mat& c, Mat& c_next, Mat* tanh_c, Mat& h_next) {
-  const int n = (int)c.cols();
-  g.leftCols(3 * n) = sigmoid(g.leftCols(3 * n));
-  g.rightCols(n) = g.rightCols(n).array().tanh().matrix();
-  c_next = (g.middleCols(n, n).array() * c.array() + g.leftCols(n).array() * g.rightCols(n).array()).matrix();
-  Mat tc = c_next.array().tanh().matrix();
-  h_next = (g.middleCols(2 * n, n).array() * tc.array()).matrix();
-  if (tanh_c) *tanh_c = std::move(tc);
+  const int B = (int)g.rows(), n = (int)c.cols();
+  c_next.resize(B, n), h_next.resize(B, n);
+  if (tanh_c) tanh_c->resize(B, n);
+  using Row = Eigen::Map<Eigen::ArrayXf>;
+  for (int b = 0; b < B; ++b) {
+    Row ifo(&g(b, 0), 3 * n), gg(&g(b, 3 * n), n), cn(&c_next(b, 0), n), h(&h_next(b, 0), n);
+    ifo = 1.f / (1.f + (-ifo).exp());
+    gg = gg.tanh();
+    cn = Row(&g(b, n), n) * Eigen::Map<const Eigen::ArrayXf>(&c(b, 0), n) + Row(&g(b, 0), n) * gg;
+    if (tanh_c) {
+      Row tc(&(*tanh_c)(b, 0), n);
+      tc = cn.tanh();
+      h = Row(&g(b, 2 * n), n) * tc;
+    } else {
+      h = Row(&g(b, 2 * n), n) * cn.tanh();
+    }
+  }
 }
 
 DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float penalty_weight, bool training, Rng* rng,
@@ -381,6 +397,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   if (!batch.row_seed.empty() && (int)batch.row_seed.size() != B)
     throw Error("decoder: row_seed has " + std::to_string(batch.row_seed.size()) + " entries for " + std::to_string(B) +
                 " rows");
+  products_.invalidate();  // once per training step: the bf16 copies follow the optimizer's last update
   Draws draws;
   if (training && !batch.row_seed.empty())
     for (uint64_t seed : batch.row_seed) draws.rows.emplace_back(seed);
@@ -407,7 +424,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   if (updown) {
     C.h2[0] = init_state(C.mean_feat, params_.updown.init_h2);
     C.c2[0] = init_state(C.mean_feat, params_.updown.init_c2);
-    C.mean_gates.noalias() = C.mean_feat * value_of(params_.updown.att_lstm_W_mean);
+    products_.times(C.mean_feat, value_of(params_.updown.att_lstm_W_mean), C.mean_gates, false);
   }
   if (score_) score_->precompute(F, C.rows);
   C.alpha_sum.setZero(B, L);
@@ -430,55 +447,54 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   for (int t = 0; t < T; ++t)
     for (int b = 0; b < B; ++b) C.emb.row((int64_t)t * B + b) = E.row(batch.input[(size_t)b * T + t]);
   Mat emb_gates;
-  emb_gates.noalias() = C.emb * value_of(params_.lstm.W_in);
+  products_.times(C.emb, value_of(params_.lstm.W_in), emb_gates, false);
   emb_gates.rowwise() += value_of(params_.lstm.b).row(0);
-  Mat mask;
   for (int t = 0; t < T; ++t) {
     const int64_t r = (int64_t)t * B;
     const Mat* out_hidden;  // what the output layer reads: h_t (bahdanau), h~_t (luong) or h2_t (updown)
     if (updown) {
-      lstm_step_from(emb_gates.middleRows(r, B) + C.mean_gates, C.h2[t], C.h[t], C.c[t], params_.lstm, C.gates[t],
-                     C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
+      lstm_step_from(products_, emb_gates.middleRows(r, B) + C.mean_gates, C.h2[t], C.h[t], C.c[t], params_.lstm,
+                     C.gates[t], C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
       attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
-      lstm_step(C.zhat[t], C.h[t + 1], C.h2[t], C.c2[t], params_.updown.lang_lstm, C.gates2[t], C.c2[t + 1],
+      lstm_step(products_, C.zhat[t], C.h[t + 1], C.h2[t], C.c2[t], params_.updown.lang_lstm, C.gates2[t], C.c2[t + 1],
                 &C.tanh_c2[t], C.h2[t + 1]);
       out_hidden = &C.h2[t + 1];
     } else if (!luong) {
       attend_step(t, C.h[t], cov, draws, C, entropy, hard_steps);
-      lstm_step_from(emb_gates.middleRows(r, B), C.zhat[t], C.h[t], C.c[t], params_.lstm, C.gates[t], C.c[t + 1],
-                     &C.tanh_c[t], C.h[t + 1]);
+      lstm_step_from(products_, emb_gates.middleRows(r, B), C.zhat[t], C.h[t], C.c[t], params_.lstm, C.gates[t],
+                     C.c[t + 1], &C.tanh_c[t], C.h[t + 1]);
       out_hidden = &C.h[t + 1];
     } else {
       const Mat& feed = t ? C.htilde[t - 1] : C.zero_feed;
-      lstm_step_from(emb_gates.middleRows(r, B), feed, C.h[t], C.c[t], params_.lstm, C.gates[t], C.c[t + 1],
+      lstm_step_from(products_, emb_gates.middleRows(r, B), feed, C.h[t], C.c[t], params_.lstm, C.gates[t], C.c[t + 1],
                      &C.tanh_c[t], C.h[t + 1]);
       attend_step(t, C.h[t + 1], cov, draws, C, entropy, hard_steps);
-      Mat u = C.zhat[t] * value_of(params_.combine.W_ctx);
-      u.noalias() += C.h[t + 1] * value_of(params_.combine.W_h);
+      Mat u;
+      products_.times(C.zhat[t], value_of(params_.combine.W_ctx), u, false);
+      products_.times(C.h[t + 1], value_of(params_.combine.W_h), u, true);
       u.rowwise() += value_of(params_.combine.b).row(0);
       C.htilde[t] = u.array().tanh().matrix();
       out_hidden = &C.htilde[t];
     }
 
     // the masks are drawn here, in the order every step draws its random numbers
-    dropout_mask(mask, B, n, draws);
-    C.hdrop_mask.middleRows(r, B) = mask;
-    C.hd.middleRows(r, B) = out_hidden->cwiseProduct(mask);
-    dropout_mask(mask, B, En, draws);
-    C.odrop_mask.middleRows(r, B) = mask;
+    // (straight into the step's rows of the masks: no copy)
+    dropout_mask(&C.hdrop_mask(r, 0), B, n, draws);
+    C.hd.middleRows(r, B) = out_hidden->cwiseProduct(C.hdrop_mask.middleRows(r, B));
+    dropout_mask(&C.odrop_mask(r, 0), B, En, draws);
   }
   // The deep output layer and the words' probabilities read nothing the recurrence needs: every step's at once, in
   // products of T*B rows (near the machine's peak, where T products of B rows are not).
   Mat pre = C.emb;
-  pre.noalias() += C.hd * value_of(params_.out.W_hidden);
+  products_.times(C.hd, value_of(params_.out.W_hidden), pre, true);
   if (!luong) {
     C.zhat_all.resize(TB, C.zhat[0].cols());
     for (int t = 0; t < T; ++t) C.zhat_all.middleRows((int64_t)t * B, B) = C.zhat[t];
-    pre.noalias() += C.zhat_all * value_of(params_.out.W_context);
+    products_.times(C.zhat_all, value_of(params_.out.W_context), pre, true);
   }
   C.out_tanh = pre.array().tanh().matrix();
   C.od = C.out_tanh.cwiseProduct(C.odrop_mask);
-  C.probs.noalias() = C.od * value_of(params_.out.W_vocab);
+  products_.times(C.od, value_of(params_.out.W_vocab), C.probs, false);
   C.probs.rowwise() += value_of(params_.out.b).row(0);
   softmax_rows(C.probs);
   const double eps = batch.label_smoothing;
@@ -562,20 +578,23 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
   }
 
   // context z = W F (W = alpha, or the glimpse of hard attention), then the penalty, then softmax
+  // and the softmax's backward de = alpha * (dalpha - alpha . dalpha), each row as soon as its dalpha is made, while
+  // it is still in the first-level cache (de holds dalpha until then)
   const Mat& W = hard ? C.glimpse[t] : C.alpha[t];
-  Mat dalpha(B, L);
+  const Mat& a = C.alpha[t];
+  Mat de(B, L);
 #pragma omp parallel for schedule(dynamic)
   for (int g = 0; g < C.rows.grid_count(); ++g)  // by grid: no two threads add into one grid's dF
     for (int b : C.rows.rows[g]) {
-      dalpha.row(b).noalias() = dz.row(b) * F.middleRows((int64_t)g * L, L).transpose();
+      auto d = de.row(b);
+      d.noalias() = dz.row(b) * F.middleRows((int64_t)g * L, L).transpose();
       if (dF) dF->middleRows((int64_t)g * L, L).noalias() += W.row(b).transpose() * dz.row(b);
-      if (hard && !C.soft_step[t][b]) dalpha.row(b).setZero();  // a sampled glimpse does not depend on alpha
-      dalpha.row(b) += batch.mask[(size_t)b * T + t] * dS.row(b);
+      if (hard && !C.soft_step[t][b]) d.setZero();  // a sampled glimpse does not depend on alpha
+      d += batch.mask[(size_t)b * T + t] * dS.row(b);
+      if (cfg_.coverage) d += dcov_later.row(b);
+      const float dot = a.row(b).dot(d);
+      d = (a.row(b).array() * (d.array() - dot)).matrix();
     }
-  if (cfg_.coverage) dalpha += dcov_later;
-  const Mat& a = C.alpha[t];
-  Eigen::ArrayXf dot = (a.cwiseProduct(dalpha)).rowwise().sum().array();
-  Mat de = (a.array() * (dalpha.array().colwise() - dot)).matrix();
   if (hard) {
     // Surrogate of the lower bound (Xu et al. eq. 12), per sampled step and normalized like the cross-entropy:
     //   - lambda_r (log p(y|s) - b) log alpha_s - lambda_e H(alpha)
@@ -601,16 +620,23 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
 template <class Out>
 static void lstm_cell_backward(const Mat& g, const Mat& tanh_c, const Mat& c_prev, const Mat& dh, const Mat& dc_next,
                                Out&& dgates, Mat& dc_prev) {
-  const int n = (int)c_prev.cols();
-  auto i = g.leftCols(n).array(), f = g.middleCols(n, n).array(), o = g.middleCols(2 * n, n).array(),
-       gg = g.rightCols(n).array();
-  auto tc = tanh_c.array();
-  Mat dc = dc_next.array() + dh.array() * o * (1.f - tc.square());
-  dgates.leftCols(n) = (dc.array() * gg * i * (1.f - i)).matrix();
-  dgates.middleCols(n, n) = (dc.array() * c_prev.array() * f * (1.f - f)).matrix();
-  dgates.middleCols(2 * n, n) = (dh.array() * tc * o * (1.f - o)).matrix();
-  dgates.rightCols(n) = (dc.array() * i * (1.f - gg.square())).matrix();
-  dc_prev = (dc.array() * f).matrix();
+  const int B = (int)g.rows(), n = (int)c_prev.cols();
+  dc_prev.resize(B, n);
+  using In = Eigen::Map<const Eigen::ArrayXf>;
+  using Row = Eigen::Map<Eigen::ArrayXf>;
+  // one row at a time, as lstm_activate: the row's gates, cell and gradients stay in the first-level cache
+  for (int b = 0; b < B; ++b) {
+    In i(&g(b, 0), n), f(&g(b, n), n), o(&g(b, 2 * n), n), gg(&g(b, 3 * n), n), tc(&tanh_c(b, 0), n),
+        cp(&c_prev(b, 0), n), dhb(&dh(b, 0), n), dcn(&dc_next(b, 0), n);
+    Row dc(&dc_prev(b, 0), n);  // dc_t first, then times f: dc_{t-1}
+    dc = dcn + dhb * o * (1.f - tc.square());
+    float* dg = &dgates(b, 0);
+    Row(dg, n) = dc * gg * i * (1.f - i);
+    Row(dg + n, n) = dc * cp * f * (1.f - f);
+    Row(dg + 2 * n, n) = dhb * tc * o * (1.f - o);
+    Row(dg + 3 * n, n) = dc * i * (1.f - gg.square());
+    dc *= f;
+  }
 }
 
 void Decoder::backward(DecoderCache& C, Mat* dF) {
@@ -642,21 +668,21 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
         dlogits(r, batch.target[(size_t)b * T + t]) -= m;
       }
     }
-  grad_of(params_.out.W_vocab).noalias() += C.od.transpose() * dlogits;
+  products_.add_xt_y(C.od, dlogits, grad_of(params_.out.W_vocab));
   grad_of(params_.out.b).row(0) += dlogits.colwise().sum();
   // Then the deep output layer pre = emb + hd W_oh (+ zhat W_oc), out = tanh(pre): its gradients do not depend on
   // the recurrence either, so they too are products over all T*B rows; the loop below runs the recurrence only.
   const int64_t TB = (int64_t)T * B;
   const int En = cfg_.embed_dim, Z = (int)C.zhat[0].cols();
   Mat dpre(TB, En);
-  dpre.noalias() = dlogits * value_of(params_.out.W_vocab).transpose();
+  products_.times_t(dlogits, value_of(params_.out.W_vocab), dpre, false);
   dpre.array() *= C.odrop_mask.array() * (1.f - C.out_tanh.array().square());
-  grad_of(params_.out.W_hidden).noalias() += C.hd.transpose() * dpre;
-  if (!luong) grad_of(params_.out.W_context).noalias() += C.zhat_all.transpose() * dpre;
+  products_.add_xt_y(C.hd, dpre, grad_of(params_.out.W_hidden));
+  if (!luong) products_.add_xt_y(C.zhat_all, dpre, grad_of(params_.out.W_context));
   Mat dout_hidden(TB, n), dzhat_out(luong ? 0 : TB, Z);
-  dout_hidden.noalias() = dpre * value_of(params_.out.W_hidden).transpose();
+  products_.times_t(dpre, value_of(params_.out.W_hidden), dout_hidden, false);
   dout_hidden.array() *= C.hdrop_mask.array();
-  if (!luong) dzhat_out.noalias() = dpre * value_of(params_.out.W_context).transpose();
+  if (!luong) products_.times_t(dpre, value_of(params_.out.W_context), dzhat_out, false);
   Mat& demb = dpre;  // d emb = d pre + dgates W_emb^T (added after the loop)
 
   // The LSTM's weight gradients are sums over steps of (input_t)^T dgates_t: the loop keeps dgates_t, the sums are
@@ -673,19 +699,19 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       Mat dh2 = dh2_next + dout_hidden.middleRows(r, B), dc2_prev;
       auto dgates2 = dgates2_all.middleRows(r, B);
       lstm_cell_backward(C.gates2[t], C.tanh_c2[t], C.c2[t], dh2, dc2_next, dgates2, dc2_prev);
-      dh2_next.noalias() = dgates2 * value_of(params_.updown.lang_lstm.W_hh).transpose();
+      products_.times_t(dgates2, value_of(params_.updown.lang_lstm.W_hh), dh2_next, false);
       dc2_next = std::move(dc2_prev);
-      dzhat.noalias() += dgates2 * value_of(params_.updown.lang_lstm.W_in).transpose();
-      dh.noalias() += dgates2 * value_of(params_.updown.lang_lstm.W_x).transpose();
+      products_.times_t(dgates2, value_of(params_.updown.lang_lstm.W_in), dzhat, true);
+      products_.times_t(dgates2, value_of(params_.updown.lang_lstm.W_x), dh, true);
       attend_backward(t, C.h[t + 1], dzhat, dS, dcov_later, C, dh, dF);
     } else if (luong) {
       // h~ = tanh(W_c [zhat; h] + b_c), read by the output and fed to the next step
       Mat du = (dout_hidden.middleRows(r, B) + dfeed_next).array() * (1.f - C.htilde[t].array().square());
-      grad_of(params_.combine.W_ctx).noalias() += C.zhat[t].transpose() * du;
-      grad_of(params_.combine.W_h).noalias() += C.h[t + 1].transpose() * du;
+      products_.add_xt_y(C.zhat[t], du, grad_of(params_.combine.W_ctx));
+      products_.add_xt_y(C.h[t + 1], du, grad_of(params_.combine.W_h));
       grad_of(params_.combine.b).row(0) += du.colwise().sum();
-      dzhat.noalias() += du * value_of(params_.combine.W_ctx).transpose();
-      dh.noalias() += du * value_of(params_.combine.W_h).transpose();
+      products_.times_t(du, value_of(params_.combine.W_ctx), dzhat, true);
+      products_.times_t(du, value_of(params_.combine.W_h), dh, true);
       attend_backward(t, C.h[t + 1], dzhat, dS, dcov_later, C, dh, dF);
     } else {
       dh += dout_hidden.middleRows(r, B);
@@ -695,13 +721,14 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
     auto dgates = dgates_all.middleRows(r, B);
     Mat dc_prev;
     lstm_cell_backward(C.gates[t], C.tanh_c[t], C.c[t], dh, dc_next, dgates, dc_prev);
-    Mat dh_prev = dgates * value_of(params_.lstm.W_hh).transpose();
+    Mat dh_prev(B, n);
+    products_.times_t(dgates, value_of(params_.lstm.W_hh), dh_prev, false);
     if (updown) {
-      dh2_next.noalias() += dgates * value_of(params_.lstm.W_x).transpose();  // it read h2_{t-1}
+      products_.times_t(dgates, value_of(params_.lstm.W_x), dh2_next, true);  // it read h2_{t-1}
     } else if (luong) {
-      dfeed_next = dgates * value_of(params_.lstm.W_x).transpose();
+      products_.times_t(dgates, value_of(params_.lstm.W_x), dfeed_next, false);
     } else {
-      dzhat.noalias() += dgates * value_of(params_.lstm.W_x).transpose();
+      products_.times_t(dgates, value_of(params_.lstm.W_x), dzhat, true);
       attend_backward(t, C.h[t], dzhat, dS, dcov_later, C, dh_prev, dF);
     }
     dh_next = std::move(dh_prev);
@@ -722,47 +749,50 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
       // the language LSTM: inputs zhat_t and h1_t (the attention LSTM's new state), recurrent h2_{t-1}
       Mat h1_all(TB, n);
       for (int t = 0; t < T; ++t) h1_all.middleRows((int64_t)t * B, B) = C.h[t + 1];
-      grad_of(params_.updown.lang_lstm.W_in).noalias() += C.zhat_all.transpose() * dgates2_all;
-      grad_of(params_.updown.lang_lstm.W_x).noalias() += h1_all.transpose() * dgates2_all;
-      grad_of(params_.updown.lang_lstm.W_hh).noalias() += feed_all.transpose() * dgates2_all;
+      products_.add_xt_y(C.zhat_all, dgates2_all, grad_of(params_.updown.lang_lstm.W_in));
+      products_.add_xt_y(h1_all, dgates2_all, grad_of(params_.updown.lang_lstm.W_x));
+      products_.add_xt_y(feed_all, dgates2_all, grad_of(params_.updown.lang_lstm.W_hh));
       grad_of(params_.updown.lang_lstm.b).row(0) += dgates2_all.colwise().sum();
     }
-    grad_of(params_.lstm.W_in).noalias() += C.emb.transpose() * dgates_all;
-    grad_of(params_.lstm.W_x).noalias() += x_all.transpose() * dgates_all;
-    grad_of(params_.lstm.W_hh).noalias() += h_all.transpose() * dgates_all;
+    products_.add_xt_y(C.emb, dgates_all, grad_of(params_.lstm.W_in));
+    products_.add_xt_y(x_all, dgates_all, grad_of(params_.lstm.W_x));
+    products_.add_xt_y(h_all, dgates_all, grad_of(params_.lstm.W_hh));
     grad_of(params_.lstm.b).row(0) += dgates_all.colwise().sum();
-    demb.noalias() += dgates_all * value_of(params_.lstm.W_in).transpose();
+    products_.times_t(dgates_all, value_of(params_.lstm.W_in), demb, true);
     for (int t = 0; t < T; ++t)
       for (int b = 0; b < B; ++b) gE.row(batch.input[(size_t)b * T + t]) += demb.row((int64_t)t * B + b);
   }
   if (score_) score_->finish_backward(dF);
+  products_.invalidate();  // the optimizer updates the weights next
 
   Mat dh0 = dh_next.array() * (1.f - C.h[0].array().square());
   Mat dc0 = dc_next.array() * (1.f - C.c[0].array().square());
-  grad_of(params_.init_h.W).noalias() += C.mean_feat.transpose() * dh0;
+  products_.add_xt_y(C.mean_feat, dh0, grad_of(params_.init_h.W));
   grad_of(params_.init_h.b).row(0) += dh0.colwise().sum();
-  grad_of(params_.init_c.W).noalias() += C.mean_feat.transpose() * dc0;
+  products_.add_xt_y(C.mean_feat, dc0, grad_of(params_.init_c.W));
   grad_of(params_.init_c.b).row(0) += dc0.colwise().sum();
   Mat dmean_updown;  // updown: what reaches the mean feature through the first LSTM's input and the second's init
   if (updown) {
     Mat dgates_sum = Mat::Zero(B, 4 * n);  // the mean feature's part of the gates is the same at every step
     for (int t = 0; t < T; ++t) dgates_sum += dgates_all.middleRows((int64_t)t * B, B);
-    grad_of(params_.updown.att_lstm_W_mean).noalias() += C.mean_feat.transpose() * dgates_sum;
+    products_.add_xt_y(C.mean_feat, dgates_sum, grad_of(params_.updown.att_lstm_W_mean));
     Mat dh20 = dh2_next.array() * (1.f - C.h2[0].array().square());
     Mat dc20 = dc2_next.array() * (1.f - C.c2[0].array().square());
-    grad_of(params_.updown.init_h2.W).noalias() += C.mean_feat.transpose() * dh20;
+    products_.add_xt_y(C.mean_feat, dh20, grad_of(params_.updown.init_h2.W));
     grad_of(params_.updown.init_h2.b).row(0) += dh20.colwise().sum();
-    grad_of(params_.updown.init_c2.W).noalias() += C.mean_feat.transpose() * dc20;
+    products_.add_xt_y(C.mean_feat, dc20, grad_of(params_.updown.init_c2.W));
     grad_of(params_.updown.init_c2.b).row(0) += dc20.colwise().sum();
     if (dF) {
-      dmean_updown.noalias() = dgates_sum * value_of(params_.updown.att_lstm_W_mean).transpose();
-      dmean_updown.noalias() += dh20 * value_of(params_.updown.init_h2.W).transpose();
-      dmean_updown.noalias() += dc20 * value_of(params_.updown.init_c2.W).transpose();
+      dmean_updown.resize(B, D);
+      products_.times_t(dgates_sum, value_of(params_.updown.att_lstm_W_mean), dmean_updown, false);
+      products_.times_t(dh20, value_of(params_.updown.init_h2.W), dmean_updown, true);
+      products_.times_t(dc20, value_of(params_.updown.init_c2.W), dmean_updown, true);
     }
   }
   if (!dF) return;
-  Mat dmean = dh0 * value_of(params_.init_h.W).transpose();
-  dmean.noalias() += dc0 * value_of(params_.init_c.W).transpose();
+  Mat dmean(B, D);
+  products_.times_t(dh0, value_of(params_.init_h.W), dmean, false);
+  products_.times_t(dc0, value_of(params_.init_c.W), dmean, true);
   if (updown) dmean += dmean_updown;
   dmean /= (float)L;
   for (int b = 0; b < B; ++b) dF->middleRows((int64_t)C.rows.grid[b] * L, L).rowwise() += dmean.row(b);
@@ -783,7 +813,7 @@ void Decoder::begin(const Mat& F, int N, State& st, int copies) {
   if (cfg_.updown()) {
     st.h2 = init_state(mean, params_.updown.init_h2);
     st.c2 = init_state(mean, params_.updown.init_c2);
-    st.mean_gates.noalias() = mean * value_of(params_.updown.att_lstm_W_mean);
+    products_.times(mean, value_of(params_.updown.att_lstm_W_mean), st.mean_gates, false);
   } else {
     st.h2.resize(B, 0), st.c2.resize(B, 0), st.mean_gates.resize(B, 0);
   }
@@ -816,9 +846,14 @@ void Decoder::word_gates(const std::vector<int>& tokens, State& st, Mat& gates) 
     Mat emb((int)fresh.size(), E.cols());
     for (size_t i = 0; i < fresh.size(); ++i) emb.row(i) = E.row(fresh[i]);
     // The few-rows product at any count: each entry summed in the same order as a search of a few rows always did.
-    few_rows_product(emb.data(), emb.outerStride(), (int)emb.rows(), (int)emb.cols(), W.data(), W.outerStride(), G,
-                     st.word_gates.data() + (int64_t)st.word_gates_filled * st.word_gates.outerStride(),
-                     st.word_gates.outerStride(), false);
+    if (products_.precision() != ProductPrecision::f32)
+      products_.weight(operand(emb), operand(W),
+                       st.word_gates.data() + (int64_t)st.word_gates_filled * st.word_gates.outerStride(),
+                       st.word_gates.outerStride(), false);
+    else
+      few_rows_product(emb.data(), emb.outerStride(), (int)emb.rows(), (int)emb.cols(), W.data(), W.outerStride(), G,
+                       st.word_gates.data() + (int64_t)st.word_gates_filled * st.word_gates.outerStride(),
+                       st.word_gates.outerStride(), false);
     st.word_gates_filled = need;
   }
   gates.resize(B, G);
@@ -860,8 +895,8 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
 void Decoder::first_lstm_step(const std::vector<int>& tokens, const Mat& x, const Mat* extra, State& st, Mat& gates,
                               Mat& c, Mat& h) {
   word_gates(tokens, st, gates);  // then the same sums as lstm_step's, in its order
-  times(x, value_of(params_.lstm.W_x), gates, true);
-  times(st.h, value_of(params_.lstm.W_hh), gates, true);
+  times(products_, x, value_of(params_.lstm.W_x), gates, true);
+  times(products_, st.h, value_of(params_.lstm.W_hh), gates, true);
   gates.rowwise() += value_of(params_.lstm.b).row(0);
   if (extra) gates += *extra;
   lstm_activate(gates, st.c, c, nullptr, h);
@@ -878,28 +913,28 @@ void Decoder::step(const std::vector<int>& tokens, State& st, Mat& logprobs, Mat
     first_lstm_step(tokens, st.h2, &st.mean_gates, st, gates, c, h);
     step_attend(h, st, alpha, z);
     Mat gates2, c2, h2;
-    lstm_step(z, h, st.h2, st.c2, params_.updown.lang_lstm, gates2, c2, nullptr, h2);
-    times(h2, value_of(params_.out.W_hidden), pre, true);
-    times(z, value_of(params_.out.W_context), pre, true);
+    lstm_step(products_, z, h, st.h2, st.c2, params_.updown.lang_lstm, gates2, c2, nullptr, h2);
+    times(products_, h2, value_of(params_.out.W_hidden), pre, true);
+    times(products_, z, value_of(params_.out.W_context), pre, true);
     st.h2 = std::move(h2), st.c2 = std::move(c2);
   } else if (!cfg_.luong()) {
     step_attend(st.h, st, alpha, z);
     first_lstm_step(tokens, z, nullptr, st, gates, c, h);
-    times(h, value_of(params_.out.W_hidden), pre, true);
-    times(z, value_of(params_.out.W_context), pre, true);
+    times(products_, h, value_of(params_.out.W_hidden), pre, true);
+    times(products_, z, value_of(params_.out.W_context), pre, true);
   } else {
     first_lstm_step(tokens, st.feed, nullptr, st, gates, c, h);
     step_attend(h, st, alpha, z);
     Mat u;
-    times(z, value_of(params_.combine.W_ctx), u, false);
-    times(h, value_of(params_.combine.W_h), u, true);
+    times(products_, z, value_of(params_.combine.W_ctx), u, false);
+    times(products_, h, value_of(params_.combine.W_h), u, true);
     u.rowwise() += value_of(params_.combine.b).row(0);
     st.feed = u.array().tanh().matrix();
-    times(st.feed, value_of(params_.out.W_hidden), pre, true);
+    times(products_, st.feed, value_of(params_.out.W_hidden), pre, true);
   }
   st.h = std::move(h), st.c = std::move(c);
   const Mat deep = pre.array().tanh().matrix();
-  times(deep, value_of(params_.out.W_vocab), logprobs, false);
+  times(products_, deep, value_of(params_.out.W_vocab), logprobs, false);
   logprobs.rowwise() += value_of(params_.out.b).row(0);
   for (int b = 0; b < B; ++b) {  // log-softmax
     auto row = logprobs.row(b);

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "seq/attention.hpp"
+#include "seq/matmul.hpp"
 #include "seq/tensor.hpp"
 
 namespace sat {
@@ -197,7 +198,16 @@ class Decoder {
   // hard attention: the training schedule's probability of a soft step
   void set_hard_soft_prob(float p) { cfg_.hard_soft_prob = p; }
   void init(Rng& rng);
+  // The parameters, to read or change (so the products' bf16 copies of the weights are made again after this).
   std::vector<Param*> params();
+  // The arithmetic of the decoder's products (seq/matmul.hpp): float32 (the default, and the gradient checks'), or
+  // bfloat16 with float32 sums where the CPU computes it natively. Softmaxes, the LSTM's cells, the loss and the
+  // weights themselves stay float32. Training's --precision; the search's (a model file records the choice).
+  void set_precision(ProductPrecision p) { products_.set_precision(p); }
+  ProductPrecision precision() const { return products_.precision(); }
+  // The weights were changed by other means than params() (read in place, edited): make the bf16 copies again.
+  // forward() does it too, once per training step, and backward() at its end, since the optimizer updates next.
+  void weights_changed() { products_.invalidate(); }
 
   // F: G*L x D features, one block of L rows per grid; row b of the batch reads grid batch.grid[b] (or grid b).
   // training turns dropout on (drawn from rng, or from each row's stream when batch.row_seed is set).
@@ -252,7 +262,7 @@ class Decoder {
     bool any() const { return shared || !rows.empty(); }
     double uniform(int b) { return rows.empty() ? shared->uniform() : rows[b].uniform(); }
   };
-  void dropout_mask(Mat& mask, int rows, int cols, Draws& draws) const;
+  void dropout_mask(float* mask, int rows, int cols, Draws& draws) const;  // rows x cols, row-major
   // One step of attention with query q (h_{t-1} or h_t by ordering): alpha, glimpse, z, beta, zhat in the cache.
   void attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCache& C, double& entropy, int64_t& hard_steps);
   // Gradient of one step's attention: dzhat -> adds to dq (the query), dF, parameter gradients.
@@ -261,6 +271,7 @@ class Decoder {
   void step_attend(const Mat& q, State& st, Mat& alpha, Mat& z);
   DecoderConfig cfg_;
   DecoderParams params_;
+  Products products_;
   std::unique_ptr<AttentionScore> score_;
 };
 

@@ -5,6 +5,7 @@
 // in registers, and splits W's columns between the threads. Above kFewRows rows Eigen's product is faster and the
 // callers use it.
 #pragma once
+#include "seq/matmul.hpp"
 #include "seq/tensor.hpp"
 
 namespace sat {
@@ -27,6 +28,16 @@ void times(const XType& X, const WType& W, Mat& out, bool accumulate) {
   } else {
     out.noalias() = X * W;
   }
+}
+
+// The same for a decoder's products: the few-rows product for a float32 search's few rows (faster there than any
+// library call), else the decoder's oneDNN products (seq/matmul.hpp) in their precision.
+template <class XType, class WType>
+void times(Products& products, const XType& X, const WType& W, Mat& out, bool accumulate) {
+  if (products.precision() == ProductPrecision::f32 && X.rows() <= kFewRows)
+    times(X, W, out, accumulate);
+  else
+    products.times(X, W, out, accumulate);
 }
 
 }  // namespace sat

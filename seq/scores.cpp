@@ -342,6 +342,10 @@ class LocalScore final : public AttentionScore {
     dh.noalias() += du * value_of(params_.W_1).transpose();
   }
   void finish_backward(Mat* dF) override { inner_->finish_backward(dF); }
+  void set_products(Products* p) override {
+    AttentionScore::set_products(p);
+    inner_->set_products(p);
+  }
   void select_rows(const std::vector<int>& rows) override {
     inner_->select_rows(rows);
     AttentionScore::select_rows(rows);

@@ -62,6 +62,6 @@ for seed in $seeds; do
       --encoder "$weights" --cut block3 --encoder-size 448 "${objects[@]}" --features "$features" \
       --embed 512 --hidden 512 --attn 512 --dropout 0.5 "${attention[@]}" --min-count 5 \
       --epochs "$epochs" --batch 16 --lr 4e-4 --lr-decay 0.9 --penalty 1 --patience "$epochs" --val-limit 200 \
-      --metric bleu4 --checkpoint-every 100 --seed "$seed" --keep-epochs --out "$run"
+      --metric bleu4 --checkpoint-every 100 --seed "$seed" --keep-epochs --precision f32 --out "$run"
   done
 done

@@ -109,6 +109,12 @@ void CaptionModel::drop_int8_ranges() {
   if (encoder_precision == PrecisionChoice::int8) encoder_precision = PrecisionChoice::auto_;
 }
 
+void CaptionModel::apply_decoder_precision() {
+  const ProductPrecision p = decoder_precision == ProductPrecision::bf16 && cpu_computes_bf16() ? ProductPrecision::bf16
+                                                                                                : ProductPrecision::f32;
+  for (Decoder* d : member_decoders()) d->set_precision(p);
+}
+
 Precision CaptionModel::encoder_precision_in_use() const {
   if (encoder_precision_override) return resolve(*encoder_precision_override);
   return resolve(encoder_precision_setting().value_or(encoder_precision));

@@ -73,6 +73,10 @@ struct CaptionModel {
   std::vector<std::unique_ptr<Decoder>> more_members;
   int members() const { return 1 + (int)more_members.size(); }
   std::vector<Decoder*> member_decoders();  // decoder, then more_members
+  // The arithmetic the decoder trained in (sat train --precision, seq/matmul.hpp), stored in the file; its searches
+  // run their products in it too where the CPU computes bf16 natively, else in float32. Files before it: f32.
+  ProductPrecision decoder_precision = ProductPrecision::f32;
+  void apply_decoder_precision();  // sets every member decoder's products to decoder_precision (as this CPU allows)
 
   // Builds encoder and decoder from the configs (decoder sizes that depend on the encoder are filled in).
   // A pretrained encoder needs encoder_weights set first. sync_encoder false: a tuned encoder's whole network is not

@@ -58,6 +58,8 @@ TensorFile CaptionModel::to_tensor_file() const {
     tf.metadata["beam_diversity"] =
         nlohmann::json{{"groups", beam_diversity.groups}, {"penalty", beam_diversity.penalty}}.dump();
   if (encoder_precision != PrecisionChoice::f32) tf.metadata["encoder_precision"] = precision_name(encoder_precision);
+  if (decoder_precision != ProductPrecision::f32)
+    tf.metadata["decoder_precision"] = product_precision_name(decoder_precision);
   if (!encoder_int8_ranges.empty())
     tf.metadata["encoder_int8_ranges"] = int8_ranges_to_json(encoder_int8_ranges).dump();
   tf.metadata["info"] = info.dump();
@@ -166,6 +168,11 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     }
     if (tf.metadata.count("encoder_precision"))
       m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
+    if (tf.metadata.count("decoder_precision")) {
+      const std::string p = tf.metadata.at("decoder_precision");
+      if (p != "f32" && p != "bf16") fail(path, "decoder_precision must be f32 or bf16, not '" + p + "'");
+      m->decoder_precision = p == "bf16" ? ProductPrecision::bf16 : ProductPrecision::f32;
+    }
     if (tf.metadata.count("encoder_int8_ranges"))
       m->encoder_int8_ranges = int8_ranges_from_json(
           parse_json_checked(tf.metadata.at("encoder_int8_ranges"), path, "model header is malformed"));
@@ -279,6 +286,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
   } catch (const Error& e) {
     fail(path, e.what());
   }
+  m->apply_decoder_precision();
   return m;
 }
 

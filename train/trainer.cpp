@@ -80,6 +80,7 @@ json TrainOptions::to_json() const {
           {"metric", metric},
           {"seed", seed},
           {"threads", threads},
+          {"precision", precision},
           {"command", command}};
 }
 
@@ -119,6 +120,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
 #undef GET
     o.metric = j.value("metric", std::string("bleu4"));
     o.keep_epochs = j.value("keep_epochs", false);
+    o.precision = j.value("precision", std::string("f32"));  // checkpoints before it trained in float32
     o.coverage = j.value("coverage", false);
     o.encoder = j.value("encoder", std::string());
     o.cut = j.value("cut", std::string("mixed5"));

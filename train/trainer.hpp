@@ -92,6 +92,10 @@ struct TrainOptions {
   std::string metric = "bleu4";  // validation score that picks the best model: bleu4 or cider
   uint64_t seed = 1;
   int threads = 0;
+  // The decoder's products (seq/matmul.hpp): "f32", "bf16" (bfloat16 with float32 sums; float32 master weights,
+  // Adam, softmaxes and loss) or "auto" (bf16 where the CPU computes it natively). Resolved to f32 or bf16 when the
+  // run starts, so the checkpoint records what ran and --resume keeps it; the model file records it for searches.
+  std::string precision = "auto";
   std::string command;  // recorded in the model file
 
   nlohmann::json to_json() const;

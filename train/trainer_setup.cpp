@@ -165,6 +165,8 @@ void settle_options(TrainRun& run, const ResumeOverrides& more) {
   if (more.patience > 0) opt.patience = more.patience;
   if (more.keep_epochs) opt.keep_epochs = true;
   if (opt.threads > 0) omp_set_num_threads(opt.threads);
+  opt.precision = product_precision_name(parse_product_precision(
+      opt.precision, run.resume_path.empty() ? "train: --precision" : "train: " + run.resume_path + ": its precision"));
   if (opt.metric != "bleu4" && opt.metric != "cider") throw Error("train: --metric must be bleu4 or cider");
   if (opt.batch_images < 1 || opt.epochs < 0 || opt.max_len < 1)
     throw Error("train: --batch and --max-len must be positive, --epochs not negative");
@@ -289,6 +291,8 @@ void build_new_model(TrainRun& run) {
   if (!opt.encoder.empty()) {
     model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size, false, false, opt.objects,
                                      opt.objects_as);  // built below
+    // A frozen encoder runs as sat caption's does: bf16 where the CPU computes it natively (its cache records it)
+    if (opt.tune_from.empty()) model->encoder_precision = PrecisionChoice::auto_;
   } else {
     model = std::make_unique<CaptionModel>();
     model->encoder_config.input_size = opt.input_size;
@@ -537,6 +541,11 @@ TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const 
   settle_options(run, more);
   load_data(run);
   set_up_model(run);
+  run.model->decoder_precision =
+      run.opt.precision == "bf16" ? ProductPrecision::bf16 : ProductPrecision::f32;  // resolved by settle_options
+  run.model->apply_decoder_precision();
+  note(run.lead, "decoder products in %s\n",
+       run.opt.precision == "bf16" ? "bf16 (float32 sums, master weights and Adam)" : "float32");
   attach_optimizer(run, ckpt);
   set_up_encoder_side(run);
   set_up_grid_sources(run);

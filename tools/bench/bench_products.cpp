@@ -1,6 +1,7 @@
 // sat bench decoder --products: the matrix products of one decoder training step alone, with the shapes, layouts,
-// Eigen calls and threading the decoder uses, and nothing else (no activations, softmax, dropout or Adam). Its time is
-// a floor for the whole step: what the step would take if all elementwise work were free.
+// product calls (seq/matmul.hpp, in the step's precision; Eigen's for the per-row ones) and threading the decoder uses,
+// and nothing else (no activations, softmax, dropout or Adam). Its time is a floor for the whole step: what the step
+// would take if all elementwise work were free.
 #include "tools/bench/bench_products.hpp"
 
 #include <algorithm>
@@ -58,7 +59,8 @@ double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids) {
   return 2 * (forward + backward);
 }
 
-ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, int iters) {
+ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, int iters, ProductPrecision precision) {
+  Products P(precision);
   const int64_t TB = (int64_t)B * T, L = c.locations(), D = c.feature_dim, E = c.embed_dim, n = c.hidden_dim,
                 A = c.attn_dim, V = c.vocab_size, Z = D;
   // Weights and activations with the decoder's shapes (row-major Mats; constant values: speed does not depend on them).
@@ -77,50 +79,51 @@ ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, 
   ProductTimes best{1e30, 1e30};
   for (int it = 0; it <= iters; ++it) {
     double t0 = now_seconds();
+    P.invalidate();  // the weights' bf16 copies are made once per step, as the decoder's
     // Once per step, over all T*B rows (forward, then backward).
-    gates_emb.noalias() = emb * Wemb;
-    UA.noalias() = F * U;
-    init.noalias() = mean * Winit;
-    init.noalias() = mean * Winit;
-    pre.noalias() = hd * Woh;
-    pre.noalias() += zall * Woc;
-    probs.noalias() = od * Wout;
-    gWout.noalias() += od.transpose() * dlogits;
-    dpre.noalias() = dlogits * Wout.transpose();
-    gWoh.noalias() += hd.transpose() * dpre;
-    gWoc.noalias() += zall.transpose() * dpre;
-    dout.noalias() = dpre * Woh.transpose();
-    dz_out.noalias() = dpre * Woc.transpose();
-    gWemb.noalias() += emb.transpose() * dgates_all;
-    gWctx.noalias() += zall.transpose() * dgates_all;
-    gWhh.noalias() += hall.transpose() * dgates_all;
-    demb.noalias() += dgates_all * Wemb.transpose();
-    gU.noalias() += F.transpose() * dUA;
-    gWinit.noalias() += mean.transpose() * init;
-    gWinit.noalias() += mean.transpose() * init;
+    P.times(emb, Wemb, gates_emb, false);
+    P.times(F, U, UA, false);
+    P.times(mean, Winit, init, false);
+    P.times(mean, Winit, init, false);
+    P.times(hd, Woh, pre, false);
+    P.times(zall, Woc, pre, true);
+    P.times(od, Wout, probs, false);
+    P.add_xt_y(od, dlogits, gWout);
+    P.times_t(dlogits, Wout, dpre, false);
+    P.add_xt_y(hd, dpre, gWoh);
+    P.add_xt_y(zall, dpre, gWoc);
+    P.times_t(dpre, Woh, dout, false);
+    P.times_t(dpre, Woc, dz_out, false);
+    P.add_xt_y(emb, dgates_all, gWemb);
+    P.add_xt_y(zall, dgates_all, gWctx);
+    P.add_xt_y(hall, dgates_all, gWhh);
+    P.times_t(dgates_all, Wemb, demb, true);
+    P.add_xt_y(F, dUA, gU);
+    P.add_xt_y(mean, init, gWinit);
+    P.add_xt_y(mean, init, gWinit);
     double t1 = now_seconds();
     // Inside the time loop, T times over B rows: forward, then backward.
     for (int t = 0; t < T; ++t) {
-      q.noalias() = h * Wq;
+      P.times(h, Wq, q, false);
 #pragma omp parallel for schedule(static)
       for (int b = 0; b < B; ++b) {
         e.row(b).noalias() = (Tact.middleRows((int64_t)b * L, L) * v).transpose();
         z.row(b).noalias() = alpha.row(b) * F.middleRows((int64_t)(b % G) * L, L);
       }
-      g.noalias() = x * Wctx;
-      g.noalias() += h * Whh;
+      P.times(x, Wctx, g, false);
+      P.times(h, Whh, g, true);
     }
     for (int t = 0; t < T; ++t) {
       auto dgates = dgates_all.middleRows((int64_t)t * B, B);
-      dh.noalias() = dgates * Whh.transpose();
-      dz.noalias() = dgates * Wctx.transpose();
+      P.times_t(dgates, Whh, dh, false);
+      P.times_t(dgates, Wctx, dz, false);
 #pragma omp parallel for schedule(static)
       for (int b = 0; b < B; ++b) {
         dalpha.row(b).noalias() = dz.row(b) * F.middleRows((int64_t)(b % G) * L, L).transpose();
         dv.row(b).noalias() = e.row(b) * Tact.middleRows((int64_t)b * L, L);
       }
-      gWq.noalias() += h.transpose() * dq;
-      dh.noalias() += dq * Wq.transpose();
+      P.add_xt_y(h, dq, gWq);
+      P.times_t(dq, Wq, dh, true);
     }
     double t2 = now_seconds();
     if (it > 0) best.whole = std::min(best.whole, t1 - t0), best.recurrent = std::min(best.recurrent, t2 - t1);

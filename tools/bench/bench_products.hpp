@@ -21,7 +21,8 @@ double decoder_step_flops(const DecoderConfig& c, int B, int T, int grids);
 double decoder_row_step_macs(const DecoderConfig& c);
 
 // Best of `iters` timed runs (after one warm-up) of the products a training step of the additive, Bahdanau-order
-// decoder `c` makes for B captions of T steps reading G grids, with the decoder's shapes, Eigen calls and threads.
-ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, int iters);
+// decoder `c` makes for B captions of T steps reading G grids, with the decoder's shapes, product calls (in
+// `precision`) and threads.
+ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, int iters, ProductPrecision precision);
 
 }  // namespace sat

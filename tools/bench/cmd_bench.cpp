@@ -51,6 +51,7 @@ struct DecoderBenchArgs {
   int hard_window = 1, hard_samples = 1;
   int per_image = 1;
   bool json = false, peak = false, products = false;
+  std::string precision = "auto";  // the products' (sat train --precision)
 };
 
 DecoderConfig decoder_config_of(const DecoderBenchArgs& d) {
@@ -149,8 +150,9 @@ StepTimes time_training_steps(const DecoderBenchArgs& d, Decoder& model, const s
 }
 
 // Rank 0's report: one JSON line, or text, to which --products and --peak add what they time.
-void report_decoder_bench(const DecoderBenchArgs& d, const DecoderConfig& cfg, const RankShare& share,
-                          const StepExchange& exchange, const StepTimes& t, const Collective& ranks) {
+void report_decoder_bench(const DecoderBenchArgs& d, const DecoderConfig& cfg, ProductPrecision precision,
+                          const RankShare& share, const StepExchange& exchange, const StepTimes& t,
+                          const Collective& ranks) {
   const bool parallel = ranks.size() > 1;
   const int L = cfg.locations(), K = cfg.hard() ? d.hard_samples : 1;
   const int64_t bytes = exchange.size() * (int64_t)sizeof(float);
@@ -162,18 +164,19 @@ void report_decoder_bench(const DecoderBenchArgs& d, const DecoderConfig& cfg, c
     std::printf(
         "{\"ranks\": %d, \"threads\": %d, \"batch\": %d, \"compute_ms\": %.3f, \"compute_best_ms\": %.3f, "
         "\"wait_ms\": %.3f, \"allreduce_ms\": %.3f, \"allreduce_bytes\": %lld, \"gradient_floats\": %lld, "
-        "\"captions_per_s\": %.3f, \"flops_per_step\": %.0f}\n",
+        "\"captions_per_s\": %.3f, \"flops_per_step\": %.0f, \"precision\": \"%s\"}\n",
         ranks.size(), threads, d.batch, t.compute * 1e3, t.compute_best * 1e3, t.wait * 1e3, t.sum * 1e3,
-        (long long)bytes, (long long)exchange.gradient_floats(), d.batch / step, flops);
+        (long long)bytes, (long long)exchange.gradient_floats(), d.batch / step, flops,
+        product_precision_name(precision));
     return;
   }
   std::printf(
       "decoder train step (%s attention, %s score, %s order%s%s): B=%d L=%d D=%d E=%d H=%d A=%d V=%d T=%d "
-      "dropout=%.2f\n",
+      "dropout=%.2f, products in %s\n",
       cfg.attention.c_str(), cfg.score.c_str(), cfg.order.c_str(),
       K > 1 ? (", " + std::to_string(K) + " glimpse samples per caption").c_str() : "",
       d.per_image > 1 ? (", " + std::to_string(d.per_image) + " captions per image").c_str() : "", d.batch, L,
-      cfg.feature_dim, d.embed, d.hidden, d.attn, d.vocab, d.steps, d.dropout);
+      cfg.feature_dim, d.embed, d.hidden, d.attn, d.vocab, d.steps, d.dropout, product_precision_name(precision));
   if (parallel) {
     std::printf("  %d ranks x %d threads, %d captions each (rank 0)\n", ranks.size(), threads, share.captions);
     std::printf(
@@ -196,7 +199,7 @@ void report_decoder_bench(const DecoderBenchArgs& d, const DecoderConfig& cfg, c
         "(mean), %.1f (best)\n",
         flops / 1e9, flops / step / 1e9, flops / best_step / 1e9);
   if (d.products && flops > 0 && !parallel) {
-    const ProductTimes pt = time_decoder_products(cfg, d.batch, d.steps, share.grids, d.iters);
+    const ProductTimes pt = time_decoder_products(cfg, d.batch, d.steps, share.grids, d.iters, precision);
     const double floor = pt.whole + pt.recurrent;
     std::printf(
         "  the matrix products alone (best of %d): %.1f ms = %.1f ms over all T*B rows + %.1f ms in the time "
@@ -205,8 +208,11 @@ void report_decoder_bench(const DecoderBenchArgs& d, const DecoderConfig& cfg, c
         (t.compute_best - floor) * 1e3, 100 * (t.compute_best - floor) / t.compute_best);
   }
   if (d.peak) {
-    const double peak = measure_peak_gflops();
-    std::printf("  machine FP32 peak, measured: %.1f GFLOPS (%s)\n", peak, kPeakMethod);
+    // the peak of the arithmetic the products run in (measured as sat bench encoder --peak does)
+    const bool bf16 = precision == ProductPrecision::bf16;
+    const double peak = bf16 ? measure_bf16_peak_gflops() : measure_peak_gflops();
+    std::printf("  machine %s peak, measured: %.1f GFLOPS (%s)\n", bf16 ? "bf16" : "FP32", peak,
+                bf16 ? kBf16PeakMethod : kPeakMethod);
     if (flops > 0)
       std::printf("  share of the peak: %.0f%% (mean), %.0f%% (best)\n", 100 * flops / step / 1e9 / peak,
                   100 * flops / best_step / 1e9 / peak);
@@ -223,13 +229,14 @@ void bench_decoder(const DecoderBenchArgs& d) {
   std::unique_ptr<Collective> ranks = join_ranks(300);
   const DecoderConfig cfg = decoder_config_of(d);
   Decoder model(cfg);
+  model.set_precision(parse_product_precision(d.precision, "bench decoder: --precision"));
   Rng rng(1);
   model.init(rng);
   auto params = model.params();
   const RankShare share = rank_share(d, cfg, *ranks, rng);
   StepExchange exchange(params, 0);  // what a data-parallel step sums: the gradients (and the baseline's value)
   const StepTimes times = time_training_steps(d, model, params, share, exchange, *ranks, rng);
-  if (ranks->leads()) report_decoder_bench(d, cfg, share, exchange, times, *ranks);
+  if (ranks->leads()) report_decoder_bench(d, cfg, model.precision(), share, exchange, times, *ranks);
 }
 
 void add_bench_decoder(CLI::App& bench) {
@@ -261,12 +268,17 @@ void add_bench_decoder(CLI::App& bench) {
                   "grid (sat train's 5 captions per photo); 1 = every caption its own grid, as in the PyTorch peer")
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
+  dec->add_option("--precision", d->precision,
+                  "The products' arithmetic, as sat train --precision: f32, bf16 or auto (bf16 where the CPU "
+                  "computes it natively)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   dec->add_flag("--json", d->json, "One JSON line (tools/mpi-scaling.sh reads it)");
   dec->add_flag("--peak", d->peak,
                 "Also count the step's matrix-product FLOPs and print their rate as a share of the "
-                "machine's FP32 peak (oneDNN sgemm, measured first)");
+                "machine's peak in the products' precision (oneDNN sgemm, or bf16 matmul, measured first)");
   dec->add_flag("--products", d->products,
-                "Also time the step's matrix products alone (same shapes, Eigen calls and "
+                "Also time the step's matrix products alone (same shapes, product calls, precision and "
                 "threads, no elementwise work): the floor of the step's time");
   dec->callback([d] { bench_decoder(*d); });
 }

@@ -27,6 +27,7 @@ struct SearchBenchArgs {
   int beam = 0;
   double seconds = 3;
   bool json = false;
+  std::string precision;  // empty: the model's
 };
 
 // Seconds per run of one measurement repeated: the mean and the best.
@@ -114,15 +115,19 @@ void bench_search(const SearchBenchArgs& sa) {
   const std::vector<int> batches = parse_batches(sa.batches, "--batches");
   const std::string path = sa.model.empty() ? default_model_path() : sa.model;
   std::unique_ptr<CaptionModel> model = CaptionModel::load(path);
+  if (!sa.precision.empty()) {  // else the model's (the arithmetic it trained in)
+    model->decoder_precision = parse_product_precision(sa.precision, "bench search: --precision");
+    model->apply_decoder_precision();
+  }
   Decoder& dec = *model->decoder;
   const DecoderConfig& c = dec.config();
   const int beam = sa.beam > 0 ? sa.beam : std::max(2, model->beam), L = c.locations();
   if (!sa.json)
     std::printf(
         "caption search with %s's decoder (%s attention, %s score): L=%d D=%d E=%d H=%d A=%d V=%d, beam %d, "
-        "max %d words, %d threads\n",
+        "max %d words, %d threads, products in %s\n",
         path.c_str(), c.attention.c_str(), c.score.c_str(), L, c.feature_dim, c.embed_dim, c.hidden_dim, c.attn_dim,
-        c.vocab_size, beam, model->max_len, omp_get_max_threads());
+        c.vocab_size, beam, model->max_len, omp_get_max_threads(), product_precision_name(dec.precision()));
   for (const int n : batches) {
     Rng rng(5);
     Mat F((int64_t)n * L, c.feature_dim);  // non-negative, as the grids after the last ReLU
@@ -261,6 +266,9 @@ void add_bench_search(CLI::App& bench) {
       ->capture_default_str();
   search->add_option("--beam", sa->beam, "Beam size (default: the model's)")->check(CLI::Range(2, 100));
   search->add_option("--seconds", sa->seconds, "Time spent per measurement (after one warm-up)")->capture_default_str();
+  search->add_option("--precision", sa->precision,
+                     "The decoder's products: f32, bf16 or auto (default: the model's, the arithmetic it trained in)")
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   search->add_flag("--json", sa->json, "One JSON line per batch");
   search->callback([sa] { bench_search(*sa); });
 }

@@ -129,10 +129,17 @@ void add_encoder_commands(CLI::App& app) {
                "sat train --mirror-features reads (its header says so)");
   ex->add_option("--dtype", x->opt.dtype, "Stored precision: f16 (half the size) or f32")->capture_default_str();
   ex->callback([x] {
-    std::unique_ptr<CaptionModel> model =
-        x->model.empty() ? pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut,
-                                                    x->size, x->raw, true, x->objects, x->objects_as)
-                         : CaptionModel::load(x->model);
+    std::unique_ptr<CaptionModel> model;
+    if (x->model.empty()) {
+      model = pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut, x->size,
+                                       x->raw, false, x->objects, x->objects_as);
+      // a frozen encoder's grids in the arithmetic sat train and sat caption use by default (the cache's header
+      // records it); a raw layer feeds fine-tuned layers, which train in float32
+      if (!x->raw) model->encoder_precision = PrecisionChoice::auto_;
+      model->build_encoder();
+    } else {
+      model = CaptionModel::load(x->model);
+    }
     CaptionSet set = load_caption_set(x->data, x->image_dir, x->images);
     std::vector<std::string> paths, names;
     for (auto& img : set.images) paths.push_back(set.image_path(img)), names.push_back(img.file_name);

@@ -242,6 +242,12 @@ void add_train_command(CLI::App& app) {
                   "cores); with --resume, overrides the checkpoint's")
       ->capture_default_str()
       ->check(CLI::Range(0, 4096));
+  cmd->add_option("--precision", o->precision,
+                  "The decoder's matrix products: f32, bf16 (bfloat16 inputs, float32 sums; weights, Adam, softmaxes "
+                  "and the loss stay float32) or auto (bf16 where the CPU computes it natively: AVX512-BF16 or AMX). "
+                  "Recorded in the checkpoint (--resume keeps it) and in the model, whose searches use it")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
   cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs")->check(kNotNegative);
   cmd->add_flag(

@@ -7,7 +7,12 @@ tanh(E y + L_h h + L_z z) -> vocabulary, dropout 0.5 on h and on the deep output
 cross-entropy, gradient clipping, Adam. Written the way the popular PyTorch tutorials write it (LSTMCell loop,
 teacher forcing). Features are frozen (from a cache): no gradient flows into them, in either implementation.
 
+PyTorch runs in float32 and under bfloat16 autocast (torch.autocast("cpu", dtype=torch.bfloat16): its matrix products
+in bf16, softmax, loss and Adam in float32, the same split as sat's --precision bf16); sat in --sat-precision (auto:
+bf16 where the CPU computes it natively).
+
 usage: /usr/bin/python3 tools/peers/bench-decoder-peer.py [--sat build/sat] [--iters 5] [--threads 2]
+           [--torch-precision f32,bf16] [--sat-precision auto]
 Needs Debian's python3-torch and libopenblas0-pthread.
 """
 import argparse
@@ -63,6 +68,8 @@ def main():
     ap.add_argument("--iters", type=int, default=5)
     ap.add_argument("--threads", type=int, default=2)
     ap.add_argument("--no-sat", action="store_true", help="only the PyTorch side")
+    ap.add_argument("--torch-precision", default="f32,bf16", help="PyTorch's runs: f32, bf16 (autocast) or both")
+    ap.add_argument("--sat-precision", default="auto", help="sat bench decoder --precision: f32, bf16 or auto")
     a = ap.parse_args()
     B, L, D, E, H, A, V, T = 64, 196, 512, 512, 512, 512, 3000, 16
     torch.set_num_threads(a.threads)
@@ -73,27 +80,36 @@ def main():
     inputs = torch.randint(4, V, (B, T))
     targets = torch.randint(4, V, (B, T))
     mask = torch.ones(B, T)
-    times = []
-    for it in range(a.iters + 1):
-        t0 = time.perf_counter()
-        loss = model(feats, inputs, targets, mask)
-        opt.zero_grad()
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
-        opt.step()
-        if it > 0:
-            times.append(time.perf_counter() - t0)
-    mean = sum(times) / len(times)
-    torch_cps = B / mean
-    print("PyTorch %s, %d threads: decoder train step B=%d L=%d D=%d E=H=A=%d V=%d T=%d: mean %.1f ms -> %.1f captions/s"
-          % (torch.__version__, torch.get_num_threads(), B, L, D, E, V, T, mean * 1e3, torch_cps), flush=True)
+    torch_cps = {}
+    for precision in a.torch_precision.split(","):
+        if precision not in ("f32", "bf16"):
+            ap.error("--torch-precision: f32 and/or bf16, not %r" % precision)
+        times = []
+        for it in range(a.iters + 1):
+            t0 = time.perf_counter()
+            with torch.autocast("cpu", dtype=torch.bfloat16, enabled=precision == "bf16"):
+                loss = model(feats, inputs, targets, mask)
+            opt.zero_grad()
+            loss.backward()
+            torch.nn.utils.clip_grad_norm_(model.parameters(), 5.0)
+            opt.step()
+            if it > 0:
+                times.append(time.perf_counter() - t0)
+        mean = sum(times) / len(times)
+        torch_cps[precision] = B / mean
+        print("PyTorch %s, %d threads, %s: decoder train step B=%d L=%d D=%d E=H=A=%d V=%d T=%d: mean %.1f ms (best %.1f) "
+              "-> %.1f captions/s" % (torch.__version__, torch.get_num_threads(),
+                                      "float32" if precision == "f32" else "bf16 autocast", B, L, D, E, V, T,
+                                      mean * 1e3, min(times) * 1e3, torch_cps[precision]), flush=True)
     if a.no_sat:
         return 0
-    out = subprocess.run([a.sat, "bench", "decoder", "--iters", str(a.iters)], check=True, capture_output=True,
-                         text=True).stdout
+    out = subprocess.run([a.sat, "bench", "decoder", "--iters", str(a.iters), "--precision", a.sat_precision],
+                         check=True, capture_output=True, text=True).stdout
     print(out.strip())
     sat_cps = float(re.search(r"([0-9.]+) captions/s \(mean\)", out).group(1))
-    print("sat / PyTorch = %.2fx (mean step times, run back to back)" % (sat_cps / torch_cps))
+    for precision, cps in torch_cps.items():
+        print("sat / PyTorch %s = %.2fx (mean step times, run back to back)"
+              % ("float32" if precision == "f32" else "bf16 autocast", sat_cps / cps))
 
 
 if __name__ == "__main__":
