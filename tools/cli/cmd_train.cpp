@@ -76,6 +76,17 @@ void take_command_line(TrainOptions& o, CLI::App* cmd) {
   }
 }
 
+// Where the captions and photos come from.
+void add_data_options(CLI::App* cmd, TrainOptions& o) {
+  cmd->add_option("--data", o.data,
+                  "Training data: a directory with captions.json and images/, or a COCO captions JSON");
+  cmd->add_option("--images", o.images, "Image folder when --data is a JSON file (default: the JSON's folder)");
+  cmd->add_option("--train-split", o.train_split, "File listing the training image file names, one per line");
+  cmd->add_option("--val-data", o.val_data, "Validation data (directory or JSON; default: --data)");
+  cmd->add_option("--val-images", o.val_images, "Image folder for --val-data when it is a JSON file");
+  cmd->add_option("--val-split", o.val_split, "File listing the validation image file names");
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -86,13 +97,7 @@ void add_train_command(CLI::App& app) {
   auto mpi_timeout = std::make_shared<double>(300);
   auto overwrite = std::make_shared<bool>(false);
   auto* cmd = app.add_subcommand("train", "Train a captioner (encoder and decoder end to end)");
-  cmd->add_option("--data", o->data,
-                  "Training data: a directory with captions.json and images/, or a COCO captions JSON");
-  cmd->add_option("--images", o->images, "Image folder when --data is a JSON file (default: the JSON's folder)");
-  cmd->add_option("--train-split", o->train_split, "File listing the training image file names, one per line");
-  cmd->add_option("--val-data", o->val_data, "Validation data (directory or JSON; default: --data)");
-  cmd->add_option("--val-images", o->val_images, "Image folder for --val-data when it is a JSON file");
-  cmd->add_option("--val-split", o->val_split, "File listing the validation image file names");
+  add_data_options(cmd, *o);
   cmd->add_option("--out", o->out,
                   "Output directory: model.sat (best) and checkpoint.sat (one that already holds a run is refused "
                   "but with --overwrite)")
