@@ -291,8 +291,6 @@ void build_new_model(TrainRun& run) {
   if (!opt.encoder.empty()) {
     model = pretrained_encoder_model(opt.encoder, opt.cut, opt.encoder_size, false, false, opt.objects,
                                      opt.objects_as);  // built below
-    // A frozen encoder runs as sat caption's does: bf16 where the CPU computes it natively (its cache records it)
-    if (opt.tune_from.empty()) model->encoder_precision = PrecisionChoice::auto_;
   } else {
     model = std::make_unique<CaptionModel>();
     model->encoder_config.input_size = opt.input_size;

@@ -133,9 +133,8 @@ void add_encoder_commands(CLI::App& app) {
     if (x->model.empty()) {
       model = pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut, x->size,
                                        x->raw, false, x->objects, x->objects_as);
-      // a frozen encoder's grids in the arithmetic sat train and sat caption use by default (the cache's header
-      // records it); a raw layer feeds fine-tuned layers, which train in float32
-      if (!x->raw) model->encoder_precision = PrecisionChoice::auto_;
+      // float32 unless told (sat --encoder-precision; the cache's header records it): a model trained on the cache
+      // stores the same choice, and fine-tuned models made from it read f32 raw caches
       model->build_encoder();
     } else {
       model = CaptionModel::load(x->model);
