@@ -79,7 +79,8 @@ TEST_CASE("damaged JPEGs: whole files of every kind stb reads pass; cut and corr
       {"quality 100", jpeg_of(img, {cv::IMWRITE_JPEG_QUALITY, 100})},
   };
   for (const auto& [kind, jpg] : whole) {
-    CAPTURE(std::string(kind));
+    const std::string coding = kind;  // CAPTURE's lambda cannot capture a structured binding (C++17)
+    CAPTURE(coding);
     CHECK(jpeg_damage(jpg) == "");
     CHECK(decode_image_bgr(jpg.data(), jpg.size(), "a.jpg").cols == 230);
     CHECK(jpeg_damage(jpg + "trailing bytes a camera appended") == "");
