@@ -667,6 +667,25 @@ expect_error "--tune-from that would freeze fine-tuned units" \
   cmp -s "$WORK/ens_self.json" "$WORK/rn3_t1.json" &&
   pass "an ensemble of a model and a fresh decoder over its encoder: captions from cache equal those from images; a model twice captions as itself" ||
   fail "ensemble: $(tail -2 "$WORK/m2.log")"
+# object tags beside a fine-tuned encoder: the raw cache holds them pooled onto block3/unit_22's grid, a fresh decoder
+# reads them max-pooled on to the tuned grid, and captions from that cache equal those from the photos
+"$SAT" extract --data "$WORK/val" --out "$WORK/rn_raw_tags.feat" --encoder "$RESNET" --cut block3/unit_22 --size 96 --raw \
+  --objects 4 --objects-as tags >/dev/null 2>&1 &&
+  "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --fresh-decoder --tune-lr 0 --objects 4 --objects-as tags --seed 5 \
+    --data "$WORK/val" --val-data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --out "$WORK/rn3_tags" --epochs 1 \
+    --val-limit 20 >"$WORK/rn3_tags.log" 2>&1 &&
+  grep -q "object channels joined to its encoder's grid: 80 (tags, scale 4)" "$WORK/rn3_tags.log" &&
+  grep -q "grid 3x3x1104" "$WORK/rn3_tags.log" &&
+  "$SAT" eval --model "$WORK/rn3_tags/model.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" \
+    --results-out "$WORK/rn3_tags_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn3_tags/model.sat" --data "$WORK/val" --results-out "$WORK/rn3_tags_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn3_tags_cache.json" "$WORK/rn3_tags_images.json" &&
+  pass "object tags beside a fine-tuned encoder (--init-from --fresh-decoder --objects): captions from the raw cache equal those from images" ||
+  fail "object tags with a fine-tuned encoder: $(tail -2 "$WORK/rn3_tags.log")"
+expect_error "new object channels under a trained decoder" \
+  "^sat: $WORK/rn3_t1/model.sat: its decoder reads 1024 features per location; new object channels need a decoder trained on them: give --fresh-decoder too$" \
+  "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --tune-lr 0 --objects 4 --data "$WORK/val" \
+    --features "$WORK/rn_raw_tags.feat" --out "$WORK/never" --epochs 0
 # --fresh-decoder starts the decoder as a new model's (every weight and bias from the seed), whatever it was before
 "$SAT" train --data "$WORK/val" --val-data "$WORK/val" --encoder "$RESNET" --cut block3 --encoder-size 96 \
   --features "$WORK/rn3/features.feat" --out "$WORK/rn3_zero" --epochs 0 --embed 32 --hidden 32 --attn 32 --seed 5 >/dev/null 2>&1 &&

@@ -156,10 +156,12 @@ TEST_CASE("encoder config: object maps add 80 features, survive the JSON form, a
   CHECK(back.object_channels == 80);
   CHECK(back.object_scale == 4.f);
   CHECK(back.to_json() == with.to_json());
-  nlohmann::json tuned = with.to_json();
+  nlohmann::json tuned = with.to_json();  // a fine-tuned encoder's too: its caches hold them beside the frozen part
   tuned["tune_from"] = "block1";
-  CHECK_THROWS_WITH_AS(EncoderConfig::from_json(tuned), doctest::Contains("fine-tuned encoder are not supported"),
-                       Error);
+  const EncoderConfig tuned_back = EncoderConfig::from_json(tuned);
+  CHECK(tuned_back.object_channels == 80);
+  CHECK(tuned_back.cache_config().object_channels == 80);
+  CHECK(tuned_back.cache_config().feature_dim() == tuned_back.cache_config().pretrained_channels + 80);
   nlohmann::json odd = with.to_json();
   odd["objects"]["channels"] = 7;
   CHECK_THROWS_AS(EncoderConfig::from_json(odd), Error);

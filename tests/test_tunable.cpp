@@ -229,3 +229,98 @@ TEST_CASE("Adam with per-parameter learning-rate scales (tuned encoder blocks st
   const std::vector<float> wrong = {1.f};
   CHECK_THROWS_AS(adam.update(params, 0.1f, &wrong), Error);
 }
+
+TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on to the tuned grid, no gradient") {
+  // c0 (the cached cut, 8 x 8) -> b1 (3x3 stride 2: 4 x 4), so each tuned location covers 2 x 2 cached ones
+  NetGraph graph;
+  NetNode in;
+  in.name = "input_1", in.op = "input";
+  graph.nodes = {in, conv("c0", "input_1", 6, 1, 1, 1, true, true), conv("b1", "c0", 5, 3, 3, 2, true, true)};
+  TensorFile weights;
+  Rng rng(21);
+  for (auto& [name, shape] : pretrained_tensor_shapes(graph)) {
+    Param p(name, shape, false);
+    const bool var = name.find("variance") != std::string::npos;
+    for (auto& v : p.value) v = var ? (float)rng.uniform(0.5, 1.5) : (float)rng.uniform(-0.5, 0.5);
+    weights.tensors.emplace(name, std::move(p));
+  }
+  const int S = 8, n = 2, K = 3, raw_l = 64, raw_c = 6, L = 16, C = 5;
+  const float mean[3] = {0.f, 0.f, 0.f}, stdev[3] = {1.f, 1.f, 1.f};
+  CaptionModel m;
+  m.encoder_config = EncoderConfig::make_pretrained(graph, "b1", S, mean, stdev);
+  m.encoder_config.tune_from = "c0";
+  const std::string plain_id_config = m.encoder_config.cache_config().to_json().dump();
+  m.encoder_config.object_channels = K, m.encoder_config.object_scale = 2.f, m.encoder_config.object_form = "maps";
+  m.encoder_weights = std::make_shared<const TensorFile>(weights);
+  m.vocab = Vocab::build({{"a", "dog"}}, 1);
+  m.decoder_config.embed_dim = m.decoder_config.hidden_dim = m.decoder_config.attn_dim = 8;
+  m.build(false);  // the tuned blocks only: the whole network with the detector is what inference builds
+  REQUIRE(m.tuned);
+  CHECK(m.encoder_config.feature_dim() == C + K);
+  CHECK(m.decoder_config.feature_dim == C + K);
+  // the cache it reads: the frozen part's raw output with the object channels beside it, on a config of its own
+  const EncoderConfig cached = m.encoder_config.cache_config();
+  CHECK(cached.locations() == raw_l);
+  CHECK(cached.feature_dim() == raw_c + K);
+  CHECK(cached.to_json().dump() != plain_id_config);
+
+  std::vector<float> records = randoms((size_t)n * raw_l * (raw_c + K), rng), raw((size_t)n * raw_l * raw_c), grid,
+                     tuned_only;
+  for (int r = 0; r < n * raw_l; ++r) {
+    std::copy(records.begin() + r * (raw_c + K), records.begin() + r * (raw_c + K) + raw_c, raw.begin() + r * raw_c);
+    for (int k = 0; k < K; ++k) records[(size_t)r * (raw_c + K) + raw_c + k] *= records[(size_t)r * (raw_c + K) + raw_c + k];  // heat: not negative
+  }
+  m.tuned_forward(records.data(), n, true, grid);
+  REQUIRE(grid.size() == (size_t)n * L * (C + K));
+  TunableBlocks alone(graph, weights, "c0", S, "t");
+  alone.forward(raw.data(), n, true, tuned_only);
+  float worst_grid = 0, worst_pool = 0;
+  for (int b = 0; b < n; ++b)
+    for (int y = 0; y < 4; ++y)
+      for (int x = 0; x < 4; ++x) {
+        const float* row = grid.data() + ((size_t)b * L + y * 4 + x) * (C + K);
+        for (int c = 0; c < C; ++c)
+          worst_grid = std::max(worst_grid, std::fabs(row[c] - tuned_only[((size_t)b * L + y * 4 + x) * C + c]));
+        for (int k = 0; k < K; ++k) {
+          float peak = -1e9f;
+          for (int dy = 0; dy < 2; ++dy)
+            for (int dx = 0; dx < 2; ++dx)
+              peak = std::max(peak, records[((size_t)b * raw_l + (2 * y + dy) * 8 + 2 * x + dx) * (raw_c + K) + raw_c + k]);
+          worst_pool = std::max(worst_pool, std::fabs(row[C + k] - peak));
+        }
+      }
+  CHECK(worst_grid < 1e-5);
+  CHECK(worst_pool == 0.f);
+  CHECK(m.features_from_cache(records.data(), n).cols() == C + K);
+
+  // backward: the tuned blocks get the gradient of their own channels; the object channels' is dropped
+  const std::vector<float> dgrid = randoms(grid.size(), rng);
+  std::vector<float> dtuned((size_t)n * L * C);
+  for (int r = 0; r < n * L; ++r)
+    std::copy(dgrid.begin() + r * (C + K), dgrid.begin() + r * (C + K) + C, dtuned.begin() + r * C);
+  for (auto& p : m.tuned->params()) p.zero_grad();
+  for (auto& p : alone.params()) p.zero_grad();
+  m.tuned_forward(records.data(), n, true, grid);
+  m.tuned_backward(dgrid.data());
+  alone.backward(dtuned.data());
+  REQUIRE(m.tuned->params().size() == alone.params().size());
+  for (size_t k = 0; k < alone.params().size(); ++k) {
+    CAPTURE(alone.params()[k].name);
+    const FloatBuffer& a = m.tuned->params()[k].grad;
+    const FloatBuffer& e = alone.params()[k].grad;
+    float worst = 0, largest = 0;
+    for (size_t i = 0; i < e.size(); ++i) worst = std::max(worst, std::fabs(a[i] - e[i])), largest = std::max(largest, std::fabs(e[i]));
+    CHECK(largest > 0);
+    CHECK(worst <= 1e-5f * (1 + largest));
+  }
+
+  // a raw grid that does not pool evenly on to the tuned one is refused when the encoder is built whole
+  CaptionModel uneven;
+  uneven.encoder_config = EncoderConfig::make_pretrained(graph, "b1", 9, mean, stdev);  // 9 x 9 -> 5 x 5
+  uneven.encoder_config.tune_from = "c0";
+  uneven.encoder_config.object_channels = 80;
+  uneven.encoder_weights = std::make_shared<const TensorFile>(weights);
+  uneven.vocab = m.vocab;
+  uneven.decoder_config = m.decoder_config;
+  CHECK_THROWS_WITH_AS(uneven.build(), doctest::Contains("object maps on the 9x9 grid of c0 do not pool onto the tuned layers' 5x5 grid"), Error);
+}

@@ -42,7 +42,6 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
   if (object_scale <= 0.f && object_form != "maps")
     fail(encoder_file, "object form '" + object_form + "' without object maps (--objects SCALE)");
   if (object_scale > 0.f) {
-    if (raw) fail(encoder_file, "object maps join the grid, not a raw layer's output (--raw)");
     if (!valid_object_form(object_form))
       fail(encoder_file, "object form '" + object_form + "' is not maps, tags or both");
     m->encoder_config.object_channels = object_form_channels(object_form, (int)coco_class_names().size());
@@ -93,7 +92,10 @@ void CaptionModel::sync_tuned() {
     detector.reset();
     return;
   }
-  if (tuned) throw Error("object maps with a fine-tuned encoder are not supported");
+  if (tuned && (tuned->input_h() % encoder_config.grid_h() || tuned->input_w() % encoder_config.grid_w()))
+    throw Error("object maps on the " + std::to_string(tuned->input_h()) + "x" + std::to_string(tuned->input_w()) +
+                " grid of " + encoder_config.tune_from + " do not pool onto the tuned layers' " +
+                std::to_string(encoder_config.grid_h()) + "x" + std::to_string(encoder_config.grid_w()) + " grid");
   object_detector();
   if (object_form_channels(encoder_config.object_form, detector->classes()) != encoder_config.object_channels)
     throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes, the model takes " +
@@ -124,8 +126,50 @@ Mat CaptionModel::features_from_cache(const float* grids, int n) {
   const int64_t rows = (int64_t)n * encoder_config.locations();
   if (!tuned) return Eigen::Map<const Mat>(grids, rows, encoder_config.feature_dim());
   std::vector<float> out;
-  tuned->forward(grids, n, false, out);
+  tuned_forward(grids, n, false, out);
   return Eigen::Map<const Mat>(out.data(), rows, encoder_config.feature_dim());
+}
+
+void CaptionModel::tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid) {
+  if (!tuned) throw Error("tuned_forward: the model's encoder has no tuned layers");
+  const int K = encoder_config.object_channels;
+  if (K == 0) return tuned->forward(cached, n, training, grid);
+  // the records split: each location's raw channels, then its object channels
+  const int raw_h = tuned->input_h(), raw_w = tuned->input_w(), raw_l = raw_h * raw_w, raw_c = tuned->channels_in(), raw_d = raw_c + K;
+  TunedScratch& t = tuned_scratch;
+  t.raw.resize((size_t)n * raw_l * raw_c);
+  t.objects.resize((size_t)n * raw_l * K);
+  for (size_t r = 0; r < (size_t)n * raw_l; ++r) {
+    const float* from = cached + r * raw_d;
+    std::copy(from, from + raw_c, t.raw.data() + r * raw_c);
+    std::copy(from + raw_c, from + raw_d, t.objects.data() + r * K);
+  }
+  tuned->forward(t.raw.data(), n, training, t.out);
+  const int L = encoder_config.locations(), C = tuned->channels_out(), D = C + K;
+  t.pooled.resize((size_t)L * K);
+  grid.resize((size_t)n * L * D);
+  for (int b = 0; b < n; ++b) {
+    pool_class_maps(t.objects.data() + (size_t)b * raw_l * K, raw_h, raw_w, K, encoder_config.grid_h(),
+                    encoder_config.grid_w(), t.pooled.data());
+    for (int l = 0; l < L; ++l) {
+      float* row = grid.data() + ((size_t)b * L + l) * D;
+      const float* g = t.out.data() + ((size_t)b * L + l) * C;
+      row = std::copy(g, g + C, row);
+      std::copy(t.pooled.data() + (size_t)l * K, t.pooled.data() + (size_t)(l + 1) * K, row);
+    }
+  }
+}
+
+void CaptionModel::tuned_backward(const float* dgrid) {
+  if (!tuned) throw Error("tuned_backward: the model's encoder has no tuned layers");
+  const int K = encoder_config.object_channels;
+  if (K == 0) return tuned->backward(dgrid);
+  const int C = tuned->channels_out(), D = C + K;
+  const size_t rows = tuned_scratch.out.size() / C;  // N x L of the last forward
+  tuned_scratch.dgrid.resize(rows * C);
+  for (size_t r = 0; r < rows; ++r)
+    std::copy(dgrid + r * D, dgrid + r * D + C, tuned_scratch.dgrid.data() + r * C);
+  tuned->backward(tuned_scratch.dgrid.data());
 }
 
 std::string CaptionModel::encoder_id() const {

@@ -91,6 +91,16 @@ struct CaptionModel {
   // Cached grids (N x L x D of cache_config()) -> the decoder's features (N*L' x D'): through the tuned blocks
   // (inference) when there are any.
   Mat features_from_cache(const float* grids, int n);
+  // A tuned encoder's cached records (N x cache L x cache D: the frozen part's raw output, then any object channels
+  // pooled onto that grid) -> the grid the decoder reads (N x L x D): the tuned blocks' output, then the object
+  // channels max-pooled onto it (the same numbers as pooling the detector's maps onto it directly, the pooling being
+  // a max). training: keeps what tuned_backward needs.
+  void tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid);
+  // dgrid: N x L x D for the last training tuned_forward: the tuned blocks' gradients (object channels have none).
+  void tuned_backward(const float* dgrid);
+  struct TunedScratch {  // tuned_forward's and tuned_backward's buffers, kept between steps
+    std::vector<float> raw, objects, out, pooled, dgrid;
+  } tuned_scratch;
   void init(Rng& rng);
   std::vector<Param*> params();  // trainable encoder (cnn or tuned blocks) then decoder, buffers included
 

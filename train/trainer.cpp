@@ -388,7 +388,7 @@ void load_grids(TrainRun& run, StepBuffers& buf, const StepBatch& b, bool traini
   if (run.from_features) {
     read_grids(run, b, buf.grid);
     if (run.tuned) {
-      run.tuned->forward(buf.grid.data(), n, training && run.tail_learns, buf.tuned_grid);
+      run.model->tuned_forward(buf.grid.data(), n, training && run.tail_learns, buf.tuned_grid);
       buf.grid.swap(buf.tuned_grid);
     }
   } else {
@@ -473,7 +473,7 @@ std::optional<StepResult> cross_entropy_share(TrainRun& run, StepBuffers& buf, c
     if (encoder_learns) {
       // dF: one block per image, summed over its captions by the decoder
       if (run.tuned)
-        run.tuned->backward(buf.dF.data());
+        run.model->tuned_backward(buf.dF.data());
       else
         model.cnn->backward(buf.dF.data());
     }

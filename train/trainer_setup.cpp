@@ -195,6 +195,31 @@ void load_data(TrainRun& run) {
   if (run.lead) make_dirs(opt.out);  // only rank 0 writes into it
 }
 
+// --objects with --init-from: the detector's object channels joined to the model's encoder grid (a tuned one's too), so
+// a fresh decoder can read them; the model's own object channels, if any, stay unless --objects asks otherwise.
+void join_object_channels(TrainRun& run) {
+  const TrainOptions& opt = run.opt;
+  CaptionModel& model = *run.model;
+  EncoderConfig& e = model.encoder_config;
+  if (opt.objects <= 0) {
+    if (opt.objects_as != "maps") fail(opt.init_from, "--objects-as " + opt.objects_as + " without --objects SCALE");
+    return;
+  }
+  if (e.object_channels > 0 && e.object_scale == opt.objects && e.object_form == opt.objects_as) return;
+  if (!e.pretrained()) fail(opt.init_from, "object channels join a pretrained encoder's grid, and its is a small CNN");
+  if (!valid_object_form(opt.objects_as))
+    throw Error("train: --objects-as " + opt.objects_as + " is not maps, tags or both");
+  if (!opt.fresh_decoder)
+    fail(opt.init_from, "its decoder reads " + std::to_string(e.feature_dim()) +
+                            " features per location; new object channels need a decoder trained on them: give "
+                            "--fresh-decoder too");
+  e.object_channels = object_form_channels(opt.objects_as, (int)coco_class_names().size());
+  e.object_scale = opt.objects, e.object_form = opt.objects_as;
+  model.sync_tuned();  // the encoder with the detector beside it (found like the encoder weights)
+  note(run.lead, "object channels joined to its encoder's grid: %d (%s, scale %g)\n", e.object_channels,
+       e.object_form.c_str(), e.object_scale);
+}
+
 // --init-from: the trained model the run starts from (its weights, vocabulary and sizes), with its decoder built
 // anew from the seed under --fresh-decoder.
 void start_from_model(TrainRun& run) {
@@ -220,6 +245,7 @@ void start_from_model(TrainRun& run) {
   opt.started_from = provenance_of(opt.init_from, model->info);
   model->info = json::object();
   note(run.lead, "starting from %s\n", opt.init_from.c_str());
+  join_object_channels(run);
   if (opt.fresh_decoder) {  // a decoder built anew (every weight and bias from the seed), the same config
     DecoderConfig& c = model->decoder_config;  // but for the sizes given with --fresh-decoder
     if (opt.fresh_embed > 0) c.embed_dim = opt.fresh_embed;
@@ -227,6 +253,7 @@ void start_from_model(TrainRun& run) {
     if (opt.fresh_attn > 0) c.attn_dim = opt.fresh_attn;
     if (opt.fresh_dropout >= 0) c.dropout = opt.fresh_dropout;
     if (!opt.fresh_order.empty()) c.order = opt.fresh_order;
+    c.feature_dim = model->encoder_config.feature_dim();  // object channels joined above widen it
     c = DecoderConfig::from_json(c.to_json());  // the config's own range checks
     model->decoder = std::make_unique<Decoder>(c);
     model->decoder->init(run.rng);
@@ -246,8 +273,9 @@ void tune_more_of_encoder(TrainRun& run) {
   // from the weights file the model names, the decoder from the model's trained weights. A model that already
   // fine-tuned the units after a later layer tunes more of them: those keep their trained weights, the units
   // in between start from the weights file.
-  auto tuned = pretrained_encoder_model(model->encoder_weights_path, model->encoder_config.cut,
-                                        model->encoder_config.input_size, false, false);
+  const EncoderConfig& was = model->encoder_config;  // its object channels, if any, stay
+  auto tuned = pretrained_encoder_model(model->encoder_weights_path, was.cut, was.input_size, false, false,
+                                        was.object_channels > 0 ? was.object_scale : 0.f, was.object_form);
   tuned->encoder_config.tune_from = opt.tune_from;
   tuned->vocab = model->vocab;
   tuned->decoder_config = model->decoder_config;

@@ -55,6 +55,8 @@ EncoderConfig EncoderConfig::cache_config() const {
   // the frozen part's raw output: the tuned layers may read it unnormalized (a ResNet unit's identity shortcut)
   EncoderConfig c = make_pretrained(graph, tune_from, input_size, mean, stdev, true);
   c.weights_file = weights_file, c.weights_sha256 = weights_sha256;
+  // object channels pooled onto that layer's grid (max-pooled on to the tuned layers' grid when read)
+  c.object_channels = object_channels, c.object_scale = object_scale, c.object_form = object_form;
   return c;
 }
 
@@ -113,7 +115,6 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
         if (p.object_channels != object_form_channels(p.object_form, 80) ||
             !(p.object_scale > 0.f && p.object_scale <= 1000.f))
           throw Error("encoder objects need 80 channels (160 for both forms) and a scale in (0, 1000]");
-        if (!p.tune_from.empty()) throw Error("encoder object maps with a fine-tuned encoder are not supported");
       }
       return p;
     } catch (const Error&) {

@@ -52,7 +52,8 @@ struct EncoderConfig {
   //   "maps": each class's heat max-pooled onto the grid (80 channels: "a dog is centred here");
   //   "tags": each class's peak over the whole photo, the same at every location (80: "there is a dog");
   //   "both": the maps, then the tags (160).
-  // 0: none. Frozen pretrained encoders only (a tuned one's caches hold the frozen part, not the grid).
+  // 0: none. A tuned encoder's caches hold the frozen part's raw output with the object channels pooled onto its grid
+  // (CaptionModel::tuned_forward pools them on to the tuned layers' grid).
   int object_channels = 0;
   float object_scale = 1.f;
   std::string object_form = "maps";

@@ -32,6 +32,8 @@ class TunableBlocks {
 
   int grid_h() const { return h_; }
   int grid_w() const { return w_; }
+  int input_h() const { return shapes_.front().h; }  // the cached grid's (the layer tuning starts after)
+  int input_w() const { return shapes_.front().w; }
   int channels_in() const { return c_in_; }
   int channels_out() const { return c_out_; }
   const std::string& from() const { return from_; }

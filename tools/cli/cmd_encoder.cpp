@@ -113,7 +113,8 @@ void add_encoder_commands(CLI::App& app) {
                "pre-activation (ResNet v2): the cache sat train --tune-from CUT reads");
   ex->add_option("--objects", x->objects,
                  "Join the COCO detector's class maps (sat detect) to the grid, times this (0: no); the cache then "
-                 "feeds models trained with sat train --objects")
+                 "feeds models trained with sat train --objects (with --raw: a fine-tuned one's, the maps pooled onto "
+                 "the cut layer's grid)")
       ->check(CLI::Range(0.0, 1000.0));
   ex->add_option("--objects-as", x->objects_as,
                  "With --objects: maps (each class's heat pooled onto the grid), tags (each class's peak over the "
