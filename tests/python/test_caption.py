@@ -150,6 +150,21 @@ def test_errors(synth, repo, tmp_path):
         synth.caption(np.zeros((0, 5, 3), np.uint8))
 
 
+def test_damaged_photo_refused_unless_allowed(synth, repo, tmp_path):
+    whole = (repo / "examples" / "dog_and_man.jpg").read_bytes()
+    half = tmp_path / "half.jpg"  # half a JPEG and an end marker: decodes with its lower half grey
+    half.write_bytes(whole[: len(whole) // 2] + b"\xff\xd9")
+    with pytest.raises(sat.Error) as e:
+        synth.caption(half)
+    assert one_line(e).startswith(str(half) + ": damaged JPEG: scan ")
+    with pytest.raises(sat.Error, match="damaged JPEG"):  # in a batch too
+        synth.caption([repo / "examples" / "dog_and_man.jpg", half])
+    assert synth.caption(half, allow_damaged=True).text
+    assert synth.caption(repo / "examples" / "dog_and_man.jpg").text  # the whole photo needs no flag
+    with pytest.raises(TypeError, match="allow_damaged"):
+        synth.caption(half, allow_damaged="yes")
+
+
 def longest_pause(work):
     """Runs work() in another thread while this one wakes every millisecond: the longest this thread waited (a call
     holding the GIL stalls it for the whole call) and how long work took."""

@@ -210,7 +210,8 @@ PYBIND11_MODULE(_sat, m) {
       .def_readwrite("attention", &sat::CaptionOptions::attention)
       .def_readwrite("objects", &sat::CaptionOptions::objects)
       .def_readwrite("object_threshold", &sat::CaptionOptions::object_threshold)
-      .def_readwrite("candidates", &sat::CaptionOptions::candidates);
+      .def_readwrite("candidates", &sat::CaptionOptions::candidates)
+      .def_readwrite("allow_damaged", &sat::CaptionOptions::allow_damaged);
 
   py::class_<PyCaptioner>(m, "Captioner")
       .def(py::init<const std::string&, const std::string&, const std::string&, int>(), py::arg("model"),

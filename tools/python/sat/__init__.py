@@ -127,7 +127,7 @@ class Captioner:
                 memory_candidates: Optional[int] = None, beam_groups: Optional[int] = None,
                 diversity: Optional[float] = None, include: Optional[str] = None, candidates: int = 0,
                 attention: bool = True, objects: bool = False,
-                object_threshold: float = 0.3) -> Union[Caption, List[Caption]]:
+                object_threshold: float = 0.3, allow_damaged: bool = False) -> Union[Caption, List[Caption]]:
         """Captions an image (a path, or a NumPy H x W x 3 uint8 RGB array) or a list of them (a list of Captions,
         in order; a batch is encoded together, faster per image).
 
@@ -136,7 +136,9 @@ class Captioner:
         memory_candidates: consensus reranking by the nearest training photos' captions; beam_groups and diversity:
         diverse beam search; include: a word the caption must say; candidates: also return the search's N best;
         attention: fill Caption.attention (and glimpses); objects: the COCO objects found, each class peaking at or
-        above object_threshold."""
+        above object_threshold; allow_damaged: caption an image file whose data is cut short or corrupt (a JPEG
+        whose scan ends early, a PNG chunk failing its CRC) as its decoder fills it in, where by default it is a
+        sat.Error naming the file and the damage."""
         o = _sat.CaptionOptions()
         o.beam = _int("beam", beam)
         o.length_norm = _real("length_norm", length_norm)
@@ -150,6 +152,7 @@ class Captioner:
         o.attention = _bool("attention", attention)
         o.objects = _bool("objects", objects)
         o.object_threshold = _real("object_threshold", object_threshold)
+        o.allow_damaged = _bool("allow_damaged", allow_damaged)
         kind, items, single = _images(x)
         if kind == "files":
             found = self._c.caption_files(items, o)
