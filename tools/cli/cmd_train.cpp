@@ -117,8 +117,9 @@ void add_train_command(CLI::App& app) {
       ->capture_default_str()
       ->check(kNotNegative);
   cmd->add_option("--objects", o->objects,
-                  "With --encoder: join the COCO detector's class maps (sat detect) to the grid, times this, as 80 "
-                  "more features per location (0: no; the cache: sat extract --objects with the same value)")
+                  "With --encoder (or --init-from M --fresh-decoder): join the COCO detector's class maps (sat "
+                  "detect) to the grid, times this, as 80 more features per location (0: no; the cache: sat extract "
+                  "--objects with the same value, and --raw for a fine-tuned encoder)")
       ->check(CLI::Range(0.0, 1000.0));
   cmd->add_option("--objects-as", o->objects_as,
                   "With --objects: maps (each class's heat pooled onto the grid), tags (each class's peak over the "
