@@ -130,45 +130,49 @@ Mat CaptionModel::features_from_cache(const float* grids, int n) {
   return Eigen::Map<const Mat>(out.data(), rows, encoder_config.feature_dim());
 }
 
+namespace {
+
+// rows x count values from columns [first, first + count) of a rows x from_width matrix into columns [to_first, ...)
+// of a rows x to_width one
+void copy_columns(const float* from, size_t rows, int from_width, int first, int count, float* to, int to_width,
+                  int to_first) {
+  for (size_t r = 0; r < rows; ++r)
+    std::copy(from + r * from_width + first, from + r * from_width + first + count, to + r * to_width + to_first);
+}
+
+}  // namespace
+
 void CaptionModel::tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid) {
   if (!tuned) throw Error("tuned_forward: the model's encoder has no tuned layers");
   const int K = encoder_config.object_channels;
   if (K == 0) return tuned->forward(cached, n, training, grid);
   // the records split: each location's raw channels, then its object channels
-  const int raw_h = tuned->input_h(), raw_w = tuned->input_w(), raw_l = raw_h * raw_w, raw_c = tuned->channels_in(), raw_d = raw_c + K;
+  const int raw_h = tuned->input_h(), raw_w = tuned->input_w(), raw_c = tuned->channels_in();
+  const size_t raw_rows = (size_t)n * raw_h * raw_w;
   TunedScratch& t = tuned_scratch;
-  t.raw.resize((size_t)n * raw_l * raw_c);
-  t.objects.resize((size_t)n * raw_l * K);
-  for (size_t r = 0; r < (size_t)n * raw_l; ++r) {
-    const float* from = cached + r * raw_d;
-    std::copy(from, from + raw_c, t.raw.data() + r * raw_c);
-    std::copy(from + raw_c, from + raw_d, t.objects.data() + r * K);
-  }
+  t.raw.resize(raw_rows * raw_c);
+  t.objects.resize(raw_rows * K);
+  copy_columns(cached, raw_rows, raw_c + K, 0, raw_c, t.raw.data(), raw_c, 0);
+  copy_columns(cached, raw_rows, raw_c + K, raw_c, K, t.objects.data(), K, 0);
   tuned->forward(t.raw.data(), n, training, t.out);
   const int L = encoder_config.locations(), C = tuned->channels_out(), D = C + K;
-  t.pooled.resize((size_t)L * K);
+  t.pooled.resize((size_t)n * L * K);
+  for (int b = 0; b < n; ++b)
+    pool_class_maps(t.objects.data() + (size_t)b * raw_h * raw_w * K, raw_h, raw_w, K, encoder_config.grid_h(),
+                    encoder_config.grid_w(), t.pooled.data() + (size_t)b * L * K);
   grid.resize((size_t)n * L * D);
-  for (int b = 0; b < n; ++b) {
-    pool_class_maps(t.objects.data() + (size_t)b * raw_l * K, raw_h, raw_w, K, encoder_config.grid_h(),
-                    encoder_config.grid_w(), t.pooled.data());
-    for (int l = 0; l < L; ++l) {
-      float* row = grid.data() + ((size_t)b * L + l) * D;
-      const float* g = t.out.data() + ((size_t)b * L + l) * C;
-      row = std::copy(g, g + C, row);
-      std::copy(t.pooled.data() + (size_t)l * K, t.pooled.data() + (size_t)(l + 1) * K, row);
-    }
-  }
+  copy_columns(t.out.data(), (size_t)n * L, C, 0, C, grid.data(), D, 0);
+  copy_columns(t.pooled.data(), (size_t)n * L, K, 0, K, grid.data(), D, C);
 }
 
 void CaptionModel::tuned_backward(const float* dgrid) {
   if (!tuned) throw Error("tuned_backward: the model's encoder has no tuned layers");
   const int K = encoder_config.object_channels;
   if (K == 0) return tuned->backward(dgrid);
-  const int C = tuned->channels_out(), D = C + K;
+  const int C = tuned->channels_out();
   const size_t rows = tuned_scratch.out.size() / C;  // N x L of the last forward
   tuned_scratch.dgrid.resize(rows * C);
-  for (size_t r = 0; r < rows; ++r)
-    std::copy(dgrid + r * D, dgrid + r * D + C, tuned_scratch.dgrid.data() + r * C);
+  copy_columns(dgrid, rows, C + K, 0, C, tuned_scratch.dgrid.data(), C, 0);
   tuned->backward(tuned_scratch.dgrid.data());
 }
 
