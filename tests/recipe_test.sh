@@ -101,7 +101,7 @@ grep -q "recipe: .*member2/model-epoch7.sat alone" "$repo/models/flickr8k.sat" |
 before=$(train_calls)
 : >"$scratch/calls"
 run env || { cat "$scratch/log" >&2; fail "the rerun after the interruption failed"; }
-grep -q '^extract' "$scratch/calls" && fail "the rerun extracted a cache again"
+grep -qE '^(--encoder-precision [a-z0-9]+ )?extract' "$scratch/calls" && fail "the rerun extracted a cache again"
 # the rerun's train calls: stages 1-3 are done (their files are there), stage 2c and its member start
 grep '^train' "$scratch/calls" | grep -v -- '--resume' >"$scratch/fresh" || true
 [ "$(wc -l <"$scratch/fresh")" = 2 ] || fail "the rerun started $(wc -l <"$scratch/fresh") runs, not 2: $(cat "$scratch/fresh")"
@@ -168,4 +168,40 @@ grep -q "^model memory" "$scratch/calls" || fail "the consensus step did not run
 rm -rf "$repo/runs" "$scratch/calls"
 run env TUNE_MOST= MEMORY=0 || fail "MEMORY=0 failed"
 grep -q "^model memory" "$scratch/calls" && fail "MEMORY=0 still built a caption memory"
+# OBJECTS=4 BASE=MODEL: stages 1-2b are not run; two members read the detector's tags over that model's encoder (copied
+# first), from a cache with them; the model they start from is left out of the choice; their ensemble wins and ships.
+rm -rf "$repo/runs" "$scratch/calls"
+echo "the model before" >"$repo/models/flickr8k.sat"
+cat >>"$scratch/scores" <<'EOT'
+member_tags4_2/model-epoch8.sat 0.19
+member_tags4_3/average-epochs6-8.sat 0.195
+ensemble_tags4.sat 0.2
+EOT
+run env TUNE_MOST= OBJECTS=4 BASE=models/flickr8k.sat MEMBERS=2 || { cat "$scratch/log" >&2; fail "OBJECTS=4 BASE= failed"; }
+[ "$(cat "$work/base.sat")" = "the model before" ] || fail "BASE= was not copied to the work folder first"
+grep '^train' "$scratch/calls" | grep -qv -- '--fresh-decoder' && fail "BASE= still ran stages 1-2b"
+extracts=$(grep -cE '^(--encoder-precision [a-z0-9]+ )?extract' "$scratch/calls" || true)
+[ "$extracts" = 1 ] || fail "OBJECTS=4 BASE= extracted $extracts caches, not 1"
+grep -qE "^(--encoder-precision auto )?extract .*--out runs/w/block3_unit_21_448_tags4.feat .*--cut block3/unit_21 --size 448 --raw --objects 4 --objects-as tags" \
+  "$scratch/calls" || fail "the members' cache is not block3/unit_21's raw output with the tags: $(grep 'extract' "$scratch/calls")"
+for seed in 2 3; do
+  grep -q "^train --init-from runs/w/base.sat --fresh-decoder --tune-lr 0 --seed $seed .*--features runs/w/block3_unit_21_448_tags4.feat --objects 4 --objects-as tags .*--out runs/w/member_tags4_$seed" \
+    "$scratch/calls" || fail "member $seed did not train with the tags over BASE's encoder"
+done
+grep -q "^eval --model runs/w/base.sat" "$scratch/calls" && fail "the model without objects was scored for the choice"
+grep -q "^ensemble of runs/w/member_tags4_2/model-epoch8.sat runs/w/member_tags4_3/average-epochs6-8.sat$" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model is not the two tagged members' ensemble: $(head -n 1 "$repo/models/flickr8k.sat")"
+grep -q "recipe: .*BASE=models/flickr8k.sat .*OBJECTS=4 OBJECTS_AS=tags" "$repo/models/flickr8k.sat" ||
+  fail "the shipped recipe does not record BASE and OBJECTS"
+grep -q "^memory of .* from runs/w/block3_unit_21_448_tags4.feat" "$repo/models/flickr8k.sat" ||
+  fail "the caption memory is not from the tagged cache"
+: >"$scratch/calls"
+run env TUNE_MOST= OBJECTS=4 BASE=models/flickr8k.sat MEMBERS=2 || fail "the rerun of OBJECTS=4 BASE= failed"
+grep '^train' "$scratch/calls" | grep -qv -- '--resume' && fail "the rerun of OBJECTS=4 BASE= started a training run"
+grep -qE '^(--encoder-precision [a-z0-9]+ )?extract' "$scratch/calls" && fail "the rerun of OBJECTS=4 BASE= extracted a cache again"
+# OBJECTS with MIRROR=1 is refused in one line, before any work
+rm -rf "$repo/runs" "$scratch/calls"
+if run env TUNE_MOST= OBJECTS=4 MIRROR=1; then fail "OBJECTS=4 MIRROR=1 was not refused"; fi
+grep -q "OBJECTS=4 does not go with MIRROR=1" "$scratch/log" || fail "OBJECTS=4 MIRROR=1: no one-line reason"
+[ -e "$scratch/calls" ] && fail "OBJECTS=4 MIRROR=1 called sat before refusing"
 echo "recipe test: passed"

@@ -47,11 +47,20 @@
 # With SMOOTH=EPS the members train with label smoothing (sat train --label-smoothing EPS; README).
 # With ORDER3=updown (or luong) the members' decoders use that ordering (sat train --fresh-decoder --order; README);
 # the default, bahdanau, is the shipped decoder's.
+# With OBJECTS=SCALE (e.g. 4) the members read the COCO detector's objects beside the grid (sat train --objects SCALE
+# --objects-as $OBJECTS_AS, default tags: each class's peak over the photo at every location), from a cache of the
+# frozen part's raw output with them (sat extract --raw --objects SCALE --objects-as tags, $raw_unit's cache name
+# plus _tagsSCALE); the model they start from reads no objects, so it is left out of the choice and of their
+# ensemble, and the consensus memory comes from that cache (docs/objects.md). Not with MIRROR=1 or TUNE_MOST.
+# With BASE=MODEL (e.g. BASE=models/flickr8k.sat, the shipped model) stages 1-2b are not run: the members train
+# over that model's encoder (copied first to $WORK/base.sat, so shipping over MODEL changes nothing for a rerun),
+# whose fine-tuned units start after TUNE_MORE (or TUNE_AFTER without it); the shipped file's recipe names BASE, and
+# the model's own recipe stays in its started_from.
 # The model names the weights file and its sha256; the weights stay in ../shared/models. Every path the model
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
 #        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, ORDER3, TUNE_MOST,
-#        EPOCHS2C, LR2C, TUNE_LR2C, MEMORY, WORK, SAT)
+#        EPOCHS2C, LR2C, TUNE_LR2C, MEMORY, OBJECTS, OBJECTS_AS, BASE, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -81,8 +90,19 @@ mirror=${MIRROR:-0}  # 1: stage 3's members train with mirror augmentation (not 
 smooth=${SMOOTH:-0}  # stage 3's members' label smoothing
 order3=${ORDER3:-bahdanau}  # stage 3's members' decoder ordering
 memory=${MEMORY:-1}  # 1: consensus reranking's caption memory in the shipped model, its use chosen on dev
+objects=${OBJECTS:-0}  # SCALE > 0: stage 3's members read the detector's objects (OBJECTS_AS: tags or maps)
+objects_as=${OBJECTS_AS:-tags}
+base_model=${BASE:-}  # a model whose encoder the members share, instead of stages 1-2b
 work=${WORK:-runs/flickr8k-resnet}
 sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding does not touch the run)
+if [ "$objects" != 0 ] && { [ "$mirror" = 1 ] || [ -n "$tune_most" ]; }; then
+  echo "train-flickr8k-model.sh: OBJECTS=$objects does not go with MIRROR=1 or TUNE_MOST (their caches hold no objects)" >&2
+  exit 2
+fi
+if [ -n "$base_model" ] && [ ! -f "$base_model" ]; then
+  echo "train-flickr8k-model.sh: BASE=$base_model: no such model file" >&2
+  exit 2
+fi
 mkdir -p "$work"
 cache_cut=${tune_from:-$cut}
 features=$work/$(echo "$cache_cut" | tr / _)_$size.feat
@@ -95,29 +115,6 @@ finish() {  # features: the last steps (consensus reranking, from that cache; in
   "$sat" model calibrate models/flickr8k.sat --data "$data" --split "$data/train.txt" --photos 64 --out models/flickr8k.sat
   exit 0
 }
-if [ ! -f "$work/stage1.sat" ]; then  # stage 1 (a finished stage 1 is kept as stage1.sat)
-  if [ ! -f "$features" ]; then
-    "$sat" extract --data "$data" --images "$work/train_dev.txt" --out "$features" --encoder "$weights" \
-      --cut "$cache_cut" --size "$size" ${tune_from:+--raw}
-  fi
-  tune=()
-  [ -n "$tune_from" ] && tune=(--tune-from "$tune_from" --tune-lr "$(awk -v lr="$lr" 'BEGIN { print lr / 5 }')")
-  if [ -f "$work/model/checkpoint.sat" ]; then
-    "$sat" train --resume "$work/model/checkpoint.sat"
-  else
-    "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
-      --encoder "$weights" --cut "$cut" --encoder-size "$size" --features "$features" "${tune[@]}" \
-      --embed "$dim" --hidden "$dim" --attn "$dim" --dropout 0.5 --attention soft --score additive --min-count 5 \
-      --epochs "$epochs" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs" --val-limit 200 \
-      --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/model"
-  fi
-  choose_and_ship "$sat" "$data" "$features" "$work/model" models/flickr8k.sat \
-    "tools/train-flickr8k-model.sh ($settings: ResNet-101 v2 $cache_cut features at $size, then the command above" \
-    "$precision"
-  [ -z "$tune_after" ] && finish "$features"
-  cp models/flickr8k.sat "$work/stage1.sat.partial" && mv "$work/stage1.sat.partial" "$work/stage1.sat"
-fi
-[ -z "$tune_after" ] && finish "$features"
 raw_cache() {  # unit: sets `raw` to the cache of that unit's raw output at $size, extracted if missing (raw_unit: the unit)
   raw_unit=$1
   raw=$work/$(echo "$1" | tr / _)_$size.feat
@@ -136,33 +133,69 @@ tune_run() {  # from_model tune_from tune_lr lr epochs out: trains (or resumes; 
       --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$6"
   fi
 }
-# Stage 2: the first stage's model, its encoder's units after $tune_after fine-tuned with the decoder.
-raw_cache "$tune_after"
-if [ ! -f "$work/stage2.sat" ]; then  # stage 2 (a finished stage 2 is kept as stage2.sat)
-  tune_run "$work/stage1.sat" "$tune_after" "$tune_lr2" "$lr2" "$epochs2" "$work/stage2"
-  choose_and_ship "$sat" "$data" "$raw" "$work/stage2" models/flickr8k.sat \
-    "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2: the first stage's model (its recipe: started_from) trained on with the units after $tune_after fine-tuned, from their raw output at $size, by the command above" \
-    "$precision"
-  cp models/flickr8k.sat "$work/stage2.sat.partial" && mv "$work/stage2.sat.partial" "$work/stage2.sat"
-fi
-base=$work/stage2.sat  # the model whose encoder the members share
-recipe2="TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2"
-if [ -n "$tune_more" ]; then
-  # Stage 2b: the second stage's model with more of block3's units fine-tuned.
-  raw_cache "$tune_more"
-  recipe2="$recipe2 TUNE_MORE=$tune_more EPOCHS2B=$epochs2b LR2B=$lr2b TUNE_LR2B=$tune_lr2b"
-  if [ ! -f "$work/stage2b.sat" ]; then
-    tune_run "$work/stage2.sat" "$tune_more" "$tune_lr2b" "$lr2b" "$epochs2b" "$work/stage2b"
-    choose_and_ship "$sat" "$data" "$raw" "$work/stage2b" models/flickr8k.sat \
-      "tools/train-flickr8k-model.sh ($settings $recipe2: the second stage's model (its recipe: started_from) trained on with the units after $tune_more fine-tuned, those after $tune_after from their tuned weights, from the raw output of $tune_more at $size, by the command above" \
+stages_1_to_2b() {  # sets `base` (the model whose encoder the members share), `raw`, `raw_unit` and `recipe2`
+  if [ ! -f "$work/stage1.sat" ]; then  # stage 1 (a finished stage 1 is kept as stage1.sat)
+    if [ ! -f "$features" ]; then
+      "$sat" extract --data "$data" --images "$work/train_dev.txt" --out "$features" --encoder "$weights" \
+        --cut "$cache_cut" --size "$size" ${tune_from:+--raw}
+    fi
+    tune=()
+    [ -n "$tune_from" ] && tune=(--tune-from "$tune_from" --tune-lr "$(awk -v lr="$lr" 'BEGIN { print lr / 5 }')")
+    if [ -f "$work/model/checkpoint.sat" ]; then
+      "$sat" train --resume "$work/model/checkpoint.sat"
+    else
+      "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
+        --encoder "$weights" --cut "$cut" --encoder-size "$size" --features "$features" "${tune[@]}" \
+        --embed "$dim" --hidden "$dim" --attn "$dim" --dropout 0.5 --attention soft --score additive --min-count 5 \
+        --epochs "$epochs" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs" --val-limit 200 \
+        --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$work/model"
+    fi
+    choose_and_ship "$sat" "$data" "$features" "$work/model" models/flickr8k.sat \
+      "tools/train-flickr8k-model.sh ($settings: ResNet-101 v2 $cache_cut features at $size, then the command above" \
       "$precision"
-    cp models/flickr8k.sat "$work/stage2b.sat.partial" && mv "$work/stage2b.sat.partial" "$work/stage2b.sat"
+    [ -z "$tune_after" ] && finish "$features"
+    cp models/flickr8k.sat "$work/stage1.sat.partial" && mv "$work/stage1.sat.partial" "$work/stage1.sat"
   fi
-  base=$work/stage2b.sat
+  [ -z "$tune_after" ] && finish "$features"
+  # Stage 2: the first stage's model, its encoder's units after $tune_after fine-tuned with the decoder.
+  raw_cache "$tune_after"
+  if [ ! -f "$work/stage2.sat" ]; then  # stage 2 (a finished stage 2 is kept as stage2.sat)
+    tune_run "$work/stage1.sat" "$tune_after" "$tune_lr2" "$lr2" "$epochs2" "$work/stage2"
+    choose_and_ship "$sat" "$data" "$raw" "$work/stage2" models/flickr8k.sat \
+      "tools/train-flickr8k-model.sh ($settings TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2: the first stage's model (its recipe: started_from) trained on with the units after $tune_after fine-tuned, from their raw output at $size, by the command above" \
+      "$precision"
+    cp models/flickr8k.sat "$work/stage2.sat.partial" && mv "$work/stage2.sat.partial" "$work/stage2.sat"
+  fi
+  base=$work/stage2.sat  # the model whose encoder the members share
+  recipe2="TUNE_AFTER=$tune_after EPOCHS2=$epochs2 LR2=$lr2 TUNE_LR2=$tune_lr2"
+  if [ -n "$tune_more" ]; then
+    # Stage 2b: the second stage's model with more of block3's units fine-tuned.
+    raw_cache "$tune_more"
+    recipe2="$recipe2 TUNE_MORE=$tune_more EPOCHS2B=$epochs2b LR2B=$lr2b TUNE_LR2B=$tune_lr2b"
+    if [ ! -f "$work/stage2b.sat" ]; then
+      tune_run "$work/stage2.sat" "$tune_more" "$tune_lr2b" "$lr2b" "$epochs2b" "$work/stage2b"
+      choose_and_ship "$sat" "$data" "$raw" "$work/stage2b" models/flickr8k.sat \
+        "tools/train-flickr8k-model.sh ($settings $recipe2: the second stage's model (its recipe: started_from) trained on with the units after $tune_more fine-tuned, those after $tune_after from their tuned weights, from the raw output of $tune_more at $size, by the command above" \
+        "$precision"
+      cp models/flickr8k.sat "$work/stage2b.sat.partial" && mv "$work/stage2b.sat.partial" "$work/stage2b.sat"
+    fi
+    base=$work/stage2b.sat
+  fi
+}
+if [ -n "$base_model" ]; then  # BASE: the members train over that model's encoder; stages 1-2b are not run
+  if [ ! -f "$work/base.sat" ]; then cp "$base_model" "$work/base.sat.partial" && mv "$work/base.sat.partial" "$work/base.sat"; fi
+  base=$work/base.sat
+  recipe2="BASE=$base_model TUNE_AFTER=$tune_after TUNE_MORE=$tune_more"
+  raw_unit=${tune_more:-$tune_after}
+  if [ "$objects" = 0 ]; then raw_cache "$raw_unit"; else raw=$work/$(echo "$raw_unit" | tr / _)_$size.feat; fi
+else
+  stages_1_to_2b
 fi
 [ "$members" -gt 0 ] || finish "$raw"
-member_cache() {  # sets `member_flags`; with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
+member_cache() {  # sets `member_flags` and `member_features` (the members' cache: $raw, or with OBJECTS one holding them
+  # too); with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
   member_flags=()
+  member_features=$raw
   if [ "$mirror" = 1 ]; then
     mirrored=${raw%.feat}_mirror.feat
     if [ ! -f "$mirrored" ]; then
@@ -173,33 +206,48 @@ member_cache() {  # sets `member_flags`; with MIRROR=1, the training photos mirr
   fi
   [ "$smooth" = 0 ] || member_flags+=(--label-smoothing "$smooth")  # 0: the flag is left out, the shipped command
   [ "$order3" = bahdanau ] || member_flags+=(--order "$order3")
+  if [ "$objects" != 0 ]; then
+    member_features=${raw%.feat}_$objects_as$objects.feat
+    if [ ! -f "$member_features" ]; then
+      "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" \
+        --out "$member_features" --encoder "$weights" --cut "$raw_unit" --size "$size" --raw \
+        --objects "$objects" --objects-as "$objects_as"
+    fi
+    member_flags+=(--objects "$objects" --objects-as "$objects_as")
+  fi
 }
 members_stage() {  # base prefix name: $members decoders trained afresh over base's encoder (runs $work/<prefix>2, 3, ...),
   # each member's epoch chosen by step 3's rule, then by that rule the ensemble of base and the members, or one of
   # them alone (a decoder trained afresh over stage 2b's encoder beat both that model's own decoder and their
-  # ensemble: README); sets `shipped` and `choice`, and `single` (the best of them alone)
-  local base=$1 prefix=$2 name=$3 i run m b4 best_b4 best_single=-1
-  local ensemble=("$base")
-  local scores=("$(dev_bleu4 "$sat" "$data" "$raw" "$base" --beam 3 --length-norm 1)")  # each one's, alone
+  # ensemble: README); with OBJECTS, base (which reads no objects) is left out; sets `shipped` and `choice`, and
+  # `single` (the best of them alone)
+  local base=$1 prefix=$2 name=$3 i run m b4 best_b4=-1 best_single=-1
+  local ensemble=() scores=()  # each one's dev BLEU-4, alone
   member_cache
+  if [ "$objects" = 0 ]; then
+    ensemble=("$base")
+    scores=("$(dev_bleu4 "$sat" "$data" "$raw" "$base" --beam 3 --length-norm 1)")
+  fi
   for ((i = 2; i <= members + 1; i++)); do
     run=$work/$prefix$i
     if [ -f "$run/checkpoint.sat" ]; then
       "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs3" --patience "$epochs3"
     else
       "$sat" train --init-from "$base" --fresh-decoder --tune-lr 0 --seed "$i" \
-        --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" "${member_flags[@]}" \
-        --epochs "$epochs3" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 --patience "$epochs3" --val-limit 200 \
-        --metric bleu4 --checkpoint-every 100 --keep-epochs --out "$run"
+        --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$member_features" \
+        "${member_flags[@]}" --epochs "$epochs3" --batch 16 --lr "$lr" --lr-decay 0.9 --penalty 1 \
+        --patience "$epochs3" --val-limit 200 --metric bleu4 --checkpoint-every 100 --keep-epochs --out "$run"
     fi
-    choose_epoch "$sat" "$data" "$raw" "$run"
+    choose_epoch "$sat" "$data" "$member_features" "$run"
     ensemble+=("$chosen")
     scores+=("$chosen_b4")
   done
-  "$sat" model ensemble "${ensemble[@]}" --out "$work/$name"
-  shipped=$work/$name choice="their ensemble (sat model ensemble)"
-  best_b4=$(dev_bleu4 "$sat" "$data" "$raw" "$shipped" --beam 3 --length-norm 1)
-  echo "the ensemble: dev BLEU-4 $best_b4 (beam 3)"
+  if [ "${#ensemble[@]}" -ge 2 ]; then
+    "$sat" model ensemble "${ensemble[@]}" --out "$work/$name"
+    shipped=$work/$name choice="their ensemble (sat model ensemble)"
+    best_b4=$(dev_bleu4 "$sat" "$data" "$member_features" "$shipped" --beam 3 --length-norm 1)
+    echo "the ensemble: dev BLEU-4 $best_b4 (beam 3)"
+  fi
   for i in "${!ensemble[@]}"; do
     m=${ensemble[$i]} b4=${scores[$i]}
     echo "$m alone: dev BLEU-4 $b4 (beam 3)"
@@ -210,14 +258,17 @@ members_stage() {  # base prefix name: $members decoders trained afresh over bas
 # Stage 3: more decoders over the encoder of $base, then all of them as one model.
 recipe3="$recipe2 MEMBERS=$members EPOCHS3=$epochs3 MIRROR=$mirror SMOOTH=$smooth"
 [ "$order3" = bahdanau ] || recipe3+=" ORDER3=$order3"
-if [ ! -f "$work/stage3.txt" ]; then  # a finished stage 3 names its best single model there (remove it to rerun)
-  members_stage "$base" member ensemble.sat
-  ship "$sat" "$data" "$raw" "$shipped" models/flickr8k.sat \
+tagged=""  # with OBJECTS, the members' runs and the stage's marks are named apart from those without
+if [ "$objects" != 0 ]; then recipe3+=" OBJECTS=$objects OBJECTS_AS=$objects_as" tagged=_$objects_as$objects; fi
+member_cache
+if [ ! -f "$work/stage3$tagged.txt" ]; then  # a finished stage 3 names its best single model there (remove it to rerun)
+  members_stage "$base" "member${tagged:+${tagged}_}" "ensemble$tagged.sat"
+  ship "$sat" "$data" "$member_features" "$shipped" models/flickr8k.sat \
     "tools/train-flickr8k-model.sh ($settings $recipe3: $(basename "$base" .sat)'s model, MEMBERS more decoders trained afresh over its encoder, each member's epoch chosen by dev BLEU-4 with beam 3, and their ensemble; of these, $choice, chosen by dev BLEU-4 with beam 3)" \
     "$precision"
-  echo "$single" >"$work/stage3.txt.partial" && mv "$work/stage3.txt.partial" "$work/stage3.txt"
+  echo "$single" >"$work/stage3$tagged.txt.partial" && mv "$work/stage3$tagged.txt.partial" "$work/stage3$tagged.txt"
 fi
-[ -n "$tune_most" ] || finish "$raw"
+[ -n "$tune_most" ] || finish "$member_features"
 # Stage 2c: stage 3's best single model (in float32) with still more of block3's units fine-tuned, its last epoch's
 # encoder (the decoder trained beside it is replaced), then stage 3 again over that encoder.
 stage3=$(cat "$work/stage3.txt")
