@@ -69,7 +69,10 @@ nlohmann::json model_summary(const std::string& path) {
   if (!e.weights_file.empty())
     enc["weights"] = {{"file", e.weights_file}, {"sha256", e.weights_sha256}, {"found", m->encoder_weights_path}};
   if (e.object_channels > 0 && m->detector)
-    enc["objects"] = {{"channels", e.object_channels}, {"scale", e.object_scale}, {"detector", m->detector->path()}};
+    enc["objects"] = {{"channels", e.object_channels},
+                      {"scale", e.object_scale},
+                      {"form", e.object_form},
+                      {"detector", m->detector->path()}};
   if (m->tuned) {
     int64_t tuned_params = 0;
     for (auto& p : m->tuned->params()) tuned_params += p.size();
@@ -119,11 +122,16 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
   if (e.contains("precision"))
     std::printf("encoder arithmetic: %s (the model's choice: %s; --encoder-precision overrides it)\n",
                 e["precision_in_use"].get<std::string>().c_str(), e["precision"].get<std::string>().c_str());
-  if (e.contains("objects"))
-    std::printf("object maps: the last %d features are the COCO detector's class heat, max-pooled onto the grid, x %g "
-                "(%s, sha256-checked, not stored in the model)\n",
-                e["objects"]["channels"].get<int>(), e["objects"]["scale"].get<double>(),
+  if (e.contains("objects")) {
+    const std::string form = e["objects"].value("form", std::string("maps"));
+    const char* what = form == "tags"   ? "each class's peak over the photo, at every location"
+                       : form == "both" ? "its class heat max-pooled onto the grid, then each class's peak over the photo"
+                                        : "its class heat max-pooled onto the grid";
+    std::printf("objects (%s): the last %d features come from the COCO detector: %s, x %g (%s, sha256-checked, not stored "
+                "in the model)\n",
+                form.c_str(), e["objects"]["channels"].get<int>(), what, e["objects"]["scale"].get<double>(),
                 e["objects"]["detector"].get<std::string>().c_str());
+  }
   if (e.contains("int8_ranges"))
     std::printf("int8 ready: the ranges of %d activations calibrated on photos (sat model calibrate)\n",
                 e["int8_ranges"].get<int>());
