@@ -82,6 +82,15 @@ EXAMPLE="$ROOT/examples/dog_and_man.jpg"
 if [ -f "$ROOT/../shared/models/resnet_v2_101/resnet_v2_101.safetensors" ]; then
   CAP=$("$SAT" caption "$EXAMPLE" 2>/dev/null)
   echo "$CAP" | grep -Eq "^a (man|dog|person|boy)( [a-z]+){3,}$" && pass "default model captions the example photo: $CAP" || fail "default model caption: '$CAP'"
+  # the default reads the detector's tags: the example's caption names both the man and the dog (README), in every
+  # arithmetic the encoder may run in
+  if "$SAT" model info | grep -q "^objects (tags)"; then
+    for p in f32 bf16 int8; do
+      C=$("$SAT" caption "$EXAMPLE" --encoder-precision $p 2>&1)
+      echo "$C" | grep -qw man && echo "$C" | grep -qw dog && pass "default model, encoder in $p: names the man and the dog: $C" ||
+        fail "default model, encoder in $p: '$C' does not name both the man and the dog"
+    done
+  fi
   "$SAT" attend "$EXAMPLE" --out "$WORK/example_att.png" >/dev/null 2>&1 && [ -s "$WORK/example_att.png" ] && pass "default model draws the example's attention" || fail "default model attend"
   "$SAT" model info | grep -q "stored as float16" && "$SAT" model info | grep -q "^encoder weights: resnet_v2_101.safetensors" \
     && pass "bundled model: float16 decoder, names the ResNet weights" || fail "bundled model info"
