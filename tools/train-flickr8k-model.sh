@@ -105,7 +105,8 @@ if [ -n "$base_model" ] && [ ! -f "$base_model" ]; then
 fi
 mkdir -p "$work"
 cache_cut=${tune_from:-$cut}
-features=$work/$(echo "$cache_cut" | tr / _)_$size.feat
+cache_of() { echo "$work/$(echo "$1" | tr / _)_$size.feat"; }  # unit: the name of its cache at $size
+features=$(cache_of "$cache_cut")
 source "$(dirname "${BASH_SOURCE[0]}")/flickr8k-choose.sh"
 settings="CUT=$cut SIZE=$size TUNE_FROM=$tune_from DIM=$dim EPOCHS=$epochs LR=$lr PRECISION=$precision"
 [ -f "$work/train_dev.txt" ] || cat "$data/train.txt" "$data/dev.txt" >"$work/train_dev.txt"
@@ -117,7 +118,7 @@ finish() {  # features: the last steps (consensus reranking, from that cache; in
 }
 raw_cache() {  # unit: sets `raw` to the cache of that unit's raw output at $size, extracted if missing (raw_unit: the unit)
   raw_unit=$1
-  raw=$work/$(echo "$1" | tr / _)_$size.feat
+  raw=$(cache_of "$1")
   if [ ! -f "$raw" ]; then
     "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" --out "$raw" \
       --encoder "$weights" --cut "$1" --size "$size" --raw
@@ -187,7 +188,7 @@ if [ -n "$base_model" ]; then  # BASE: the members train over that model's encod
   base=$work/base.sat
   recipe2="BASE=$base_model TUNE_AFTER=$tune_after TUNE_MORE=$tune_more"
   raw_unit=${tune_more:-$tune_after}
-  if [ "$objects" = 0 ]; then raw_cache "$raw_unit"; else raw=$work/$(echo "$raw_unit" | tr / _)_$size.feat; fi
+  if [ "$objects" = 0 ]; then raw_cache "$raw_unit"; else raw=$(cache_of "$raw_unit"); fi
 else
   stages_1_to_2b
 fi
@@ -222,8 +223,7 @@ members_stage() {  # base prefix name: $members decoders trained afresh over bas
   # ensemble: README); with OBJECTS, base (which reads no objects) is left out; sets `shipped` and `choice`, and
   # `single` (the best of them alone)
   local base=$1 prefix=$2 name=$3 i run m b4 best_b4=-1 best_single=-1
-  local ensemble=() scores=()  # each one's dev BLEU-4, alone
-  member_cache
+  local ensemble=() scores=()  # each one's dev BLEU-4, alone (the members' cache: member_cache, run before)
   if [ "$objects" = 0 ]; then
     ensemble=("$base")
     scores=("$(dev_bleu4 "$sat" "$data" "$raw" "$base" --beam 3 --length-norm 1)")
@@ -273,6 +273,7 @@ fi
 # encoder (the decoder trained beside it is replaced), then stage 3 again over that encoder.
 stage3=$(cat "$work/stage3.txt")
 raw_cache "$tune_most"
+member_cache
 tune_run "$stage3" "$tune_most" "$tune_lr2c" "$lr2c" "$epochs2c" "$work/stage2c"
 base=$work/stage2c/model-epoch$epochs2c.sat
 members_stage "$base" member2c_ ensemble2c.sat
