@@ -391,20 +391,27 @@ ObjectDetector::Plan& ObjectDetector::plan_for(int n) {
 
 void ObjectDetector::forward(const float* images, int n, std::vector<float>& heat) {
   if (n < 1) fail(net_.path, "forward needs at least one image");
-  Plan& P = plan_for(n);
-  heat.resize((size_t)n * map_size_ * map_size_ * classes_);
-  P.image.set_data_handle(const_cast<float*>(images));
-  P.heat.set_data_handle(heat.data());
-  stream& strm = cpu_stream();
-  for (auto& step : P.steps) {
-    if (step.custom) {
-      strm.wait();
-      step.custom();
-    } else {
-      step.prim.execute(strm, step.args);
+  const size_t image_floats = (size_t)3 * input_size_ * input_size_;
+  const size_t heat_floats = (size_t)map_size_ * map_size_ * classes_;
+  heat.resize((size_t)n * heat_floats);
+  // At most kMaxBatch photos a pass: larger batches ran no faster per photo and a one-shot call over many photos paid
+  // a plan (hundreds of MB touched for the first time) per batch size (docs/objects.md, Speed).
+  for (int first = 0; first < n; first += kMaxBatch) {
+    const int count = std::min(kMaxBatch, n - first);
+    Plan& P = plan_for(count);
+    P.image.set_data_handle(const_cast<float*>(images + first * image_floats));
+    P.heat.set_data_handle(heat.data() + first * heat_floats);
+    stream& strm = cpu_stream();
+    for (auto& step : P.steps) {
+      if (step.custom) {
+        strm.wait();
+        step.custom();
+      } else {
+        step.prim.execute(strm, step.args);
+      }
     }
+    strm.wait();
   }
-  strm.wait();
 }
 
 // The first folder holding both files, each with its sha256: DIR or DIR/centernet_mobilenetv3 of each weights folder.

@@ -44,7 +44,8 @@ class ObjectDetector {
   const std::string& path() const { return net_.path; }
 
   // images: n x 3 x S x S planar floats, RGB 0..255 as they are (the graph takes no normalization).
-  // heat: n x map_size x map_size x classes, each in 0..1.
+  // heat: n x map_size x map_size x classes, each in 0..1. Runs kMaxBatch photos at a time.
+  static constexpr int kMaxBatch = 4;
   void forward(const float* images, int n, std::vector<float>& heat);
 
   struct Plan;  // one batch size's primitives and buffers (vision/detector.cpp)
