@@ -359,6 +359,59 @@ CaptionSet load_captions_any(const std::string& path, const std::string& image_d
   throw Error("unknown caption format '" + f + "' (coco, karpathy, flickr-token, flickr-csv)");
 }
 
+namespace {
+
+// coco-caption's reference form: each value an array of caption strings, or an array of such arrays.
+bool is_reference_texts(const json& j) {
+  if (!j.is_object() || j.empty() || j.contains("annotations") || j.contains("images")) return false;
+  const json& first = j.begin().value();
+  return first.is_array();
+}
+
+void add_reference_texts(const json& value, const std::string& key, const std::string& path,
+                         std::vector<std::vector<std::string>>& out) {
+  if (!value.is_array()) fail(path, "\"" + key + "\" is not an array of captions");
+  for (const json& v : value) {
+    if (v.is_array()) {
+      for (const json& text : v) {
+        if (!text.is_string()) fail(path, "\"" + key + "\" holds a caption that is not a string");
+        std::vector<std::string> tokens = tokenize_caption(text.get<std::string>());
+        if (!tokens.empty()) out.push_back(std::move(tokens));
+      }
+    } else if (v.is_string()) {
+      std::vector<std::string> tokens = tokenize_caption(v.get<std::string>());
+      if (!tokens.empty()) out.push_back(std::move(tokens));
+    } else {
+      fail(path, "\"" + key + "\" holds a caption that is not a string");
+    }
+  }
+}
+
+}  // namespace
+
+std::vector<std::vector<std::string>> load_caption_texts(const std::string& path) {
+  std::vector<std::vector<std::string>> out;
+  const std::string bytes = read_file(path);
+  const size_t first = bytes.find_first_not_of(" \t\r\n");
+  json j;
+  if (first != std::string::npos && bytes[first] == '{') {
+    try {
+      j = json::parse(bytes);
+    } catch (const json::exception& e) {
+      fail(path, std::string("malformed JSON (") + e.what() + ")");
+    }
+  }
+  if (is_reference_texts(j)) {
+    for (auto it = j.begin(); it != j.end(); ++it) add_reference_texts(it.value(), it.key(), path, out);
+  } else {
+    const CaptionSet set = load_captions_any(path, "", "auto");
+    for (const Caption& c : set.captions)
+      if (!c.tokens.empty()) out.push_back(c.tokens);
+  }
+  if (out.empty()) fail(path, "holds no captions");
+  return out;
+}
+
 std::string coco_captions_json(const CaptionSet& set) {
   json images = json::array(), anns = json::array();
   int64_t ann_id = 1;

@@ -66,6 +66,10 @@ std::string detect_caption_format(const std::string& path);
 // Loads any of the formats above (format "" or "auto": detected).
 CaptionSet load_captions_any(const std::string& path, const std::string& image_dir, const std::string& format,
                              const std::string& karpathy_split = "");
+// The caption texts of a file, tokenized (tokenize_caption), without images: any format load_captions_any reads, or
+// coco-caption's reference files ({"<image id>": [["caption", ...]]} or {"<image id>": ["caption", ...]}, such as
+// val2014_refs4_codalab.json). Empty captions are left out; a file with none, or of another form, is an Error naming it.
+std::vector<std::vector<std::string>> load_caption_texts(const std::string& path);
 // COCO captions JSON of a set: {"images": [{id, file_name}], "annotations": [{id, image_id, caption}]}.
 std::string coco_captions_json(const CaptionSet& set);
 // A data directory holds captions.json and images/ (what `sat synth` writes).

@@ -502,6 +502,28 @@ expect_error "a mirrored cache as the photos' own" "^sat: $WORK/val_mirror.feat:
     --out "$WORK/pre_smooth" --epochs 1 --val-limit 20 >"$WORK/smooth.log" 2>&1 &&
   "$SAT" model info "$WORK/pre_smooth/model.sat" | grep -q -- "--label-smoothing 0.1" &&
   pass "train with --label-smoothing" || fail "label smoothing: $(tail -2 "$WORK/smooth.log")"
+# Language pretraining: the new decoder learns from text alone first (here the training set's own caption file, COCO
+# JSON), and the validation captions' cross-entropy falls.
+"$SAT" train --data "$WORK/train" --val-data "$WORK/val" --encoder "$ENC" --encoder-size 96 --cut mixed2 \
+    --features "$WORK/pre/features.feat" --val-features "$WORK/val.feat" --out "$WORK/pre_lm" --epochs 1 --embed 32 \
+    --hidden 32 --attn 32 --val-limit 20 --language-captions "$WORK/train/captions.json" --language-epochs 3 \
+    >"$WORK/lm.log" 2>&1 &&
+  before=$(sed -n "s/^language pretraining: validation captions' cross-entropy \([0-9.]*\) per word before$/\1/p" "$WORK/lm.log") &&
+  after=$(sed -n "s/^language epoch 3: validation captions' cross-entropy \([0-9.]*\) per word$/\1/p" "$WORK/lm.log") &&
+  awk -v b="$before" -v a="$after" 'BEGIN { exit !(b > 0 && a > 0 && a < 0.8 * b) }' &&
+  "$SAT" model info "$WORK/pre_lm/model.sat" | grep -q -- "--language-captions $WORK/train/captions.json" &&
+  pass "train with --language-captions: validation cross-entropy $before -> $after per word" ||
+  fail "language pretraining: $(tail -3 "$WORK/lm.log")"
+expect_error "--language-epochs without captions" "^sat: train: --language-epochs needs --language-captions" \
+  "$SAT" train --data "$WORK/val" --encoder "$ENC" --encoder-size 96 --cut mixed2 --language-epochs 2 --out "$WORK/bad_lm"
+expect_error "--language-captions over a trained decoder" "^sat: train: --language-captions trains a new decoder: with --init-from, give --fresh-decoder" \
+  "$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --language-captions "$WORK/train/captions.json" --out "$WORK/bad_lm"
+expect_error "--language-captions without a pretrained encoder" "^sat: train: --language-captions needs a pretrained --encoder" \
+  "$SAT" train --data "$WORK/val" --language-captions "$WORK/train/captions.json" --out "$WORK/bad_lm"
+printf '{"1": [["a dog runs"]], "2": 7}' >"$WORK/bad_refs.json"
+expect_error "--language-captions of a malformed reference file" "^sat: $WORK/bad_refs.json: \"2\" is not an array of captions" \
+  "$SAT" train --data "$WORK/train" --val-data "$WORK/val" --encoder "$ENC" --encoder-size 96 --cut mixed2 \
+    --features "$WORK/pre/features.feat" --val-features "$WORK/val.feat" --language-captions "$WORK/bad_refs.json" --out "$WORK/bad_lm"
 expect_error "label smoothing of 1" "^sat: train: --label-smoothing must be in \[0, 1\)" \
   "$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" --label-smoothing 1 --out "$WORK/bad_smooth"
 expect_error "label smoothing with self-critical training" "^sat: train: --label-smoothing is for cross-entropy training" \

@@ -74,6 +74,33 @@ TEST_CASE("COCO captions: loading, subsets and errors that name the file") {
         std::string::npos);
 }
 
+TEST_CASE("caption texts without photos: COCO captions and coco-caption's reference files; errors name the file") {
+  TempDir dir;
+  auto write = [&](const std::string& name, const std::string& text) {
+    FILE* f = std::fopen(dir.file(name).c_str(), "w");
+    std::fputs(text.c_str(), f);
+    std::fclose(f);
+    return dir.file(name);
+  };
+  using Texts = std::vector<std::vector<std::string>>;
+  const std::string refs = write("refs.json", R"({"11": [["A Dog runs.", "two cats"]], "12": [["a red bus", " "]]})");
+  CHECK(load_caption_texts(refs) == Texts{{"a", "dog", "runs"}, {"two", "cats"}, {"a", "red", "bus"}});
+  const std::string flat = write("flat.json", R"({"5": ["a man on a horse"]})");
+  CHECK(load_caption_texts(flat) == Texts{{"a", "man", "on", "a", "horse"}});
+  const std::string coco = write("coco.json", R"({"images": [{"id": 7, "file_name": "x.jpg"}],
+                                                   "annotations": [{"image_id": 7, "caption": "A boat."}]})");
+  CHECK(load_caption_texts(coco) == Texts{{"a", "boat"}});
+  const std::string wrong = write("wrong.json", R"({"1": [["a dog"]], "2": 7})");
+  CHECK(error_of([&] { load_caption_texts(wrong); }) == wrong + ": \"2\" is not an array of captions");
+  const std::string number = write("number.json", R"({"1": [["a dog", 3]]})");
+  CHECK(error_of([&] { load_caption_texts(number); }) == number + ": \"1\" holds a caption that is not a string");
+  const std::string empty = write("empty.json", R"({"1": [[" ", "."]]})");
+  CHECK(error_of([&] { load_caption_texts(empty); }) == empty + ": holds no captions");
+  const std::string broken = write("broken.json", R"({"1": [["a dog")");
+  CHECK(error_of([&] { load_caption_texts(broken); }).find(broken + ": malformed JSON") == 0);
+  CHECK(error_of([&] { load_caption_texts(dir.file("missing.json")); }).find("cannot open") != std::string::npos);
+}
+
 TEST_CASE("synthetic scenes: deterministic, grounded, objects apart") {
   for (int i = 0; i < 40; ++i) {
     SynthScene a = make_synth_scene(5, i, 128), b = make_synth_scene(5, i, 128);

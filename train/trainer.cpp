@@ -81,6 +81,8 @@ json TrainOptions::to_json() const {
           {"seed", seed},
           {"threads", threads},
           {"precision", precision},
+          {"language_captions", language_captions},
+          {"language_epochs", language_epochs},
           {"command", command}};
 }
 
@@ -121,6 +123,8 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.metric = j.value("metric", std::string("bleu4"));
     o.keep_epochs = j.value("keep_epochs", false);
     o.precision = j.value("precision", std::string("f32"));  // checkpoints before it trained in float32
+    o.language_captions = j.value("language_captions", std::string());
+    o.language_epochs = j.value("language_epochs", 0);
     o.coverage = j.value("coverage", false);
     o.encoder = j.value("encoder", std::string());
     o.cut = j.value("cut", std::string("mixed5"));

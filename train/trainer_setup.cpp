@@ -158,6 +158,21 @@ TensorFile read_checkpoint(TrainRun& run) {
   return ckpt;
 }
 
+// --language-captions: a new decoder over grids read from a cache (a frozen encoder's), in one process.
+void check_language_options(const TrainRun& run) {
+  const TrainOptions& opt = run.opt;
+  if (opt.language_captions.empty() != (opt.language_epochs == 0))
+    throw Error("train: --language-epochs needs --language-captions (and they need at least one epoch)");
+  if (opt.language_captions.empty() || !run.resume_path.empty()) return;
+  if (opt.objective != "xe") throw Error("train: --language-captions is for cross-entropy training, not --objective cider");
+  if (!opt.init_from.empty() && !opt.fresh_decoder)
+    throw Error("train: --language-captions trains a new decoder: with --init-from, give --fresh-decoder too");
+  if (opt.init_from.empty() && opt.encoder.empty())
+    throw Error("train: --language-captions needs a pretrained --encoder (its grids come from a feature cache)");
+  if (!opt.tune_from.empty()) throw Error("train: --language-captions needs a frozen encoder, not --tune-from");
+  if (run.parallel) throw Error("train: --language-captions runs in one process, not under mpirun yet");
+}
+
 // What a resumed run may change (ResumeOverrides), the thread count, and the checks of the training options.
 void settle_options(TrainRun& run, const ResumeOverrides& more) {
   TrainOptions& opt = run.opt;
@@ -178,6 +193,7 @@ void settle_options(TrainRun& run, const ResumeOverrides& more) {
     throw Error("train: --label-smoothing is for cross-entropy training, not --objective cider");
   if (self_critical && opt.scst_samples < 2)
     throw Error("train: --scst-samples must be at least 2 (the baseline is the other samples' mean)");
+  check_language_options(run);
 }
 
 // The training and validation caption sets (--val-limit applied), and the output folder.
@@ -566,6 +582,8 @@ TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const 
   if (!resume_path.empty()) ckpt = read_checkpoint(run);
   settle_options(run, more);
   load_data(run);
+  const bool pretrains_language = run.opt.language_epochs > 0 && resume_path.empty();
+  if (pretrains_language) run.language_texts = load_caption_texts(run.opt.language_captions);
   set_up_model(run);
   run.model->decoder_precision =
       run.opt.precision == "bf16" ? ProductPrecision::bf16 : ProductPrecision::f32;  // resolved by settle_options
@@ -576,6 +594,11 @@ TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const 
   set_up_encoder_side(run);
   set_up_grid_sources(run);
   index_training_data(run);
+  if (pretrains_language) {
+    if (!run.from_features || run.tuned)
+      throw Error("train: --language-captions needs grids read from a feature cache, without fine-tuned encoder blocks");
+    pretrain_language(run);
+  }
   const TrainOptions& opt = run.opt;
   run.ckpt_path = join_path(opt.out, "checkpoint.sat");
   run.best_path = join_path(opt.out, "model.sat");

@@ -1,6 +1,7 @@
-// The pieces train() (train/trainer.hpp) is made of, shared by its two files: train/trainer_setup.cpp sets a run up
-// (options, data, vocabulary, model, optimizer, caches) and train/trainer.cpp runs its epochs (steps, validation,
-// early stopping, checkpoints). Internal to the trainer: nothing else includes this.
+// The pieces train() (train/trainer.hpp) is made of, shared by its files: train/trainer_setup.cpp sets a run up
+// (options, data, vocabulary, model, optimizer, caches), train/language_pretraining.cpp trains a new decoder on text
+// first (--language-captions) and train/trainer.cpp runs its epochs (steps, validation, early stopping, checkpoints).
+// Internal to the trainer: nothing else includes this.
 #pragma once
 #include <cstdint>
 #include <memory>
@@ -71,6 +72,7 @@ struct TrainRun {
   std::vector<std::vector<int>> caption_ids;
   std::vector<int> mirror_record;  // --mirror-features: each training photo's record there, and its captions mirrored
   std::vector<std::vector<int>> mirrored_caption_ids;
+  std::vector<std::vector<std::string>> language_texts;  // --language-captions, read before the photos' set-up
   std::unique_ptr<CiderDScorer> cider;  // self-critical reward: CIDEr-D with the training split's document frequencies
 
   std::string ckpt_path, best_path;
@@ -81,6 +83,14 @@ struct TrainRun {
 // resume_path continued; every check of the options, the model built or loaded and the data read.
 TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const ResumeOverrides& more,
                     Collective& ranks);
+
+// sat train --language-captions (train/language_pretraining.cpp): a fresh run's new decoder trained as a language
+// model for opt.language_epochs epochs on the file's captions (text only; words outside the vocabulary read as <unk>),
+// 64 captions a step, each reading the mean grid of up to 1000 training photos, so its context is the one the photos
+// share and no photo's own. Its own Adam at opt.lr (decaying by opt.lr_decay per epoch); the attention penalty off;
+// the validation captions' cross-entropy printed before and after each epoch. The run's steps on photos follow, their
+// Adam starting afresh. Not resumable midway: a checkpoint is first written by the steps on photos.
+void pretrain_language(TrainRun& run);
 
 // A message on stderr from the leading rank (the others stay quiet).
 __attribute__((format(printf, 2, 3))) void note(bool lead, const char* format, ...);

@@ -254,6 +254,14 @@ void add_train_command(CLI::App& app) {
                   "Recorded in the checkpoint (--resume keeps it) and in the model, whose searches use it")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
+  cmd->add_option("--language-captions", o->language_captions,
+                  "Before the first step on photos, train the new decoder as a language model on the captions of this "
+                  "file (text only: COCO or Karpathy JSON, Flickr8k token or csv, or coco-caption's reference JSON such "
+                  "as val2014_refs4_codalab.json); each reads the training photos' mean grid, words outside the "
+                  "vocabulary read as <unk>. With --encoder (frozen) or --init-from M --fresh-decoder; not under mpirun");
+  cmd->add_option("--language-epochs", o->language_epochs,
+                  "With --language-captions: epochs over them (default 1), at --lr decaying by --lr-decay")
+      ->check(CLI::Range(1, 1000));
   cmd->add_option("--resume", *resume, "Continue from a checkpoint.sat (its own options are used)");
   cmd->add_option("--more-epochs", *more_epochs, "With --resume: new maximum number of epochs")->check(kNotNegative);
   cmd->add_flag(
@@ -270,6 +278,7 @@ void add_train_command(CLI::App& app) {
   cmd->callback([o, resume, more_epochs, stop_after, mpi_timeout, overwrite, cmd] {
     if (resume->empty() && o->data.empty()) throw CLI::RequiredError("--data (or --resume)");
     take_command_line(*o, cmd);
+    if (!o->language_captions.empty() && o->language_epochs == 0) o->language_epochs = 1;
     ResumeOverrides more;  // with --resume, the checkpoint's options hold but for these
     more.epochs = *more_epochs;
     more.keep_epochs = o->keep_epochs;
