@@ -280,7 +280,7 @@ void keep_epoch(TrainRun& run, int epoch, const json& val_scores) {
   note(run.lead, "kept epoch %d: %s\n", epoch, path.c_str());
 }
 
-// --epochs 0: the untrained baseline, its initialized weights scored once and saved as the model.
+// --epochs 0: the untrained baseline (or the decoder after language pretraining alone), scored once and saved.
 TrainSummary save_untrained(TrainRun& run, TrainSummary summary) {
   const TrainOptions& opt = run.opt;
   CaptionScores sc = run_validation(run);
@@ -288,7 +288,8 @@ TrainSummary save_untrained(TrainRun& run, TrainSummary summary) {
       {"command", opt.command},     {"data", opt.data},         {"git_commit", build_commit()},    {"epoch", 0},
       {"val_scores", sc.to_json()}, {"options", opt.to_json()}, {"started_from", opt.started_from}};
   if (run.lead) run.model->save(run.best_path);
-  note(run.lead, "untrained model (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n", sc.bleu[3], sc.cider_d,
+  note(run.lead, "%s (epochs 0): val BLEU-4 %.4f CIDEr-D %.4f -> %s\n",
+       opt.language_epochs > 0 ? "model trained on text alone" : "untrained model", sc.bleu[3], sc.cider_d,
        run.best_path.c_str());
   summary.best_score = metric_of(sc, opt.metric);
   summary.metric = opt.metric;
