@@ -289,7 +289,8 @@ void add_bench_detector(CLI::App& bench) {
                                    "Time the COCO object detector (CenterNet MobileNetV3, sat detect) on oneDNN at "
                                    "batch 1 and 8 (--encoder-precision chooses f32 or bf16; default f32)");
   det->add_option("--size", da->size, "Input side, a multiple of 32")->capture_default_str();
-  det->add_option("--batches", da->batches, "Comma-separated batch sizes")->capture_default_str();
+  det->add_option("--batches", da->batches, "Comma-separated batch sizes (one above 4 runs in passes of 4 photos)")
+      ->capture_default_str();
   det->add_option("--seconds", da->seconds, "Time spent per batch size (after one warm-up batch)")
       ->capture_default_str();
   det->add_flag("--json", da->json, "One JSON line per batch size");
