@@ -87,6 +87,42 @@ void add_data_options(CLI::App* cmd, TrainOptions& o) {
   cmd->add_option("--val-split", o.val_split, "File listing the validation image file names");
 }
 
+// The attention kind and its settings (seq/attention.hpp): soft scores, hard glimpses, local windows.
+void add_attention_options(CLI::App* cmd, TrainOptions& o) {
+  cmd->add_option("--attention", o.attention,
+                  "soft, hard (sampled glimpse, REINFORCE), local (window around a "
+                  "predicted centre) or none (Show and Tell)")
+      ->capture_default_str();
+  cmd->add_option("--score", o.score, "Attention score: additive, dot, general, cosine or location")
+      ->capture_default_str();
+  cmd->add_option(
+         "--order", o.order,
+         "bahdanau (attend with the previous state, context into the LSTM) or luong (LSTM first, "
+         "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back) or updown (two LSTMs: the "
+         "first attends with its new state, the second reads the context and speaks; Anderson et al. 2018)")
+      ->capture_default_str();
+  cmd->add_option("--hard-window", o.hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")
+      ->capture_default_str();
+  cmd->add_option("--hard-samples", o.hard_samples, "Hard attention: glimpse samples per caption and step")
+      ->capture_default_str()
+      ->check(CLI::Range(1, 256));
+  cmd->add_option("--hard-soft-prob", o.hard_soft_prob,
+                  "Hard attention: probability that a training step takes the expected (soft) context")
+      ->capture_default_str();
+  cmd->add_option("--hard-soft-warmup", o.hard_soft_warmup,
+                  "Hard attention: epochs over which that probability falls from 1 (all soft) to --hard-soft-prob")
+      ->capture_default_str();
+  cmd->add_option("--reinforce-weight", o.reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")
+      ->capture_default_str()
+      ->check(kNotNegative);
+  cmd->add_option("--entropy-weight", o.entropy_weight, "Hard attention: lambda_e of the entropy bonus")
+      ->capture_default_str()
+      ->check(kNotNegative);
+  cmd->add_option("--local-sigma", o.local_sigma, "Local attention: window width in grid cells (0: grid / 4)")
+      ->capture_default_str()
+      ->check(kNotNegative);
+}
+
 }  // namespace
 
 void add_train_command(CLI::App& app) {
@@ -153,38 +189,7 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--coverage", o->coverage,
                   "Coverage-aware attention: the score also sees how much each location was attended so far")
       ->capture_default_str();
-  cmd->add_option("--attention", o->attention,
-                  "soft, hard (sampled glimpse, REINFORCE), local (window around a "
-                  "predicted centre) or none (Show and Tell)")
-      ->capture_default_str();
-  cmd->add_option("--score", o->score, "Attention score: additive, dot, general, cosine or location")
-      ->capture_default_str();
-  cmd->add_option(
-         "--order", o->order,
-         "bahdanau (attend with the previous state, context into the LSTM) or luong (LSTM first, "
-         "attend with the new state, h~ = tanh(W [context; h]) to the output and fed back) or updown (two LSTMs: the "
-         "first attends with its new state, the second reads the context and speaks; Anderson et al. 2018)")
-      ->capture_default_str();
-  cmd->add_option("--hard-window", o->hard_window, "Hard attention: glimpse window side (1 = the one location, odd)")
-      ->capture_default_str();
-  cmd->add_option("--hard-samples", o->hard_samples, "Hard attention: glimpse samples per caption and step")
-      ->capture_default_str()
-      ->check(CLI::Range(1, 256));
-  cmd->add_option("--hard-soft-prob", o->hard_soft_prob,
-                  "Hard attention: probability that a training step takes the expected (soft) context")
-      ->capture_default_str();
-  cmd->add_option("--hard-soft-warmup", o->hard_soft_warmup,
-                  "Hard attention: epochs over which that probability falls from 1 (all soft) to --hard-soft-prob")
-      ->capture_default_str();
-  cmd->add_option("--reinforce-weight", o->reinforce_weight, "Hard attention: lambda_r of the REINFORCE term")
-      ->capture_default_str()
-      ->check(kNotNegative);
-  cmd->add_option("--entropy-weight", o->entropy_weight, "Hard attention: lambda_e of the entropy bonus")
-      ->capture_default_str()
-      ->check(kNotNegative);
-  cmd->add_option("--local-sigma", o->local_sigma, "Local attention: window width in grid cells (0: grid / 4)")
-      ->capture_default_str()
-      ->check(kNotNegative);
+  add_attention_options(cmd, *o);
   cmd->add_option("--init-from", o->init_from,
                   "Start from this trained model file (weights, vocabulary, sizes; "
                   "the model options above are then ignored, but for the sizes given with --fresh-decoder)");
