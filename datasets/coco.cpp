@@ -371,19 +371,16 @@ bool is_reference_texts(const json& j) {
 void add_reference_texts(const json& value, const std::string& key, const std::string& path,
                          std::vector<std::vector<std::string>>& out) {
   if (!value.is_array()) fail(path, "\"" + key + "\" is not an array of captions");
+  auto add = [&](const json& text) {
+    if (!text.is_string()) fail(path, "\"" + key + "\" holds a caption that is not a string");
+    std::vector<std::string> tokens = tokenize_caption(text.get<std::string>());
+    if (!tokens.empty()) out.push_back(std::move(tokens));
+  };
   for (const json& v : value) {
-    if (v.is_array()) {
-      for (const json& text : v) {
-        if (!text.is_string()) fail(path, "\"" + key + "\" holds a caption that is not a string");
-        std::vector<std::string> tokens = tokenize_caption(text.get<std::string>());
-        if (!tokens.empty()) out.push_back(std::move(tokens));
-      }
-    } else if (v.is_string()) {
-      std::vector<std::string> tokens = tokenize_caption(v.get<std::string>());
-      if (!tokens.empty()) out.push_back(std::move(tokens));
-    } else {
-      fail(path, "\"" + key + "\" holds a caption that is not a string");
-    }
+    if (v.is_array())
+      for (const json& text : v) add(text);
+    else
+      add(v);
   }
 }
 

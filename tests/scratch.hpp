@@ -18,6 +18,11 @@ struct TempDir {
   }
   ~TempDir() { std::system(("rm -rf '" + path + "'").c_str()); }
   std::string file(const std::string& name) const { return path + "/" + name; }
+  // Writes text to the file `name` in the folder; its path.
+  std::string write(const std::string& name, const std::string& text) const {
+    write_file_atomic(file(name), text);
+    return file(name);
+  }
 };
 
 // What f throws as a sat::Error ("" when it throws nothing).

@@ -239,30 +239,26 @@ TEST_CASE("caption files: image names that leave the image folder are refused, n
   CHECK(image_name_problem(std::string("x.jpg\0.png", 10)) == "holds a NUL byte");
 
   TempDir dir;
-  auto write = [&](const std::string& name, const std::string& text) {
-    write_file_atomic(dir.file(name), text);
-    return dir.file(name);
-  };
-  const std::string coco = write("c.json", R"({"images": [{"id": 1, "file_name": "a.jpg"},
+  const std::string coco = dir.write("c.json", R"({"images": [{"id": 1, "file_name": "a.jpg"},
       {"id": 2, "file_name": "../../secret/x.jpg"}], "annotations": []})");
   CHECK(error_of([&] { load_coco_captions(coco, dir.path); }) ==
         coco + ": images[1]: image '../../secret/x.jpg' leaves the image folder");
-  const std::string csv = write("c.csv", "image,caption\na.jpg,a dog\n/etc/passwd,a file\n");
+  const std::string csv = dir.write("c.csv", "image,caption\na.jpg,a dog\n/etc/passwd,a file\n");
   CHECK(error_of([&] { load_flickr_captions_csv(csv, dir.path); }) ==
         csv + ": line 3: image '/etc/passwd' is an absolute path (image names are relative to the image folder)");
-  const std::string token = write("t.txt", "a.jpg#0\ta dog\n../b.jpg#0\ta cat\n");
+  const std::string token = dir.write("t.txt", "a.jpg#0\ta dog\n../b.jpg#0\ta cat\n");
   CHECK(error_of([&] { load_flickr_token_txt(token, dir.path); }) ==
         token + ": line 2: image '../b.jpg' leaves the image folder");
-  const std::string karpathy = write("k.json", R"({"images": [{"filename": "x.jpg", "filepath": "../..",
+  const std::string karpathy = dir.write("k.json", R"({"images": [{"filename": "x.jpg", "filepath": "../..",
       "split": "test", "sentences": [{"raw": "a dog"}]}]})");
   CHECK(error_of([&] { load_karpathy_split(karpathy, dir.path, ""); }) ==
         karpathy + ": images[0]: image '../../x.jpg' leaves the image folder");
-  const std::string abs_path = write("k2.json", R"({"images": [{"filename": "x.jpg", "filepath": "/etc",
+  const std::string abs_path = dir.write("k2.json", R"({"images": [{"filename": "x.jpg", "filepath": "/etc",
       "split": "test", "sentences": [{"raw": "a dog"}]}]})");
   CHECK(error_of([&] { load_karpathy_split(abs_path, dir.path, ""); }).find("is an absolute path") !=
         std::string::npos);
   // the same files with names inside the folder load (the negative control)
-  const std::string fine = write("f.json", R"({"images": [{"filename": "x.jpg", "filepath": "val2014",
+  const std::string fine = dir.write("f.json", R"({"images": [{"filename": "x.jpg", "filepath": "val2014",
       "split": "test", "sentences": [{"raw": "a dog"}]}]})");
   const CaptionSet set = load_karpathy_split(fine, dir.path, "");
   CHECK(set.image_path(set.images[0]) == dir.path + "/val2014/x.jpg");

@@ -42,13 +42,7 @@ TEST_CASE("tokenizer and vocabulary") {
 
 TEST_CASE("COCO captions: loading, subsets and errors that name the file") {
   TempDir dir;
-  auto write = [&](const std::string& name, const std::string& text) {
-    FILE* f = std::fopen(dir.file(name).c_str(), "w");
-    std::fputs(text.c_str(), f);
-    std::fclose(f);
-    return dir.file(name);
-  };
-  std::string good = write("good.json",
+  std::string good = dir.write("good.json",
                            R"({"images": [{"id": 7, "file_name": "x.jpg"}, {"id": 9, "file_name": "y.jpg"}],
                                "annotations": [{"image_id": 7, "caption": "A Dog."}, {"image_id": 9, "caption": "a cat"},
                                                {"image_id": 7, "caption": "a dog running"}]})");
@@ -61,14 +55,14 @@ TEST_CASE("COCO captions: loading, subsets and errors that name the file") {
   CHECK(sub.captions.size() == 1);
   CHECK(error_of([&] { set.subset({"y.jpg", "z.jpg"}, "split.txt"); }).find("split.txt: line 2") == 0);
 
-  std::string bad = write("bad.json", "{\"images\": [");
+  std::string bad = dir.write("bad.json", "{\"images\": [");
   CHECK(error_of([&] { load_coco_captions(bad, dir.path); }).find(bad + ": malformed JSON") == 0);
-  std::string notcoco = write("notcoco.json", "[1, 2]");
+  std::string notcoco = dir.write("notcoco.json", "[1, 2]");
   CHECK(error_of([&] { load_coco_captions(notcoco, dir.path); }).find("not a COCO captions file") != std::string::npos);
-  std::string dangling = write("dangling.json", R"({"images": [], "annotations": [{"image_id": 1, "caption": "x"}]})");
+  std::string dangling = dir.write("dangling.json", R"({"images": [], "annotations": [{"image_id": 1, "caption": "x"}]})");
   CHECK(error_of([&] { load_coco_captions(dangling, dir.path); }).find("annotations[0] names image_id 1") !=
         std::string::npos);
-  std::string wrongtype = write("wrongtype.json", R"({"images": [{"id": "a", "file_name": 3}], "annotations": []})");
+  std::string wrongtype = dir.write("wrongtype.json", R"({"images": [{"id": "a", "file_name": 3}], "annotations": []})");
   CHECK(error_of([&] { load_coco_captions(wrongtype, dir.path); }).find("images[0] is malformed") != std::string::npos);
   CHECK(error_of([&] { load_coco_captions(dir.file("missing.json"), dir.path); }).find("cannot open") !=
         std::string::npos);
@@ -76,27 +70,21 @@ TEST_CASE("COCO captions: loading, subsets and errors that name the file") {
 
 TEST_CASE("caption texts without photos: COCO captions and coco-caption's reference files; errors name the file") {
   TempDir dir;
-  auto write = [&](const std::string& name, const std::string& text) {
-    FILE* f = std::fopen(dir.file(name).c_str(), "w");
-    std::fputs(text.c_str(), f);
-    std::fclose(f);
-    return dir.file(name);
-  };
   using Texts = std::vector<std::vector<std::string>>;
-  const std::string refs = write("refs.json", R"({"11": [["A Dog runs.", "two cats"]], "12": [["a red bus", " "]]})");
+  const std::string refs = dir.write("refs.json", R"({"11": [["A Dog runs.", "two cats"]], "12": [["a red bus", " "]]})");
   CHECK(load_caption_texts(refs) == Texts{{"a", "dog", "runs"}, {"two", "cats"}, {"a", "red", "bus"}});
-  const std::string flat = write("flat.json", R"({"5": ["a man on a horse"]})");
+  const std::string flat = dir.write("flat.json", R"({"5": ["a man on a horse"]})");
   CHECK(load_caption_texts(flat) == Texts{{"a", "man", "on", "a", "horse"}});
-  const std::string coco = write("coco.json", R"({"images": [{"id": 7, "file_name": "x.jpg"}],
+  const std::string coco = dir.write("coco.json", R"({"images": [{"id": 7, "file_name": "x.jpg"}],
                                                    "annotations": [{"image_id": 7, "caption": "A boat."}]})");
   CHECK(load_caption_texts(coco) == Texts{{"a", "boat"}});
-  const std::string wrong = write("wrong.json", R"({"1": [["a dog"]], "2": 7})");
+  const std::string wrong = dir.write("wrong.json", R"({"1": [["a dog"]], "2": 7})");
   CHECK(error_of([&] { load_caption_texts(wrong); }) == wrong + ": \"2\" is not an array of captions");
-  const std::string number = write("number.json", R"({"1": [["a dog", 3]]})");
+  const std::string number = dir.write("number.json", R"({"1": [["a dog", 3]]})");
   CHECK(error_of([&] { load_caption_texts(number); }) == number + ": \"1\" holds a caption that is not a string");
-  const std::string empty = write("empty.json", R"({"1": [[" ", "."]]})");
+  const std::string empty = dir.write("empty.json", R"({"1": [[" ", "."]]})");
   CHECK(error_of([&] { load_caption_texts(empty); }) == empty + ": holds no captions");
-  const std::string broken = write("broken.json", R"({"1": [["a dog")");
+  const std::string broken = dir.write("broken.json", R"({"1": [["a dog")");
   CHECK(error_of([&] { load_caption_texts(broken); }).find(broken + ": malformed JSON") == 0);
   CHECK(error_of([&] { load_caption_texts(dir.file("missing.json")); }).find("cannot open") != std::string::npos);
 }

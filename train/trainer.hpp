@@ -97,7 +97,7 @@ struct TrainOptions {
   // run starts, so the checkpoint records what ran and --resume keeps it; the model file records it for searches.
   // f32 by default until the Flickr8k recipe trained both ways shows bf16 learns the same (issue 51, item 4).
   std::string precision = "f32";
-  // Language pretraining (train/language_pretraining.hpp): before a fresh run's first step, language_epochs epochs of
+  // Language pretraining (train/language_pretraining.cpp): before a fresh run's first step, language_epochs epochs of
   // the new decoder as a language model over the captions of this file (text only; sat train --language-captions).
   std::string language_captions;
   int language_epochs = 0;
