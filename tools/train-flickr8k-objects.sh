@@ -6,9 +6,9 @@
 # see bit-identical ResNet features. Each arm trains the first stage of tools/train-flickr8k-model.sh (soft additive
 # attention, 512 wide, Adam 4e-4 x 0.9 per epoch, batch 16, dropout 0.5) for $EPOCHS epochs with each seed in
 # $SEEDS. Arms ($ARMS): objects (the grid and the maps), resnet (the grid alone), tags (the grid and each class's
-# peak over the photo at every location: --objects-as tags), both (the grid, the maps and the tags), hard and
-# hard-objects (resnet and objects with the hard 3x3 glimpse of the InceptionV3 attention table: --attention hard
-# --hard-window 3 --hard-samples 4 --hard-soft-warmup 5); any arm with -lm after its name (resnet-lm, tags-lm) first
+# peak over the photo at every location: --objects-as tags), both (the grid, the maps and the tags); hard,
+# hard-objects and hard-tags are resnet, objects and tags with the hard 3x3 glimpse of the InceptionV3 attention
+# table (--attention hard --hard-window 3 --hard-samples 4 --hard-soft-warmup 5); any arm with -lm after its name (resnet-lm, tags-lm) first
 # trains its new decoder as a language model on the COCO captions in $LANGUAGE ($LANGUAGE_EPOCHS epochs, default 1:
 # sat train --language-captions). The tags and both caches are made from the maps cache's
 # records (tools/feature-cache-slice.py, checked bit for bit against sat extract --objects-as on one photo). Every epoch's model is kept (RUN/model-epochN.sat); scores: sat eval ... --features CACHE
@@ -41,7 +41,7 @@ if [ ! -f "$without" ]; then  # the header of a plain extraction (one photo), th
   /usr/bin/python3 tools/feature-cache-slice.py "$with" "$work/one.feat" "$without"
 fi
 for form in tags both; do  # only when an arm needs it
-  case " $arms " in *" $form "* | *" $form-lm "*) ;; *) continue ;; esac
+  case " $arms " in *" $form "* | *" $form-lm "* | *" hard-$form "*) ;; *) continue ;; esac
   if [ ! -f "$work/block3_448_${form}$scale.feat" ]; then
     "$sat" --encoder-precision bf16 extract --data "$data" --images "$work/one.txt" --out "$work/one_$form.feat" \
       --encoder "$weights" --cut block3 --size 448 --objects "$scale" --objects-as "$form"
@@ -58,9 +58,10 @@ for seed in $seeds; do
     fi
     features=$without objects=() attention=(--attention soft --score additive) text=()
     case $arm in *-lm) text=(--language-captions "$language" --language-epochs "$language_epochs") ;; esac
-    case ${arm%-lm} in
-      *objects) features=$with objects=(--objects "$scale") ;;
-      tags | both) features=$work/block3_448_${arm%-lm}$scale.feat objects=(--objects "$scale" --objects-as "${arm%-lm}") ;;
+    input=${arm%-lm} input=${input#hard-}  # what the decoder reads: resnet, objects, tags or both
+    case $input in
+      objects) features=$with objects=(--objects "$scale") ;;
+      tags | both) features=$work/block3_448_$input$scale.feat objects=(--objects "$scale" --objects-as "$input") ;;
     esac
     case $arm in hard*) attention=(--attention hard --hard-window 3 --hard-samples 4 --hard-soft-warmup 5) ;; esac
     "$sat" train --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" \
