@@ -106,20 +106,11 @@ TEST_CASE("tunable blocks: forward equals the imported network, trained weights 
     CHECK(max_abs_diff(tuned, whole) < 1e-4);
   }
 
-  // Change the weights as training would, write them back, and the whole network computes what the blocks do.
+  // Change the weights as training would: the blocks compute something else.
   for (auto& p : blocks.params())
     for (auto& v : p.value) v += 0.1f * (float)rng.normal();
   blocks.forward(cut_grid.data(), n, false, tuned);
   CHECK(max_abs_diff(tuned, whole) > 1e-2);
-  NetGraph graph = st.graph;
-  TensorFile weights = st.weights;
-  blocks.write_back(graph, weights);
-  CHECK(graph.nodes[graph.index_of("b2")].bn.empty());
-  CHECK(weights.tensors.count("b2_bn/moving_mean") == 0);
-  CHECK(weights.tensors.count("c0_bn/moving_mean") == 1);  // below the cut: untouched
-  PretrainedEncoder rewritten(graph, weights, S, "t");
-  rewritten.forward(images.data(), n, whole);
-  CHECK(max_abs_diff(tuned, whole) < 1e-4);
 
   CHECK_THROWS_WITH_AS(TunableBlocks(st.graph, st.weights, "b1", S, "model.sat"),
                        doctest::Contains("model.sat: layer 'p' after 'b1' reads 'c0' from before it"), Error);
@@ -188,8 +179,7 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
   for (auto* p : m.params()) tuned_params += p->name.rfind("encoder.", 0) == 0;
   CHECK(tuned_params == 10);
   for (auto& p : m.tuned->params())
-    for (auto& v : p.value) v += 0.1f * (float)rng.normal();
-  m.sync_tuned();
+    for (auto& v : p.value) v += 0.1f * (float)rng.normal();  // as training changes them: photos see it at once
 
   // The id caches are checked against is the frozen part's: the same as a model cut at c0.
   CaptionModel bottom;
@@ -202,7 +192,22 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
   std::vector<float> planes = randoms((size_t)2 * 3 * S * S, rng), cut_grid;
   bottom.pretrained->forward(planes.data(), 2, cut_grid);
   Mat from_images = m.encode(planes, 2), from_cache = m.features_from_cache(cut_grid.data(), 2);
-  CHECK((from_images - from_cache).cwiseAbs().maxCoeff() < 1e-4);
+  CHECK((from_images - from_cache).cwiseAbs().maxCoeff() == 0.f);  // one path: the same arithmetic
+  if (cpu_computes_bf16()) {
+    // In bf16 too: the frozen part in bf16 either way, the tuned blocks in float32 on its output. (Before, photos ran
+    // the tuned blocks in bf16 inside one network, a cache's grids in float32, and captions could differ.)
+    m.encoder_precision_override = bottom.encoder_precision_override = PrecisionChoice::bf16;
+    m.build_photo_encoder();
+    bottom.build_photo_encoder();
+    std::vector<float> cut_bf16;
+    bottom.pretrained->forward(planes.data(), 2, cut_bf16);
+    CHECK(max_abs_diff(cut_bf16, cut_grid) > 0.f);  // it did run in bf16
+    const Mat bf16_images = m.encode(planes, 2);
+    CHECK((bf16_images - m.features_from_cache(cut_bf16.data(), 2)).cwiseAbs().maxCoeff() == 0.f);
+    CHECK((bf16_images - from_images).cwiseAbs().maxCoeff() > 0.f);
+    m.encoder_precision_override = bottom.encoder_precision_override = PrecisionChoice::f32;
+    m.build_photo_encoder();
+  }
 
   const std::string path = "/tmp/sat_test_tuned_model.sat";
   m.save(path);
@@ -254,7 +259,7 @@ TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on t
   m.encoder_weights = std::make_shared<const TensorFile>(weights);
   m.vocab = Vocab::build({{"a", "dog"}}, 1);
   m.decoder_config.embed_dim = m.decoder_config.hidden_dim = m.decoder_config.attn_dim = 8;
-  m.build(false);  // the tuned blocks only: the whole network with the detector is what inference builds
+  m.build(false);  // the tuned blocks only: the frozen network with the detector is what photos go through
   REQUIRE(m.tuned);
   CHECK(m.encoder_config.feature_dim() == C + K);
   CHECK(m.decoder_config.feature_dim == C + K);

@@ -13,10 +13,10 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
                      const std::string& out, const ExtractOptions& opt) {
   if (paths.size() != names.size() || paths.empty()) throw Error("extract: no images");
   if (opt.dtype != "f16" && opt.dtype != "f32") throw Error("extract: --dtype must be f16 or f32");
-  if (model.encoder_config.tuned())
-    throw Error("extract: this model fine-tunes its encoder after " + model.encoder_config.tune_from +
-                "; its feature caches hold that layer's grids: extract with --encoder FILE --cut " +
-                model.encoder_config.tune_from + " --raw");
+  // A model with fine-tuned layers: its caches hold the frozen part's records (the tuned layers run on them).
+  const EncoderConfig cached = model.encoder_config.cache_config();
+  ImageEncoder* encoder = model.frozen_encoder();
+  if (!encoder) throw Error("extract: the model's encoder is not built");
   std::vector<std::string> use_paths = paths, use_names = names;
   FeatureHeader h;
   if (opt.skip_bad) {  // a first pass decodes every photo, so the header can list the ones left out
@@ -35,13 +35,13 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
       std::fprintf(stderr, "extract: %zu of %zu images unreadable, left out of the cache and listed in its header\n",
                    h.skipped.size(), paths.size());
   }
-  h.encoder = model.encoder_config.to_json();
+  h.encoder = cached.to_json();
   // the arithmetic it ran in (bf16 grids differ from f32's by rounding): on record, not part of the encoder's id
-  if (model.encoder_config.pretrained()) h.encoder["precision"] = precision_name(model.encoder_precision_in_use());
+  if (cached.pretrained()) h.encoder["precision"] = precision_name(encoder->precision());
   h.encoder_id = model.encoder_id();
-  h.grid_h = model.encoder_config.grid_h();
-  h.grid_w = model.encoder_config.grid_w();
-  h.channels = model.encoder_config.feature_dim();
+  h.grid_h = cached.grid_h();
+  h.grid_w = cached.grid_w();
+  h.channels = cached.feature_dim();
   h.dtype = opt.dtype;
   h.images = use_names;
   h.mirrored = opt.mirror;
@@ -54,9 +54,9 @@ int extract_features(CaptionModel& model, const std::vector<std::string>& paths,
   for (int s = start; s < total; s += opt.batch) {
     const int n = std::min(opt.batch, total - s);
     std::vector<std::string> batch(use_paths.begin() + s, use_paths.begin() + s + n);
-    std::vector<float> planes = model.load_planes(batch, opt.mirror);
-    Mat F = model.encode(planes, n);
-    writer.append(F.data(), n);
+    std::vector<float> planes = model.load_planes(batch, opt.mirror), records;
+    encoder->encode(planes.data(), n, records);
+    writer.append(records.data(), n);
     double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     char stats[64];
     std::snprintf(stats, sizeof stats, "%.1f images/s", (s + n - start) / std::max(secs, 1e-9));

@@ -18,13 +18,13 @@ std::vector<Decoder*> CaptionModel::member_decoders() {
   return out;
 }
 
-void CaptionModel::build(bool sync_encoder) {
+void CaptionModel::build(bool photo_encoder) {
   decoder_config.vocab_size = vocab.size();
   decoder_config.feature_dim = encoder_config.feature_dim();
   decoder_config.grid_h = encoder_config.grid_h();
   decoder_config.grid_w = encoder_config.grid_w();
   decoder_config = DecoderConfig::from_json(decoder_config.to_json());  // validates the attention choice
-  build_encoder(sync_encoder);
+  build_encoder(photo_encoder);
   decoder = std::make_unique<Decoder>(decoder_config);
 }
 
@@ -33,6 +33,8 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
                                                        const std::string& object_form) {
   PretrainedNet net = load_pretrained_net(encoder_file);
   auto m = std::make_unique<CaptionModel>();
+  // as sat caption runs it: bf16 where the CPU computes it natively (a model trained from it stores the choice)
+  m->encoder_precision = PrecisionChoice::auto_;
   try {
     m->encoder_config =
         EncoderConfig::make_pretrained(net.graph, cut, size > 0 ? size : net.input_size, net.mean, net.stdev, raw);
@@ -57,7 +59,8 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
   return m;
 }
 
-void CaptionModel::build_encoder(bool sync_encoder) {
+void CaptionModel::build_encoder(bool photo_encoder) {
+  through_tuned.reset();
   if (encoder_config.pretrained()) {
     if (!encoder_weights) throw Error("a pretrained encoder's weights are not set");
     cnn.reset();
@@ -65,50 +68,78 @@ void CaptionModel::build_encoder(bool sync_encoder) {
     if (encoder_config.tuned())
       tuned = std::make_unique<TunableBlocks>(encoder_config.graph, *encoder_weights, encoder_config.tune_from,
                                               encoder_config.input_size, "encoder weights");
-    if (sync_encoder || !tuned) sync_tuned();
+    if (photo_encoder || !tuned) build_photo_encoder();
   } else {
     pretrained.reset();
     tuned.reset();
+    with_objects.reset();
     cnn = std::make_unique<CnnEncoder>(encoder_config);
   }
 }
 
-void CaptionModel::sync_tuned() {
-  // The encoder shares the imported weights (ResNet-101: 110 MB as float32, not copied); the tuned units' trained
-  // weights reach it as an overlay, the graph's tuned nodes renamed to them (TunableBlocks::write_back).
-  NetGraph graph = encoder_config.graph;
-  TensorFile overlay;
-  if (tuned) tuned->write_back(graph, overlay);
+namespace {
+
+// A fine-tuned encoder on photos: the frozen part (with any object channels pooled onto its grid) gives the record a
+// feature cache holds, and the tuned blocks run on it in float32 as they do on a cache's records (tuned_forward).
+// One path whatever the grids come from: captions from photos equal captions from a cache in any arithmetic the
+// frozen part runs in.
+class FrozenThenTuned : public ImageEncoder {
+ public:
+  FrozenThenTuned(ImageEncoder& frozen, CaptionModel& model) : frozen_(frozen), model_(model) {}
+  void encode(const float* images, int n, std::vector<float>& grid) override {
+    frozen_.encode(images, n, records_);
+    // the tuned blocks a few photos at a time: their buffers stay small and warm (one plan for every batch size)
+    const size_t record = records_.size() / n, out = (size_t)model_.encoder_config.locations() *
+                                                       model_.encoder_config.feature_dim();
+    grid.resize(out * n);
+    for (int first = 0; first < n; first += kPhotosPerPass) {
+      const int count = std::min(kPhotosPerPass, n - first);
+      model_.tuned_forward(records_.data() + first * record, count, false, part_);
+      std::copy(part_.begin(), part_.end(), grid.begin() + first * out);
+    }
+  }
+  Precision precision() const override { return frozen_.precision(); }
+
+ private:
+  static constexpr int kPhotosPerPass = 4;
+  ImageEncoder& frozen_;
+  CaptionModel& model_;
+  std::vector<float> records_, part_;
+};
+
+}  // namespace
+
+void CaptionModel::build_photo_encoder() {
+  // The network as far as it is frozen (all of it when nothing is tuned), in the chosen arithmetic; it shares the
+  // imported weights (ResNet-101: 110 MB as float32, not copied). The tuned blocks hold their own weights.
+  const EncoderConfig frozen = encoder_config.cache_config();
   const Precision precision = encoder_precision_in_use();
   if (precision == Precision::int8 && encoder_int8_ranges.empty())
     throw Error(
         "its encoder in int8 needs activation ranges calibrated on photos, and it has none (sat model "
         "calibrate writes a copy with them)");
-  pretrained = std::make_unique<PretrainedEncoder>(graph, encoder_weights, std::move(overlay),
-                                                   encoder_config.input_size, "encoder weights", precision,
-                                                   precision == Precision::int8 ? encoder_int8_ranges : Int8Ranges());
+  through_tuned.reset();
   with_objects.reset();
+  pretrained = std::make_unique<PretrainedEncoder>(frozen.graph, encoder_weights, frozen.input_size,
+                                                   "encoder weights", precision,
+                                                   precision == Precision::int8 ? encoder_int8_ranges : Int8Ranges());
   if (encoder_config.object_channels == 0) {
     detector.reset();
-    return;
+  } else {
+    if (tuned && (tuned->input_h() % encoder_config.grid_h() || tuned->input_w() % encoder_config.grid_w()))
+      throw Error("object maps on the " + std::to_string(tuned->input_h()) + "x" + std::to_string(tuned->input_w()) +
+                  " grid of " + encoder_config.tune_from + " do not pool onto the tuned layers' " +
+                  std::to_string(encoder_config.grid_h()) + "x" + std::to_string(encoder_config.grid_w()) + " grid");
+    object_detector();
+    if (object_form_channels(encoder_config.object_form, detector->classes()) != encoder_config.object_channels)
+      throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes, the model takes " +
+                  std::to_string(encoder_config.object_channels) + " object channels (" +
+                  encoder_config.object_form + ")");
+    with_objects = std::make_unique<EncoderWithObjects>(*pretrained, *detector, frozen.grid_h(), frozen.grid_w(),
+                                                        frozen.grid_channels(), frozen.mean, frozen.stdev,
+                                                        frozen.object_scale, frozen.object_form);
   }
-  if (tuned && (tuned->input_h() % encoder_config.grid_h() || tuned->input_w() % encoder_config.grid_w()))
-    throw Error("object maps on the " + std::to_string(tuned->input_h()) + "x" + std::to_string(tuned->input_w()) +
-                " grid of " + encoder_config.tune_from + " do not pool onto the tuned layers' " +
-                std::to_string(encoder_config.grid_h()) + "x" + std::to_string(encoder_config.grid_w()) + " grid");
-  object_detector();
-  if (object_form_channels(encoder_config.object_form, detector->classes()) != encoder_config.object_channels)
-    throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes, the model takes " +
-                std::to_string(encoder_config.object_channels) + " object channels (" + encoder_config.object_form +
-                ")");
-  with_objects = std::make_unique<EncoderWithObjects>(
-      *pretrained, *detector, encoder_config.grid_h(), encoder_config.grid_w(), encoder_config.grid_channels(),
-      encoder_config.mean, encoder_config.stdev, encoder_config.object_scale, encoder_config.object_form);
-}
-
-void CaptionModel::drop_int8_ranges() {
-  encoder_int8_ranges.clear();
-  if (encoder_precision == PrecisionChoice::int8) encoder_precision = PrecisionChoice::auto_;
+  if (tuned) through_tuned = std::make_unique<FrozenThenTuned>(*frozen_encoder(), *this);
 }
 
 void CaptionModel::apply_decoder_precision() {
@@ -252,6 +283,11 @@ ObjectDetector& CaptionModel::object_detector() {
 }
 
 ImageEncoder* CaptionModel::image_encoder() const {
+  if (through_tuned) return through_tuned.get();
+  return frozen_encoder();
+}
+
+ImageEncoder* CaptionModel::frozen_encoder() const {
   if (with_objects) return with_objects.get();
   if (pretrained) return pretrained.get();
   return cnn.get();

@@ -47,24 +47,27 @@ struct CaptionModel {
   // CLI's --encoder-precision and the stored choice.
   std::optional<PrecisionChoice> encoder_precision_override;
   Precision encoder_precision_in_use() const;
-  // int8 (vision/onednn.hpp): each 8-bit activation's range, calibrated on training photos in float32 (sat model
-  // calibrate); empty when never calibrated, and then int8 is refused.
+  // int8 (vision/onednn.hpp): each 8-bit activation's range in the frozen part (fine-tuned units run in float32),
+  // calibrated on training photos in float32 (sat model calibrate); empty when never calibrated, and then int8 is
+  // refused.
   Int8Ranges encoder_int8_ranges;
-  // Forgets those ranges (the encoder they describe changed): a stored choice of int8 falls back to auto.
-  void drop_int8_ranges();
   nlohmann::json info;              // provenance: training command, data, git commit, scores
   bool half_precision = false;      // decoder weights stored as float16 (sat model compact); computed in float32
   std::unique_ptr<CnnEncoder> cnn;  // kind "cnn": the small CNN trained with the decoder
-  // kind "pretrained": the imported weights, as stored; shared with the encoder built from them (not copied: the
-  // tuned units' trained weights reach it as an overlay, CaptionModel::sync_tuned).
+  // kind "pretrained": the imported weights, as stored; shared with the encoder built from them (not copied).
   std::shared_ptr<const TensorFile> encoder_weights;
-  std::string encoder_weights_path;               // where weights the model names (weights_file) were found
-  std::unique_ptr<PretrainedEncoder> pretrained;  // kind "pretrained" (with the tuned blocks' current weights)
-  std::unique_ptr<TunableBlocks> tuned;           // kind "pretrained" with tune_from: the layers being trained
+  std::string encoder_weights_path;  // where weights the model names (weights_file) were found
+  // kind "pretrained": the network as far as it is frozen, in the chosen arithmetic (all of it; or, with tune_from,
+  // up to that layer's raw output: what a feature cache for the model holds).
+  std::unique_ptr<PretrainedEncoder> pretrained;
+  std::unique_ptr<TunableBlocks> tuned;  // kind "pretrained" with tune_from: the layers trained after it (float32)
   // Object maps (EncoderConfig::object_channels): the COCO detector, found like the encoder weights (in
   // weights_dir first), and the encoder that joins its maps to the grid (what image_encoder() then gives).
   std::unique_ptr<ObjectDetector> detector;
   std::unique_ptr<EncoderWithObjects> with_objects;
+  // With tuned layers: photos through the frozen part (and the detector), then tuned_forward, as a cache's records
+  // go: one path from photos and from caches (what image_encoder() then gives).
+  std::unique_ptr<ImageEncoder> through_tuned;
   std::string weights_dir;
   std::unique_ptr<Decoder> decoder;
   // An ensemble (sat model ensemble): more decoders over the same encoder grid and vocabulary, each with its own
@@ -79,15 +82,18 @@ struct CaptionModel {
   void apply_decoder_precision();  // sets every member decoder's products to decoder_precision (as this CPU allows)
 
   // Builds encoder and decoder from the configs (decoder sizes that depend on the encoder are filled in).
-  // A pretrained encoder needs encoder_weights set first. sync_encoder false: a tuned encoder's whole network is not
-  // built yet (the caller sets the tuned weights, then calls sync_tuned; loading a model file does).
-  void build(bool sync_encoder = true);
-  void build_encoder(bool sync_encoder = true);
+  // A pretrained encoder needs encoder_weights set first. photo_encoder false, with tuned layers: the tuned blocks
+  // only, not yet the frozen network and the detector that encode photos (build_photo_encoder; loading a model file
+  // calls it once its settings are read).
+  void build(bool photo_encoder = true);
+  void build_encoder(bool photo_encoder = true);
   // Identifies what made a feature cache this model can read (config and weights of the encoder, or of its frozen
   // part when tuned): caches record it, and a cache from another encoder is refused.
   std::string encoder_id() const;
-  // After the tuned blocks' weights change (training, loading): the whole-network encoder runs them as they are.
-  void sync_tuned();
+  // Builds what encodes photos (pretrained, with_objects, through_tuned) in the arithmetic chosen now, the detector
+  // found when the model has object channels. The tuned blocks' weights may change after (training): they run as
+  // they are.
+  void build_photo_encoder();
   // Cached grids (N x L x D of cache_config()) -> the decoder's features (N*L' x D'): through the tuned blocks
   // (inference) when there are any.
   Mat features_from_cache(const float* grids, int n);
@@ -121,6 +127,9 @@ struct CaptionModel {
   void load_plane(const std::string& path, float* out, const DecodeOptions& decode = {}) const;
   // The model's encoder, whichever kind it is (null before build()).
   ImageEncoder* image_encoder() const;
+  // What a feature cache for the model holds comes from: image_encoder(), or with tuned layers the frozen part
+  // (and the detector) before them.
+  ImageEncoder* frozen_encoder() const;
   // The COCO detector at the model's input size: the model's own when it has object maps, else loaded now (found like
   // encoder weights). An input size that is not a multiple of 32 is an Error.
   ObjectDetector& object_detector();

@@ -245,7 +245,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     }
   }
   try {
-    m->build(false);  // a tuned encoder's network is built once, below, with the file's tuned weights
+    m->build();
   } catch (const Error& e) {
     fail(path, e.what());
   }
@@ -280,11 +280,6 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     } catch (const Error& e) {
       fail(path, e.what());
     }
-  }
-  try {
-    if (m->tuned) m->sync_tuned();
-  } catch (const Error& e) {
-    fail(path, e.what());
   }
   m->apply_decoder_precision();
   return m;

@@ -33,18 +33,10 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
       for (size_t j = 0; j < sum[i]->value.size(); ++j) total[i][j] += add[i]->value[j];
     }
   }
-  // int8 ranges describe the first model's fine-tuned units: kept only when every model's were the same
-  bool tuned_alike = true;
-  if (out->tuned)
-    for (auto& p : out->tuned->params()) {
-      const size_t i = std::find(sum.begin(), sum.end(), &p) - sum.begin();
-      for (size_t j = 0; i < sum.size() && j < p.value.size() && tuned_alike; ++j)
-        tuned_alike = total[i][j] == (double)p.value[j] * (double)paths.size();
-    }
+  // int8 ranges stay: they describe the frozen part, the same network in every model (the fine-tuned units, averaged,
+  // run in float32)
   for (size_t i = 0; i < sum.size(); ++i)
     for (size_t j = 0; j < sum[i]->value.size(); ++j) sum[i]->value[j] = (float)(total[i][j] / (double)paths.size());
-  if (!tuned_alike) out->drop_int8_ranges();
-  if (out->tuned) out->sync_tuned();  // the whole network runs the averaged blocks
   return out;
 }
 

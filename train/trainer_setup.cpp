@@ -231,7 +231,7 @@ void join_object_channels(TrainRun& run) {
                             "--fresh-decoder too");
   e.object_channels = object_form_channels(opt.objects_as, (int)coco_class_names().size());
   e.object_scale = opt.objects, e.object_form = opt.objects_as;
-  model.sync_tuned();  // the encoder with the detector beside it (found like the encoder weights)
+  model.build_photo_encoder();  // the encoder with the detector beside it (found like the encoder weights)
   note(run.lead, "object channels joined to its encoder's grid: %d (%s, scale %g)\n", e.object_channels,
        e.object_form.c_str(), e.object_scale);
 }
@@ -255,9 +255,8 @@ void start_from_model(TrainRun& run) {
   // decoder: the trained model is another one (sat model memory builds it a memory of its own).
   model->memory.reset();
   model->consensus = ConsensusSettings{};
-  // int8 ranges were calibrated on the encoder as it was: once its fine-tuned units train on they describe it no
-  // more (sat model calibrate the trained model again)
-  if (opt.tune_lr != 0 && model->encoder_config.tuned()) model->drop_int8_ranges();
+  // int8 ranges stay: they describe the frozen part (the fine-tuned units always run in float32), which a later
+  // --tune-from only shortens
   opt.started_from = provenance_of(opt.init_from, model->info);
   model->info = json::object();
   note(run.lead, "starting from %s\n", opt.init_from.c_str());
@@ -298,6 +297,8 @@ void tune_more_of_encoder(TrainRun& run) {
   tuned->max_len = model->max_len, tuned->beam = model->beam;
   tuned->length_norm = model->length_norm, tuned->no_repeat_ngram = model->no_repeat_ngram;
   tuned->beam_diversity = model->beam_diversity;
+  // its encoder's arithmetic, and int8 ranges that still cover the (now shorter) frozen part
+  tuned->encoder_precision = model->encoder_precision, tuned->encoder_int8_ranges = model->encoder_int8_ranges;
   try {
     tuned->build();
   } catch (const Error& e) {
@@ -463,16 +464,8 @@ void extract_features_once(TrainRun& run) {
     for (auto& img : set->images)
       if (seen.insert(img.file_name).second) paths.push_back(set->image_path(img)), names.push_back(img.file_name);
   std::fprintf(stderr, "encoding %zu images once into %s\n", names.size(), opt.features.c_str());
-  // the frozen part only (the model's own weights, --init-from too): the tuned blocks run at every step
-  if (run.tuned) {
-    CaptionModel frozen;
-    frozen.encoder_config = model.encoder_config.cache_config();
-    frozen.encoder_weights = std::make_shared<const TensorFile>(
-        select_tensors(frozen.encoder_config.graph, *model.encoder_weights, "encoder weights"));
-    frozen.build_encoder();
-    extract_features(frozen, paths, names, opt.features, ExtractOptions());
-  } else
-    extract_features(model, paths, names, opt.features, ExtractOptions());
+  // with tuned layers, the frozen part's records (extract_features): the tuned blocks run on them at every step
+  extract_features(model, paths, names, opt.features, ExtractOptions());
 }
 
 // Photos the cache left out as unreadable (sat extract --skip-bad) are left out here too, and said so.

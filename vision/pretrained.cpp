@@ -438,20 +438,14 @@ Int8Ranges int8_ranges_from_json(const nlohmann::json& j) {
 
 PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size,
                                      const std::string& where, Precision precision, Int8Ranges int8_ranges)
-    : PretrainedEncoder(graph, std::make_shared<const TensorFile>(std::move(weights)), TensorFile(), input_size, where,
+    : PretrainedEncoder(graph, std::make_shared<const TensorFile>(std::move(weights)), input_size, where,
                         precision, std::move(int8_ranges)) {}
 
-const TensorFile& PretrainedEncoder::weights_for(const std::string& first) const {
-  if (overlay_.tensors.count(first) || overlay_.quantized.count(first)) return overlay_;
-  return *shared_;
-}
-
-PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared,
-                                     TensorFile overlay, int input_size, const std::string& where, Precision precision,
+PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, int input_size,
+                                     const std::string& where, Precision precision,
                                      Int8Ranges int8_ranges)
     : graph_(graph),
       shared_(std::move(shared)),
-      overlay_(std::move(overlay)),
       input_size_(input_size),
       precision_(precision),
       int8_ranges_(std::move(int8_ranges)),
@@ -481,7 +475,7 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<cons
   for (size_t i = 0; i < graph_.nodes.size(); ++i) {
     const NetNode& node = graph_.nodes[i];
     if (node.op == "conv") {
-      const TensorFile& W = weights_for(node.kernel);
+      const TensorFile& W = *shared_;
       const bool kernel_as_is = W.tensors.count(node.kernel) || W.mapped_half.count(node.kernel);
       auto b = W.tensors.find(node.bias);
       if (node.bn.empty() && node.kernel_ohwi && kernel_as_is && b != W.tensors.end()) {
@@ -495,7 +489,7 @@ PretrainedEncoder::PretrainedEncoder(const NetGraph& graph, std::shared_ptr<cons
       conv_w_[(int)i] = std::move(f.weight);
       conv_b_[(int)i] = std::move(f.bias);
     } else if (node.op == "affine") {
-      const TensorFile& W = weights_for(node.scale);
+      const TensorFile& W = *shared_;
       scale_[(int)i] = pretrained_tensor(W, node.scale, expected.at(node.scale), where);
       shift_[(int)i] = pretrained_tensor(W, node.offset, expected.at(node.offset), where);
       if ((int)zeros_.size() < shapes_[i].c) zeros_.assign(shapes_[i].c, 0.f), ones_.assign(shapes_[i].c, 1.f);
@@ -990,7 +984,7 @@ void PretrainedEncoder::Plan::Builder::build_conv(const ConvJob& job, FloatBuffe
   const bool int8_conv = node_type[src] == dt::u8;
   ConvShape cs = conv_shape(i, src);
   const bool folded = E.conv_w_.count(i) > 0;
-  const TensorFile& W = E.weights_for(node.kernel);
+  const TensorFile& W = *E.shared_;
   float* w_data = kernel_floats(i, W, scratch);
   float* b_data = folded ? E.conv_b_.at(i).data() : const_cast<float*>(W.tensors.at(node.bias).value.data());
   const size_t per_out = (size_t)CI * node.kh * node.kw;

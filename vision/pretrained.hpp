@@ -53,10 +53,8 @@ class PretrainedEncoder : public ImageEncoder {
   PretrainedEncoder(const NetGraph& graph, TensorFile weights, int input_size, const std::string& where,
                     Precision precision = Precision::f32, Int8Ranges int8_ranges = {});
   // The same with weights shared, not copied (a model keeps its imported weights; ResNet-101's are 110 MB as
-  // float32), and `overlay` holding the tensors a node names that `shared` lacks (fine-tuned units written back,
-  // TunableBlocks::write_back): each node reads all of its tensors from the overlay when it holds its kernel (or
-  // scale), else from the shared weights.
-  PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, TensorFile overlay, int input_size,
+  // float32).
+  PretrainedEncoder(const NetGraph& graph, std::shared_ptr<const TensorFile> shared, int input_size,
                     const std::string& where, Precision precision = Precision::f32, Int8Ranges int8_ranges = {});
   ~PretrainedEncoder() override;
   PretrainedEncoder(const PretrainedEncoder&) = delete;
@@ -85,11 +83,8 @@ class PretrainedEncoder : public ImageEncoder {
  private:
   struct Plan;
   Plan& plan_for(int n);
-  // The tensors of a node that names `first` (its kernel, or an affine's scale): the overlay's when it holds it.
-  const TensorFile& weights_for(const std::string& first) const;
   NetGraph graph_;
   std::shared_ptr<const TensorFile> shared_;
-  TensorFile overlay_;
   std::vector<NodeShape> shapes_;
   int input_size_, grid_h_, grid_w_, channels_;
   double macs_;

@@ -49,12 +49,6 @@ class TunableBlocks {
   // dgrid_out: N x L' x channels_out for the last training forward; adds to the parameters' gradients.
   void backward(const float* dgrid_out);
 
-  // The graph's tensors with the blocks' trained weights in place of the originals: each tuned convolution becomes
-  // kernel (OHWI, float32) + bias with no batch norm, so PretrainedEncoder runs the whole network as trained.
-  // graph: the one given to the constructor; weights: the constructor's (the originals give way to the trained ones)
-  // or an empty overlay beside them (PretrainedEncoder's shared-weights constructor); both are updated.
-  void write_back(NetGraph& graph, TensorFile& weights) const;
-
  private:
   struct Plan;
   Plan& plan_for(int n, bool training);

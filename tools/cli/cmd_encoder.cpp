@@ -107,7 +107,7 @@ void add_encoder_commands(CLI::App& app) {
                  "block3/unit_22, ...)")
       ->capture_default_str();
   ex->add_option("--size", x->size, "Input side (0: the encoder file's default, 299)")->capture_default_str();
-  ex->add_option("--model", x->model, "Use this caption model's encoder instead of --encoder/--cut/--size");
+  ex->add_option("--model", x->model, "Use this caption model's encoder instead of --encoder/--cut/--size (a fine-tuned one's frozen part: the cache it reads)");
   ex->add_flag("--raw", x->raw,
                "The cut layer's output as it is, not normalized for attention by the next unit's "
                "pre-activation (ResNet v2): the cache sat train --tune-from CUT reads");
@@ -134,8 +134,8 @@ void add_encoder_commands(CLI::App& app) {
     if (x->model.empty()) {
       model = pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut, x->size,
                                        x->raw, false, x->objects, x->objects_as);
-      // float32 unless told (sat --encoder-precision; the cache's header records it): a model trained on the cache
-      // stores the same choice, and fine-tuned models made from it read f32 raw caches
+      // auto unless told (bf16 where the CPU computes it natively; sat --encoder-precision; the cache's header
+      // records what ran): a model trained from the encoder stores the same choice
       model->build_encoder();
     } else {
       model = CaptionModel::load(x->model);
