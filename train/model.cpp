@@ -87,8 +87,10 @@ class FrozenThenTuned : public ImageEncoder {
  public:
   FrozenThenTuned(ImageEncoder& frozen, CaptionModel& model) : frozen_(frozen), model_(model) {}
   void encode(const float* images, int n, std::vector<float>& grid) override {
+    grid.clear();
+    if (n <= 0) return;
     frozen_.encode(images, n, records_);
-    // the tuned blocks a few photos at a time: their buffers stay small and warm (one plan for every batch size)
+    // the tuned blocks a few photos at a time: their buffers stay small and warm (plans of at most 4 photos)
     const size_t record = records_.size() / n, out = (size_t)model_.encoder_config.locations() *
                                                        model_.encoder_config.feature_dim();
     grid.resize(out * n);
