@@ -90,23 +90,14 @@ class FrozenThenTuned : public ImageEncoder {
     grid.clear();
     if (n <= 0) return;
     frozen_.encode(images, n, records_);
-    // the tuned blocks a few photos at a time: their buffers stay small and warm (plans of at most 4 photos)
-    const size_t record = records_.size() / n, out = (size_t)model_.encoder_config.locations() *
-                                                       model_.encoder_config.feature_dim();
-    grid.resize(out * n);
-    for (int first = 0; first < n; first += kPhotosPerPass) {
-      const int count = std::min(kPhotosPerPass, n - first);
-      model_.tuned_forward(records_.data() + first * record, count, false, part_);
-      std::copy(part_.begin(), part_.end(), grid.begin() + first * out);
-    }
+    model_.tuned_inference(records_.data(), n, grid);
   }
   Precision precision() const override { return frozen_.precision(); }
 
  private:
-  static constexpr int kPhotosPerPass = 4;
   ImageEncoder& frozen_;
   CaptionModel& model_;
-  std::vector<float> records_, part_;
+  std::vector<float> records_;
 };
 
 }  // namespace
@@ -159,8 +150,22 @@ Mat CaptionModel::features_from_cache(const float* grids, int n) {
   const int64_t rows = (int64_t)n * encoder_config.locations();
   if (!tuned) return Eigen::Map<const Mat>(grids, rows, encoder_config.feature_dim());
   std::vector<float> out;
-  tuned_forward(grids, n, false, out);
+  tuned_inference(grids, n, out);
   return Eigen::Map<const Mat>(out.data(), rows, encoder_config.feature_dim());
+}
+
+void CaptionModel::tuned_inference(const float* cached, int n, std::vector<float>& grid) {
+  // a few photos at a time: the tuned blocks' buffers stay small and warm (plans of at most 4 photos)
+  constexpr int kPhotosPerPass = 4;
+  const size_t record = (size_t)encoder_config.cache_config().locations() * encoder_config.cache_config().feature_dim(),
+               out = (size_t)encoder_config.locations() * encoder_config.feature_dim();
+  grid.resize(out * std::max(n, 0));
+  std::vector<float> part;
+  for (int first = 0; first < n; first += kPhotosPerPass) {
+    const int count = std::min(kPhotosPerPass, n - first);
+    tuned_forward(cached + first * record, count, false, part);
+    std::copy(part.begin(), part.end(), grid.begin() + first * out);
+  }
 }
 
 namespace {

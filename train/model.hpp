@@ -102,6 +102,8 @@ struct CaptionModel {
   // channels max-pooled onto it (the same numbers as pooling the detector's maps onto it directly, the pooling being
   // a max). training: keeps what tuned_backward needs.
   void tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid);
+  // The same for inference, a few photos at a time: what photos (through the frozen part) and caches both go through.
+  void tuned_inference(const float* cached, int n, std::vector<float>& grid);
   // dgrid: N x L x D for the last training tuned_forward: the tuned blocks' gradients (object channels have none).
   void tuned_backward(const float* dgrid);
   struct TunedScratch {  // tuned_forward's and tuned_backward's buffers, kept between steps
