@@ -1,5 +1,6 @@
 #include "seq/attention.hpp"
 #include "seq/few_rows.hpp"
+#include "seq/grid_bf16.hpp"
 
 #include <cmath>
 
@@ -75,17 +76,34 @@ class AdditiveScore final : public AttentionScore {
       UA_.noalias() = F * value_of(params_.U);
     UA_.rowwise() += value_of(params_.b).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
+    // bf16 products: the per-row passes read the projection as bf16, half the bytes (seq/grid_bf16.hpp)
+    if (products_ && products_->precision() == ProductPrecision::bf16) {
+      round_rows_bf16(UA_, UA16_);
+      UA_.resize(0, 0);
+    } else {
+      UA16_.clear();
+    }
     if (coverage_) dUA_step_.resize((int64_t)rows_.row_count() * L_, A_);
     q_cache_.clear();
     h_cache_.clear();
   }
-  // tanh(U a_i + b + W h + coverage_i w_c) for row b's L locations, into Tb (L x A). Forward and backward both call
-  // it, with the same buffer shape, so the backward pass recomputes exactly the values forward used: keeping them
-  // instead would write B x L x A floats per step (25 MB at the benchmark's shape) and read them back twice.
-  void activations(int b, const Mat& q, const Mat* coverage, Mat& Tb) const {
-    Tb = UA_.middleRows((int64_t)rows_.grid[b] * L_, L_).rowwise() + q.row(b);
-    if (coverage_) Tb.noalias() += coverage->row(b).transpose() * Eigen::Map<const Vec>(params_.w_c.value.data(), A_);
-    Tb = Tb.array().tanh().matrix();
+  // tanh(U a_i + b + W h + coverage_i w_c) for row b's location i, into T (A floats). Forward and backward both call
+  // it, so the backward pass recomputes exactly the values forward used: keeping them instead would write B x L x A
+  // floats per step (25 MB at the benchmark's shape) and read them back twice. One location at a time, so that T
+  // stays in the first-level cache through the sum, the tanh and what reads it next (a whole row's L x A block made
+  // in three passes went through the second-level cache each time).
+  void activation_row(int b, int i, const Mat& q, const Mat* coverage, float* T) const {
+    const int64_t r = (int64_t)rows_.grid[b] * L_ + i;
+    Eigen::Map<Eigen::ArrayXf> t(T, A_);
+    Eigen::Map<const Eigen::ArrayXf> qb(q.data() + (int64_t)b * q.outerStride(), A_);
+    if (UA16_.empty()) {
+      t = Eigen::Map<const Eigen::ArrayXf>(UA_.data() + r * UA_.outerStride(), A_) + qb;
+    } else {
+      bf16_to_floats(UA16_.row(r), A_, T);
+      t += qb;
+    }
+    if (coverage_) t += (*coverage)(b, i) * Eigen::Map<const Eigen::ArrayXf>(params_.w_c.value.data(), A_);
+    t = t.tanh();
   }
   void forward(int t, const Mat& h, const Mat* coverage, Mat& e, bool keep) override {
     if (coverage_ && !coverage) throw Error("attention: this score needs the coverage");
@@ -99,12 +117,13 @@ class AdditiveScore final : public AttentionScore {
     Eigen::Map<const Eigen::VectorXf> v(params_.v.value.data(), A_);
 #pragma omp parallel
     {
-      Mat Tb(L_, A_);
+      Eigen::VectorXf T(A_);
 #pragma omp for schedule(static)
-      for (int b = 0; b < B; ++b) {
-        activations(b, q, coverage, Tb);
-        e.row(b).noalias() = (Tb * v).transpose();
-      }
+      for (int b = 0; b < B; ++b)
+        for (int i = 0; i < L_; ++i) {
+          activation_row(b, i, q, coverage, T.data());
+          e(b, i) = T.dot(v);
+        }
     }
     if (keep) {
       if ((int)q_cache_.size() <= t) q_cache_.resize(t + 1), h_cache_.resize(t + 1), cov_cache_.resize(t + 1);
@@ -125,16 +144,18 @@ class AdditiveScore final : public AttentionScore {
     const float* vv = params_.v.value.data();
 #pragma omp parallel
     {
-      Mat Tb(L_, A_);
+      Eigen::VectorXf T(A_);
 #pragma omp for schedule(dynamic)
       for (int g = 0; g < G; ++g)
         for (int b : rows_.rows[g]) {
-          activations(b, q, cov, Tb);
-          dv_rows.row(b).noalias() = de.row(b) * Tb;
           float* dqb = dq.data() + (int64_t)b * A_;
+          float* dvb = dv_rows.data() + (int64_t)b * A_;
+          std::fill(dvb, dvb + A_, 0.f);
           for (int i = 0; i < L_; ++i) {
             const float s = de(b, i);
-            const float* Tr = Tb.data() + (int64_t)i * A_;
+            activation_row(b, i, q, cov, T.data());
+            const float* Tr = T.data();
+            for (int a = 0; a < A_; ++a) dvb[a] += s * Tr[a];
             float* dUr = dUA_.data() + ((int64_t)g * L_ + i) * A_;
             float* step = coverage_ ? dUA_step_.data() + ((int64_t)b * L_ + i) * A_ : nullptr;
             for (int a = 0; a < A_; ++a) {
@@ -190,6 +211,7 @@ class AdditiveScore final : public AttentionScore {
   bool coverage_ = false;
   const Mat* F_ = nullptr;
   Mat UA_, dUA_, dUA_step_;
+  Bf16Rows UA16_;  // U a_i + b in bf16 where the products run in bf16 (UA_ is then empty)
   std::vector<Mat> q_cache_, h_cache_, cov_cache_;  // per step: W h, h, coverage
 };
 

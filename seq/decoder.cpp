@@ -238,9 +238,15 @@ static int sample_index(const float* p, int n, double u) {
   return n - 1;
 }
 
-void Decoder::context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const {
-  const int B = (int)alpha.rows(), L = cfg_.locations();
-  z.resize(B, cfg_.feature_dim);
+void Decoder::context(const Mat& F, const Bf16Rows* F16, const RowGrids& rows, const Mat& alpha, Mat& z) const {
+  const int B = (int)alpha.rows(), L = cfg_.locations(), D = cfg_.feature_dim;
+  z.resize(B, D);
+  if (F16 && !F16->empty()) {
+#pragma omp parallel for schedule(static)
+    for (int b = 0; b < B; ++b)
+      weighted_sum_of_rows_bf16(&alpha(b, 0), F16->row((int64_t)rows.grid[b] * L), L, D, &z(b, 0));
+    return;
+  }
 #pragma omp parallel for schedule(static)
   for (int b = 0; b < B; ++b) z.row(b).noalias() = alpha.row(b) * F.middleRows((int64_t)rows.grid[b] * L, L);
 }
@@ -322,9 +328,9 @@ void Decoder::attend_step(int t, const Mat& q, Mat& cov, Draws& draws, DecoderCa
         entropy += h, ++hard_steps;
       }
     }
-    context(F, C.rows, W, C.z[t]);
+    context(F, &C.F16, C.rows, W, C.z[t]);
   } else {
-    context(F, C.rows, C.alpha[t], C.z[t]);
+    context(F, &C.F16, C.rows, C.alpha[t], C.z[t]);
   }
   if (cfg_.gate) {
     C.beta[t] = sigmoid((q * value_of(params_.gate.W)).array() + params_.gate.b.value[0]);
@@ -426,6 +432,11 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     C.c2[0] = init_state(C.mean_feat, params_.updown.init_c2);
     products_.times(C.mean_feat, value_of(params_.updown.att_lstm_W_mean), C.mean_gates, false);
   }
+  // bf16 products: the attention's per-row passes read the grids in bf16 (seq/grid_bf16.hpp)
+  if (score_ && products_.precision() == ProductPrecision::bf16)
+    round_rows_bf16(F, C.F16);
+  else
+    C.F16.clear();
   if (score_) score_->precompute(F, C.rows);
   C.alpha_sum.setZero(B, L);
   Mat cov = Mat::Zero(B, L);
@@ -587,7 +598,10 @@ void Decoder::attend_backward(int t, const Mat& q, const Mat& dzhat, const Mat& 
   for (int g = 0; g < C.rows.grid_count(); ++g)  // by grid: no two threads add into one grid's dF
     for (int b : C.rows.rows[g]) {
       auto d = de.row(b);
-      d.noalias() = dz.row(b) * F.middleRows((int64_t)g * L, L).transpose();
+      if (C.F16.empty())
+        d.noalias() = dz.row(b) * F.middleRows((int64_t)g * L, L).transpose();
+      else
+        rows_dot_bf16(C.F16.row((int64_t)g * L), L, (int)F.cols(), &dz(b, 0), &d(0));
       if (dF) dF->middleRows((int64_t)g * L, L).noalias() += W.row(b).transpose() * dz.row(b);
       if (hard && !C.soft_step[t][b]) d.setZero();  // a sampled glimpse does not depend on alpha
       d += batch.mask[(size_t)b * T + t] * dS.row(b);
@@ -882,9 +896,9 @@ void Decoder::step_attend(const Mat& q, State& st, Mat& alpha, Mat& z) {
       st.location[b] = s;
       glimpse_weights(s, &W(b, 0));
     }
-    context(*st.F, st.rows, W, z);
+    context(*st.F, nullptr, st.rows, W, z);
   } else {
-    context(*st.F, st.rows, alpha, z);
+    context(*st.F, nullptr, st.rows, alpha, z);
   }
   if (cfg_.gate) {
     Mat beta = sigmoid((q * value_of(params_.gate.W)).array() + params_.gate.b.value[0]);

@@ -21,6 +21,7 @@
 #include <nlohmann/json.hpp>
 
 #include "seq/attention.hpp"
+#include "seq/grid_bf16.hpp"
 #include "seq/matmul.hpp"
 #include "seq/tensor.hpp"
 
@@ -106,6 +107,7 @@ struct DecoderLoss {
 struct DecoderCache {
   int B = 0, T = 0;
   const Mat* F = nullptr;
+  Bf16Rows F16;  // the grids in bf16, for the attention's per-row passes, where the products run in bf16
   RowGrids rows;
   const CaptionBatch* batch = nullptr;
   float penalty_weight = 0;
@@ -251,7 +253,8 @@ class Decoder {
                        Mat& h);
   // An initial LSTM state from the mean features: tanh(mean W + b).
   Mat init_state(const Mat& mean, AffineParams& init);
-  void context(const Mat& F, const RowGrids& rows, const Mat& alpha, Mat& z) const;
+  // z = alpha F per row, from F16 (F in bf16) where given
+  void context(const Mat& F, const Bf16Rows* F16, const RowGrids& rows, const Mat& alpha, Mat& z) const;
   // Weights of the glimpse at location s (one-hot, or a normalized Gaussian window of hard_window cells).
   void glimpse_weights(int s, float* w) const;
   // Where a training forward's random numbers come from: each row's own stream (CaptionBatch::row_seed), else the

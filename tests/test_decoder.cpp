@@ -51,8 +51,11 @@ void check_gradients(Decoder& dec, const Mat& F, DecoderCache& cache, const std:
     if (!p->trainable) continue;  // buffers (the REINFORCE baseline) have no gradient
     CAPTURE(p->name);
     FloatBuffer analytic = p->grad;
+    // The floor: the loss (about 5 here) is computed in float32, so each evaluation carries a rounding of ~3e-7,
+    // ~3e-5 in a central difference over 2 x 5e-3; a coordinate whose gradient is near 1e-3 would show that as a 1%
+    // error with the default floor (2e-3). A wrong gradient is off by far more than 4e-3 x 1%.
     auto r = test::check_gradient(
-        p->value, analytic, [&] { return loss(F); }, 12, 5e-3);
+        p->value, analytic, [&] { return loss(F); }, 12, 5e-3, 4e-3);
     CHECK(r.worst < 1e-2);
     if (getenv("SAT_GRADCHECK_VERBOSE")) MESSAGE(p->name << " worst " << r.worst);
   }

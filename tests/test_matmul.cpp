@@ -7,6 +7,7 @@
 #include <tuple>
 
 #include "seq/decoder.hpp"
+#include "seq/grid_bf16.hpp"
 #include "seq/matmul.hpp"
 #include "tests/decoder_fixtures.hpp"
 #include "train/optimizer.hpp"
@@ -158,6 +159,30 @@ TEST_CASE("products: bfloat16 rounds the inputs to nearest even and sums them in
     const Mat Y = random_mat(N, K, rng), Xn = random_mat(N, M, rng);
     P.add_xt_y(Xn, Y, grad);  // accumulated in float32 onto what was there
     CHECK(max_abs_diff(grad, (bf16_reference(Xn, true, Y, false).array() + 0.5f).matrix()) < 2e-6 * N);
+  }
+}
+
+TEST_CASE("grid in bf16: a row's context and attention gradient are exact sums of the bf16-rounded grid") {
+  // Runs on every CPU (plain loads and float32 multiply-adds, no bf16 arithmetic): odd sizes reach every tail.
+  Rng rng(5);
+  for (auto LD : {std::pair{196, 512}, {9, 20}, {7, 1104}, {3, 77}, {1, 1}}) {
+    const int L = LD.first, D = LD.second;
+    CAPTURE(L);
+    CAPTURE(D);
+    const Mat F = random_mat(L, D, rng), w = random_mat(1, L, rng), x = random_mat(1, D, rng);
+    Bf16Rows F16;
+    round_rows_bf16(F, F16);
+    REQUIRE(F16.rows == L);
+    REQUIRE(F16.cols == D);
+    const Mat Fr = F.unaryExpr(&round_to_bf16);
+    Mat z(1, D), e(1, L), back(L, D);
+    weighted_sum_of_rows_bf16(w.data(), F16.row(0), L, D, z.data());
+    rows_dot_bf16(F16.row(0), L, D, x.data(), e.data());
+    bf16_to_floats(F16.row(0), (int64_t)L * D, back.data());
+    CHECK(max_abs_diff(back, Fr) == 0);
+    CHECK(max_abs_diff(z, (w.cast<double>() * Fr.cast<double>()).cast<float>()) < 2e-6 * L);
+    CHECK(max_abs_diff(e, (x.cast<double>() * Fr.cast<double>().transpose()).cast<float>()) < 2e-6 * D);
+    if (D >= 20) CHECK(max_abs_diff(z, w * F) > 1e-4);  // negative control: the grid really was rounded
   }
 }
 

@@ -44,7 +44,8 @@ void Adam::update(const std::vector<Param*>& params, float lr, const std::vector
     float* mk = m[k].data();
     float* vk = v[k].data();
     const int64_t n = p.size();
-#pragma omp simd
+    // elementwise, so the same result whichever thread does a weight: split between the threads above 64k weights
+#pragma omp parallel for simd schedule(static) if (n >= 65536)
     for (int64_t i = 0; i < n; ++i) {
       mk[i] = beta1 * mk[i] + (1 - beta1) * g[i];
       vk[i] = beta2 * vk[i] + (1 - beta2) * g[i] * g[i];

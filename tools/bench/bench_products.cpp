@@ -1,13 +1,14 @@
 // sat bench decoder --products: the matrix products of one decoder training step alone, with the shapes, layouts,
-// product calls (seq/matmul.hpp, in the step's precision; Eigen's for the per-row ones) and threading the decoder uses,
-// and nothing else (no activations, softmax, dropout or Adam). Its time is a floor for the whole step: what the step
-// would take if all elementwise work were free.
+// product calls (seq/matmul.hpp, in the step's precision; for the per-row ones Eigen's, or in bf16 those of
+// seq/grid_bf16.hpp over the grid in bf16) and threading the decoder uses, and nothing else (no activations, softmax,
+// dropout or Adam). Its time is a floor for the whole step: what the step would take if all elementwise work were free.
 #include "tools/bench/bench_products.hpp"
 
 #include <algorithm>
 #include <chrono>
 #include <omp.h>
 
+#include "seq/grid_bf16.hpp"
 #include "seq/tensor.hpp"
 
 namespace sat {
@@ -76,6 +77,10 @@ ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, 
   Mat h = filled(B, n, 0.1f), x = filled(B, Z, 0.1f), g(B, 4 * n), q(B, A), e(B, L), alpha = filled(B, L, 1.f / L),
       z(B, Z), dh(B, n), dz(B, Z), dalpha(B, L), dq = filled(B, A, 1e-3f), dv(B, A), Tact = filled(B * L, A, 0.5f);
   Eigen::VectorXf v = Eigen::VectorXf::Constant(A, 1e-3f);
+  // bf16 products: the decoder's per-row passes read the grid and its projection as bf16 (seq/grid_bf16.hpp)
+  const bool bf16_rows = precision == ProductPrecision::bf16;
+  Bf16Rows F16, Tact16;
+  if (bf16_rows) round_rows_bf16(F, F16), round_rows_bf16(Tact, Tact16);
   ProductTimes best{1e30, 1e30};
   for (int it = 0; it <= iters; ++it) {
     double t0 = now_seconds();
@@ -107,6 +112,11 @@ ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, 
       P.times(h, Wq, q, false);
 #pragma omp parallel for schedule(static)
       for (int b = 0; b < B; ++b) {
+        if (bf16_rows) {
+          rows_dot_bf16(Tact16.row((int64_t)b * L), (int)L, (int)A, v.data(), &e(b, 0));
+          weighted_sum_of_rows_bf16(&alpha(b, 0), F16.row((int64_t)(b % G) * L), (int)L, (int)D, &z(b, 0));
+          continue;
+        }
         e.row(b).noalias() = (Tact.middleRows((int64_t)b * L, L) * v).transpose();
         z.row(b).noalias() = alpha.row(b) * F.middleRows((int64_t)(b % G) * L, L);
       }
@@ -119,6 +129,11 @@ ProductTimes time_decoder_products(const DecoderConfig& c, int B, int T, int G, 
       P.times_t(dgates, Wctx, dz, false);
 #pragma omp parallel for schedule(static)
       for (int b = 0; b < B; ++b) {
+        if (bf16_rows) {
+          rows_dot_bf16(F16.row((int64_t)(b % G) * L), (int)L, (int)D, &dz(b, 0), &dalpha(b, 0));
+          weighted_sum_of_rows_bf16(&e(b, 0), Tact16.row((int64_t)b * L), (int)L, (int)A, &dv(b, 0));
+          continue;
+        }
         dalpha.row(b).noalias() = dz.row(b) * F.middleRows((int64_t)(b % G) * L, L).transpose();
         dv.row(b).noalias() = e.row(b) * Tact.middleRows((int64_t)b * L, L);
       }
