@@ -105,6 +105,17 @@ TEST_CASE("tunable blocks: forward equals the imported network, trained weights 
     blocks.forward(cut_grid.data(), n, training, tuned);
     CHECK(max_abs_diff(tuned, whole) < 1e-4);
   }
+  if (cpu_has_native_bf16()) {
+    // inference in bf16: within bf16's rounding (2^-9 relative per input, sums in float32) of float32, and not equal
+    std::vector<float> tuned_bf16;
+    blocks.forward(cut_grid.data(), n, false, tuned_bf16, true);
+    float largest = 0;
+    for (float v : whole) largest = std::max(largest, std::abs(v));
+    CHECK(max_abs_diff(tuned_bf16, whole) < 2e-2f * largest);
+    CHECK(max_abs_diff(tuned_bf16, whole) > 0.f);
+    CHECK_THROWS_WITH_AS(blocks.forward(cut_grid.data(), n, true, tuned_bf16, true),
+                         doctest::Contains("training runs in float32"), Error);
+  }
 
   // Change the weights as training would: the blocks compute something else.
   for (auto& p : blocks.params())
@@ -194,8 +205,8 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
   Mat from_images = m.encode(planes, 2), from_cache = m.features_from_cache(cut_grid.data(), 2);
   CHECK((from_images - from_cache).cwiseAbs().maxCoeff() == 0.f);  // one path: the same arithmetic
   if (cpu_computes_bf16()) {
-    // In bf16 too: the frozen part in bf16 either way, the tuned blocks in float32 on its output. (Before, photos ran
-    // the tuned blocks in bf16 inside one network, a cache's grids in float32, and captions could differ.)
+    // In bf16 too: the frozen part in bf16 either way, then the same tuned blocks (in bf16) on its output. (Before,
+    // photos ran the tuned blocks in bf16 inside one network, a cache's grids in float32, and captions could differ.)
     m.encoder_precision_override = bottom.encoder_precision_override = PrecisionChoice::bf16;
     m.build_photo_encoder();
     bottom.build_photo_encoder();
@@ -205,6 +216,12 @@ TEST_CASE("a caption model with tuned encoder blocks: saved, loaded, and run fro
     const Mat bf16_images = m.encode(planes, 2);
     CHECK((bf16_images - m.features_from_cache(cut_bf16.data(), 2)).cwiseAbs().maxCoeff() == 0.f);
     CHECK((bf16_images - from_images).cwiseAbs().maxCoeff() > 0.f);
+    CHECK(m.tuned_inference_in_bf16());
+    std::vector<float> tuned_f32;  // the tuned blocks did run in bf16: float32 ones on the same input differ
+    m.tuned_forward(cut_bf16.data(), 2, false, tuned_f32);
+    CHECK((bf16_images - Eigen::Map<const Mat>(tuned_f32.data(), bf16_images.rows(), bf16_images.cols()))
+              .cwiseAbs()
+              .maxCoeff() > 0.f);
     m.encoder_precision_override = bottom.encoder_precision_override = PrecisionChoice::f32;
     m.build_photo_encoder();
   }

@@ -80,7 +80,7 @@ void CaptionModel::build_encoder(bool photo_encoder) {
 namespace {
 
 // A fine-tuned encoder on photos: the frozen part (with any object channels pooled onto its grid) gives the record a
-// feature cache holds, and the tuned blocks run on it in float32 as they do on a cache's records (tuned_forward).
+// feature cache holds, and the tuned blocks run on it as they do on a cache's records (tuned_inference).
 // One path whatever the grids come from: captions from photos equal captions from a cache in any arithmetic the
 // frozen part runs in.
 class FrozenThenTuned : public ImageEncoder {
@@ -161,9 +161,10 @@ void CaptionModel::tuned_inference(const float* cached, int n, std::vector<float
                out = (size_t)encoder_config.locations() * encoder_config.feature_dim();
   grid.resize(out * std::max(n, 0));
   std::vector<float> part;
+  const bool bf16 = tuned_inference_in_bf16();
   for (int first = 0; first < n; first += kPhotosPerPass) {
     const int count = std::min(kPhotosPerPass, n - first);
-    tuned_forward(cached + first * record, count, false, part);
+    tuned_forward(cached + first * record, count, false, part, bf16);
     std::copy(part.begin(), part.end(), grid.begin() + first * out);
   }
 }
@@ -180,10 +181,14 @@ void copy_columns(const float* from, size_t rows, int from_width, int first, int
 
 }  // namespace
 
-void CaptionModel::tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid) {
+bool CaptionModel::tuned_inference_in_bf16() const {
+  return encoder_precision_in_use() == Precision::bf16 && cpu_has_native_bf16();
+}
+
+void CaptionModel::tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid, bool bf16) {
   if (!tuned) throw Error("tuned_forward: the model's encoder has no tuned layers");
   const int K = encoder_config.object_channels;
-  if (K == 0) return tuned->forward(cached, n, training, grid);
+  if (K == 0) return tuned->forward(cached, n, training, grid, bf16);
   // the records split: each location's raw channels, then its object channels
   const int raw_h = tuned->input_h(), raw_w = tuned->input_w(), raw_c = tuned->channels_in();
   const size_t raw_rows = (size_t)n * raw_h * raw_w;
@@ -192,7 +197,7 @@ void CaptionModel::tuned_forward(const float* cached, int n, bool training, std:
   t.objects.resize(raw_rows * K);
   copy_columns(cached, raw_rows, raw_c + K, 0, raw_c, t.raw.data(), raw_c, 0);
   copy_columns(cached, raw_rows, raw_c + K, raw_c, K, t.objects.data(), K, 0);
-  tuned->forward(t.raw.data(), n, training, t.out);
+  tuned->forward(t.raw.data(), n, training, t.out, bf16);
   const int L = encoder_config.locations(), C = tuned->channels_out(), D = C + K;
   t.pooled.resize((size_t)n * L * K);
   for (int b = 0; b < n; ++b)

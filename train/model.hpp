@@ -100,10 +100,13 @@ struct CaptionModel {
   // A tuned encoder's cached records (N x cache L x cache D: the frozen part's raw output, then any object channels
   // pooled onto that grid) -> the grid the decoder reads (N x L x D): the tuned blocks' output, then the object
   // channels max-pooled onto it (the same numbers as pooling the detector's maps onto it directly, the pooling being
-  // a max). training: keeps what tuned_backward needs.
-  void tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid);
+  // a max). training: keeps what tuned_backward needs (float32 only). bf16: the tuned blocks in bf16 (inference).
+  void tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid, bool bf16 = false);
   // The same for inference, a few photos at a time: what photos (through the frozen part) and caches both go through.
+  // In the encoder's arithmetic when that is bf16 (and the CPU computes it natively), else float32 (int8's ranges
+  // describe the frozen part only).
   void tuned_inference(const float* cached, int n, std::vector<float>& grid);
+  bool tuned_inference_in_bf16() const;
   // dgrid: N x L x D for the last training tuned_forward: the tuned blocks' gradients (object channels have none).
   void tuned_backward(const float* dgrid);
   struct TunedScratch {  // tuned_forward's and tuned_backward's buffers, kept between steps

@@ -113,8 +113,9 @@ struct TunableBlocks::Plan {
   std::vector<int> consumers, received;  // per node: how many layers read it; diffs received this backward
 };
 
-TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
-  auto key = std::make_pair(n, training);
+TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training, bool bf16) {
+  if (training && bf16) throw Error("tuned layers: training runs in float32 (bf16 is for inference)");
+  auto key = std::make_tuple(n, training, bf16);
   auto it = plans_.find(key);
   if (it != plans_.end()) return *it->second;
   auto plan = std::make_unique<Plan>();
@@ -129,7 +130,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
   P.consumers.assign(count, 0);
   P.received.assign(count, 0);
   const tag act = activation_tag();
-  auto blocked = [&](int i) { return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, act); };
+  const dt adt = bf16 ? dt::bf16 : dt::f32;  // activations and weights; biases, scales and the caller's grids: f32
+  auto blocked = [&](int i) { return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, adt, act); };
   auto plain_nhwc = [&](int i) {
     return memory::desc({n, shapes_[i].c, shapes_[i].h, shapes_[i].w}, dt::f32, tag::nhwc);
   };
@@ -163,7 +165,7 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
       Param& W = params_[param_of_[i]];
       Param& B = params_[param_of_[i] + 1];
       const memory::dims wdims{W.shape[0], W.shape[1], W.shape[2], W.shape[3]};
-      memory::desc w_any(wdims, dt::f32, tag::any), b_md({s.c}, dt::f32, tag::x);
+      memory::desc w_any(wdims, adt, tag::any), b_md({s.c}, dt::f32, tag::x);
       primitive_attr attr;
       if (node.relu) {
         post_ops po;
@@ -283,8 +285,8 @@ TunableBlocks::Plan& TunableBlocks::plan_for(int n, bool training) {
   return *(plans_[key] = std::move(plan));
 }
 
-void TunableBlocks::forward(const float* grid_in, int n, bool training, std::vector<float>& grid_out) {
-  Plan& P = plan_for(n, training);
+void TunableBlocks::forward(const float* grid_in, int n, bool training, std::vector<float>& grid_out, bool bf16) {
+  Plan& P = plan_for(n, training, bf16);
   auto& s = cpu_stream();
   P.in_user.set_data_handle(const_cast<float*>(grid_in));
   P.in_reorder.execute(s, P.in_user, P.in);

@@ -11,6 +11,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "datasets/io.hpp"
@@ -44,14 +45,15 @@ class TunableBlocks {
   double macs_per_image() const { return macs_; }
 
   // grid_in: N x L x channels_in (raster order) from the cache; grid_out: N x L' x channels_out.
-  // training=true keeps what backward needs.
-  void forward(const float* grid_in, int n, bool training, std::vector<float>& grid_out);
+  // training=true keeps what backward needs. bf16 (inference only; where the CPU computes it natively): activations
+  // and weights in bfloat16, sums in float32, the weights converted from the float32 parameters at each call.
+  void forward(const float* grid_in, int n, bool training, std::vector<float>& grid_out, bool bf16 = false);
   // dgrid_out: N x L' x channels_out for the last training forward; adds to the parameters' gradients.
   void backward(const float* dgrid_out);
 
  private:
   struct Plan;
-  Plan& plan_for(int n, bool training);
+  Plan& plan_for(int n, bool training, bool bf16);
   NetGraph graph_;                        // `from` as an input node, then the blocks
   std::vector<NodeShape> shapes_;         // per node of graph_
   std::vector<int> param_of_;             // node -> index of its weight (conv) or scale (affine) in params_, else -1
@@ -61,7 +63,7 @@ class TunableBlocks {
   int h_ = 0, w_ = 0, c_in_ = 0, c_out_ = 0;
   double macs_ = 0;
   std::vector<Param> params_;
-  std::map<std::pair<int, bool>, std::unique_ptr<Plan>> plans_;
+  std::map<std::tuple<int, bool, bool>, std::unique_ptr<Plan>> plans_;  // by photos, training, bf16
   Plan* last_training_ = nullptr;
 };
 
