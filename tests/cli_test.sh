@@ -283,12 +283,14 @@ PY
   pass "a model trained from one with a caption memory starts without it" || fail "train --init-from a model with a memory"
 
 # --- self-critical fine-tuning: sampled captions rewarded by CIDEr-D raise the model's CIDEr-D --------------------
-# (--lr 1e-4: at 5e-5 two seeds gave +0.10 and +0.15 from one trained model, and -0.02 from another trained by the
-# same command in CI; at 1e-4 the same seeds gave +0.27 and +0.29)
+# (--lr 2e-4, 3 epochs: at 1e-4 and 2 epochs, seeds 3 and 4 gave +0.27 and +0.29 from the model trained on a Zen 5,
+# but from the same command's model on a Zen 4 (CIDEr-D 3.02, with less to gain) seeds 3, 4, 5 gave +0.04, +0.06 and
+# -0.05 in float32 and the samples' reward did not rise; at 2e-4 for 3 epochs it rises in every run (2.60 -> 2.76-2.89)
+# and CIDEr-D gained +0.09, +0.35, +0.23 in float32, +0.13, +0.20 in bf16: docs/precision.md, self-critical in bf16)
 cider() { "$SAT" eval --model "$1" --data "$WORK/val" --beam 1 --json | python3 -c 'import json,sys; print(json.load(sys.stdin)["CIDEr"])'; }
 python3 -c 'import json,sys; [print(i["file_name"]) for i in json.load(open(sys.argv[1]))["images"][:300]]' "$WORK/train/captions.json" > "$WORK/scst_split.txt"
 "$SAT" train --init-from "$MODEL" --objective cider --data "$WORK/train" --train-split "$WORK/scst_split.txt" \
-  --val-data "$WORK/val" --epochs 2 --lr 1e-4 --metric cider --seed 3 --out "$WORK/scst" 2>"$WORK/scst.log" >/dev/null \
+  --val-data "$WORK/val" --epochs 3 --lr 2e-4 --metric cider --seed 3 --out "$WORK/scst" 2>"$WORK/scst.log" >/dev/null \
   && grep -q "reward" "$WORK/scst.log" || { fail "self-critical training"; cat "$WORK/scst.log"; }
 C1=$(cider "$MODEL"); C2=$(cider "$WORK/scst/model.sat")
 python3 -c "import sys; sys.exit(0 if $C2 > $C1 + 0.05 else 1)" && pass "self-critical training raises CIDEr-D ($C1 -> $C2)" || fail "self-critical CIDEr-D $C1 -> $C2"

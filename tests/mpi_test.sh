@@ -42,6 +42,7 @@ for cut in mixed1 mixed2; do
 done
 DATA=(--data "$WORK/train" --val-data "$WORK/val" --encoder "$ENC" --encoder-size 96 --dropout 0.3 --lr 2e-3)
 SMALL=(--embed 32 --hidden 32 --attn 32)
+F32=(--precision f32)  # the float32 runs agree to TOL (sat train's default is auto: bf16 where the CPU computes it)
 CACHE=(--cut mixed2 --features "$WORK/train_mixed2.feat" --val-features "$WORK/val_mixed2.feat")
 
 # same NAME ARGS...: trains with ARGS in one process and on 2 ranks, then compares the checkpoints' weights.
@@ -55,7 +56,7 @@ same() {
   diff=$("$SAT" model diff "$WORK/one/checkpoint.sat" "$WORK/two/checkpoint.sat" --tolerance "${SAME_TOL:-$TOL}")
   [ $? -eq 0 ] && pass "$name: 1 process = 2 ranks (${diff#*: })" || fail "$name: $diff"
 }
-same "soft attention, coverage, 2 captions per photo" "${DATA[@]}" "${SMALL[@]}" "${CACHE[@]}" --coverage true --captions-per-image 2 --batch 7 --epochs 2 --seed 4
+same "soft attention, coverage, 2 captions per photo" "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" "${CACHE[@]}" --coverage true --captions-per-image 2 --batch 7 --epochs 2 --seed 4
 grep -q "^data-parallel: 2 ranks share each batch of 7 photos" "$WORK/two.log" && [ "$(grep -c "^best val" "$WORK/two.log")" -eq 1 ] &&
   pass "2 ranks: one line says so, rank 0 alone prints the result" || fail "2 ranks' output: $(cat "$WORK/two.log")"
 [ "$(ls "$WORK/two")" = "$(printf 'checkpoint.sat\nmodel.sat')" ] && pass "2 ranks: only rank 0 wrote into --out, atomically" ||
@@ -78,13 +79,13 @@ else
   OUT=$("$SAT" model diff "$WORK/bf16_one.sat" "$WORK/two/checkpoint.sat" --tolerance $TOL_BF16)
   [ $? -eq 1 ] && pass "bf16: another seed differs beyond $TOL_BF16 (${OUT#*: })" || fail "bf16, another seed: $OUT"
 fi
-same "hard attention (moving-average baseline)" "${DATA[@]}" "${SMALL[@]}" "${CACHE[@]}" --attention hard --batch 7 --epochs 2 --seed 4
-same "hard attention, 3 samples, Luong order" "${DATA[@]}" "${SMALL[@]}" "${CACHE[@]}" --attention hard --hard-samples 3 --order luong --batch 7 --epochs 2 --seed 4
-same "local attention, dot score" "${DATA[@]}" "${SMALL[@]}" "${CACHE[@]}" --attention local --score dot --batch 7 --epochs 2 --seed 4
-same "no attention" "${DATA[@]}" "${SMALL[@]}" "${CACHE[@]}" --attention none --batch 7 --epochs 2 --seed 4
-same "fine-tuned encoder block (mixed2 on mixed1's cache)" "${DATA[@]}" "${SMALL[@]}" --cut mixed2 --tune-from mixed1 --tune-lr 1e-3 \
+same "hard attention (moving-average baseline)" "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" "${CACHE[@]}" --attention hard --batch 7 --epochs 2 --seed 4
+same "hard attention, 3 samples, Luong order" "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" "${CACHE[@]}" --attention hard --hard-samples 3 --order luong --batch 7 --epochs 2 --seed 4
+same "local attention, dot score" "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" "${CACHE[@]}" --attention local --score dot --batch 7 --epochs 2 --seed 4
+same "no attention" "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" "${CACHE[@]}" --attention none --batch 7 --epochs 2 --seed 4
+same "fine-tuned encoder block (mixed2 on mixed1's cache)" "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" --cut mixed2 --tune-from mixed1 --tune-lr 1e-3 \
   --features "$WORK/train_mixed1.feat" --val-features "$WORK/val_mixed1.feat" --batch 7 --epochs 1 --seed 4
-same "self-critical (CIDEr-D) training" --init-from "$WORK/soft_model.sat" --objective cider --scst-samples 3 --metric cider \
+same "self-critical (CIDEr-D) training" "${F32[@]}" --init-from "$WORK/soft_model.sat" --objective cider --scst-samples 3 --metric cider \
   --data "$WORK/train" --val-data "$WORK/val" --features "$WORK/train_mixed2.feat" --val-features "$WORK/val_mixed2.feat" \
   --lr 5e-4 --batch 7 --epochs 1 --seed 4
 

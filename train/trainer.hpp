@@ -95,8 +95,9 @@ struct TrainOptions {
   // The decoder's products (seq/matmul.hpp): "f32", "bf16" (bfloat16 with float32 sums; float32 master weights,
   // Adam, softmaxes and loss) or "auto" (bf16 where the CPU computes it natively). Resolved to f32 or bf16 when the
   // run starts, so the checkpoint records what ran and --resume keeps it; the model file records it for searches.
-  // f32 by default until the Flickr8k recipe trained both ways shows bf16 learns the same (issue 51, item 4).
-  std::string precision = "f32";
+  // auto by default: trained both ways, bf16 learned the same as float32 within what two float32 seeds differ by
+  // (the Flickr8k recipe's first stage, the synthetic scenes, self-critical training; docs/precision.md).
+  std::string precision = "auto";
   // Language pretraining (train/language_pretraining.cpp): before a fresh run's first step, language_epochs epochs of
   // the new decoder as a language model over the captions of this file (text only; sat train --language-captions).
   std::string language_captions;
