@@ -77,15 +77,6 @@ void floats_to_half(const float* in, uint16_t* out, size_t n) {
   for (; i < n; ++i) out[i] = float_to_half_scalar(in[i]);
 }
 
-void round_through_half(float* v, size_t n) {
-  uint16_t h[256];
-  for (size_t i = 0; i < n; i += 256) {
-    const size_t m = std::min<size_t>(256, n - i);
-    floats_to_half(v + i, h, m);
-    half_to_floats(h, v + i, m);
-  }
-}
-
 void half_to_floats(const uint16_t* in, float* out, size_t n) {
   size_t i = 0;
 #if defined(__F16C__)

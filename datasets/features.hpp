@@ -83,8 +83,6 @@ class FeatureWriter {
 
 void floats_to_half(const float* in, uint16_t* out, size_t n);
 void half_to_floats(const uint16_t* in, float* out, size_t n);
-// v rounded to float16 and back, in place: what a feature cache stores of it and gives back.
-void round_through_half(float* v, size_t n);
 uint64_t fnv1a64(const void* data, size_t n, uint64_t h = 1469598103934665603ull);
 
 }  // namespace sat

@@ -80,9 +80,9 @@ void CaptionModel::build_encoder(bool photo_encoder) {
 namespace {
 
 // A fine-tuned encoder on photos: the frozen part (with any object channels pooled onto its grid) gives the record a
-// feature cache holds, rounded through float16 as a cache stores it, and the tuned blocks run on it as they do on a
-// cache's records (tuned_inference). One path whatever the grids come from: captions from photos equal captions from
-// a cache in any arithmetic the frozen part runs in.
+// feature cache holds, and the tuned blocks run on it as they do on a cache's records (tuned_inference).
+// One path whatever the grids come from: captions from photos equal captions from a cache in any arithmetic the
+// frozen part runs in.
 class FrozenThenTuned : public ImageEncoder {
  public:
   FrozenThenTuned(ImageEncoder& frozen, CaptionModel& model) : frozen_(frozen), model_(model) {}
@@ -90,7 +90,6 @@ class FrozenThenTuned : public ImageEncoder {
     grid.clear();
     if (n <= 0) return;
     frozen_.encode(images, n, records_);
-    round_through_half(records_.data(), records_.size());
     model_.tuned_inference(records_.data(), n, grid);
   }
   Precision precision() const override { return frozen_.precision(); }
@@ -311,9 +310,6 @@ Mat CaptionModel::encode(const float* planes, int n) {
   if (!from) throw Error("the model's encoder is not built");
   std::vector<float> grid;
   from->encode(planes, n, grid);
-  // an imported encoder's grids as a feature cache holds them (float16), so photos and caches caption alike (a
-  // bf16 encoder's values are exact in float16; the object channels and float32 grids are rounded)
-  if (!tuned && encoder_config.pretrained()) round_through_half(grid.data(), grid.size());
   return Eigen::Map<Mat>(grid.data(), (int64_t)n * encoder_config.locations(), encoder_config.feature_dim());
 }
 
