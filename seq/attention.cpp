@@ -76,13 +76,12 @@ class AdditiveScore final : public AttentionScore {
       UA_.noalias() = F * value_of(params_.U);
     UA_.rowwise() += value_of(params_.b).row(0);
     dUA_.setZero(UA_.rows(), UA_.cols());
-    // bf16 products: the per-row passes read the projection as bf16, half the bytes (seq/grid_bf16.hpp)
-    if (products_ && products_->precision() == ProductPrecision::bf16) {
+    // bf16 products: the per-row passes read the projection as bf16, half the bytes (seq/grid_bf16.hpp); UA_ keeps
+    // its buffer, so the next step does not allocate (and page-fault) it again
+    if (products_ && products_->precision() == ProductPrecision::bf16)
       round_rows_bf16(UA_, UA16_);
-      UA_.resize(0, 0);
-    } else {
+    else
       UA16_.clear();
-    }
     if (coverage_) dUA_step_.resize((int64_t)rows_.row_count() * L_, A_);
     q_cache_.clear();
     h_cache_.clear();
@@ -155,16 +154,15 @@ class AdditiveScore final : public AttentionScore {
             const float s = de(b, i);
             activation_row(b, i, q, cov, T.data());
             const float* Tr = T.data();
-            for (int a = 0; a < A_; ++a) dvb[a] += s * Tr[a];
             float* dUr = dUA_.data() + ((int64_t)g * L_ + i) * A_;
             float* step = coverage_ ? dUA_step_.data() + ((int64_t)b * L_ + i) * A_ : nullptr;
-            for (int a = 0; a < A_; ++a) {
+            for (int a = 0; a < A_; ++a) {  // one pass over the location's activations
               const float d = s * vv[a] * (1.f - Tr[a] * Tr[a]);
+              dvb[a] += s * Tr[a];
               dUr[a] += d;
               dqb[a] += d;
+              if (step) step[a] = d;
             }
-            if (step)
-              for (int a = 0; a < A_; ++a) step[a] = s * vv[a] * (1.f - Tr[a] * Tr[a]);
           }
         }
     }
@@ -211,7 +209,7 @@ class AdditiveScore final : public AttentionScore {
   bool coverage_ = false;
   const Mat* F_ = nullptr;
   Mat UA_, dUA_, dUA_step_;
-  Bf16Rows UA16_;  // U a_i + b in bf16 where the products run in bf16 (UA_ is then empty)
+  Bf16Rows UA16_;  // U a_i + b in bf16 where the products run in bf16 (then read instead of UA_)
   std::vector<Mat> q_cache_, h_cache_, cov_cache_;  // per step: W h, h, coverage
 };
 
