@@ -91,16 +91,16 @@ same "self-critical (CIDEr-D) training" "${F32[@]}" --init-from "$WORK/soft_mode
 
 # The comparison can fail: another seed, or another global batch, is another model.
 rm -rf "$WORK/two"
-"${MPI[@]}" "$SAT" train "${DATA[@]}" "${SMALL[@]}" "${CACHE[@]}" --coverage true --captions-per-image 2 --batch 7 --epochs 2 --seed 5 --out "$WORK/two" >/dev/null 2>&1
+"${MPI[@]}" "$SAT" train "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" "${CACHE[@]}" --coverage true --captions-per-image 2 --batch 7 --epochs 2 --seed 5 --out "$WORK/two" >/dev/null 2>&1
 OUT=$("$SAT" model diff "$WORK/soft_one.sat" "$WORK/two/checkpoint.sat" --tolerance $TOL)
 [ $? -eq 1 ] && pass "another seed differs beyond the tolerance (${OUT#*: })" || fail "another seed: $OUT"
 rm -rf "$WORK/two"
-"${MPI[@]}" "$SAT" train "${DATA[@]}" "${SMALL[@]}" "${CACHE[@]}" --coverage true --captions-per-image 2 --batch 8 --epochs 2 --seed 4 --out "$WORK/two" >/dev/null 2>&1
+"${MPI[@]}" "$SAT" train "${DATA[@]}" "${SMALL[@]}" "${F32[@]}" "${CACHE[@]}" --coverage true --captions-per-image 2 --batch 8 --epochs 2 --seed 4 --out "$WORK/two" >/dev/null 2>&1
 OUT=$("$SAT" model diff "$WORK/soft_one.sat" "$WORK/two/checkpoint.sat" --tolerance $TOL)
 [ $? -eq 1 ] && pass "another global batch differs beyond the tolerance (${OUT#*: })" || fail "another batch: $OUT"
 
 # --- a rank killed mid-run, then --resume -----------------------------------------------------------------------
-LONG=("${DATA[@]}" "${CACHE[@]}" --embed 64 --hidden 64 --attn 64 --batch 3 --seed 6 --checkpoint-every 2)
+LONG=("${DATA[@]}" "${F32[@]}" "${CACHE[@]}" --embed 64 --hidden 64 --attn 64 --batch 3 --seed 6 --checkpoint-every 2)
 "${MPI[@]}" "$SAT" train "${LONG[@]}" --epochs 3 --out "$WORK/straight" >/dev/null 2>&1 || fail "uninterrupted 2-rank run"
 # rank_pid MPIRUN_PID RANK: the process mpirun started as that rank (its environment says which)
 rank_pid() {
