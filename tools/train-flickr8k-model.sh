@@ -37,6 +37,12 @@
 # a cache of that unit's raw output); its last epoch's encoder is kept (its decoder is replaced), and stage 3 runs
 # again over it ($WORK/member2c_2, ...): that model, the members, or their ensemble, chosen by step 3's rule and
 # shipped by steps 4-6 (README: with block3/unit_20, a wash against the shipped model; not shipped).
+# With TUNE4=UNIT (e.g. block3/unit_21; with OBJECTS), stage 4: the model that reads the objects (with MEMBERS=0,
+# BASE itself; else stage 3's best single model) trains on with the units after UNIT fine-tuned jointly with its
+# decoder, the objects beside them (sat train --init-from --tune-from UNIT, on the members' cache: UNIT's raw output
+# with the objects; EPOCHS4 epochs at decoder rate LR4 and encoder rate TUNE_LR4, decaying 0.8 per epoch, products in
+# float32), one run for each seed in SEEDS4 ($work/tune4_seedS); each run's epoch chosen by step 3's rule, the best of
+# them by it, shipped by steps 4-6 (docs/objects.md: the tags through stage 2b).
 # Last (MEMORY=1, the default and the shipped model), consensus reranking: a caption memory of the 6000 training
 # photos (their mean grid vectors through the shipped encoder, from the last stage's cache, and their captions; sat
 # model memory) goes into the shipped file, and its use is chosen on the dev photos by BLEU-4 against the model
@@ -60,7 +66,7 @@
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
 #        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, ORDER3, TUNE_MOST,
-#        EPOCHS2C, LR2C, TUNE_LR2C, MEMORY, OBJECTS, OBJECTS_AS, BASE, WORK, SAT)
+#        EPOCHS2C, LR2C, TUNE_LR2C, TUNE4, SEEDS4, EPOCHS4, LR4, TUNE_LR4, MEMORY, OBJECTS, OBJECTS_AS, BASE, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -85,6 +91,11 @@ epochs2c=${EPOCHS2C:-4}
 lr2c=${LR2C:-1e-4}
 tune_lr2c=${TUNE_LR2C:-1e-4}
 members=${MEMBERS:-1}
+tune4=${TUNE4-}  # a unit (block3/unit_21): stage 4, the objects model fine-tuned with its units (needs OBJECTS)
+seeds4=${SEEDS4:-1 2}
+epochs4=${EPOCHS4:-4}
+lr4=${LR4:-1e-4}
+tune_lr4=${TUNE_LR4:-1e-4}
 epochs3=${EPOCHS3:-8}
 mirror=${MIRROR:-0}  # 1: stage 3's members train with mirror augmentation (not shipped: README)
 smooth=${SMOOTH:-0}  # stage 3's members' label smoothing
@@ -97,6 +108,10 @@ work=${WORK:-runs/flickr8k-resnet}
 sat=${SAT:-build/sat}  # SAT=path runs another build (e.g. a copy, so rebuilding does not touch the run)
 if [ "$objects" != 0 ] && { [ "$mirror" = 1 ] || [ -n "$tune_most" ]; }; then
   echo "train-flickr8k-model.sh: OBJECTS=$objects does not go with MIRROR=1 or TUNE_MOST (their caches hold no objects)" >&2
+  exit 2
+fi
+if [ -n "$tune4" ] && { [ "$objects" = 0 ] || [ -n "$tune_most" ]; }; then
+  echo "train-flickr8k-model.sh: TUNE4=$tune4 needs OBJECTS and goes without TUNE_MOST" >&2
   exit 2
 fi
 if [ -n "$base_model" ] && [ ! -f "$base_model" ]; then
@@ -192,6 +207,35 @@ if [ -n "$base_model" ]; then  # BASE: the members train over that model's encod
 else
   stages_1_to_2b
 fi
+tune4_stage() {  # from recipe: stage 4 over the model `from` (reads the objects), then ships and finishes
+  local from=$1 recipe=$2 s run best="" best_b4=-1 choices=""
+  if [ "$tune4" != "$raw_unit" ]; then  # the members' cache holds that unit's raw output
+    echo "train-flickr8k-model.sh: TUNE4=$tune4 must be the unit whose raw output the members' cache holds ($raw_unit)" >&2
+    exit 2
+  fi
+  for s in $seeds4; do
+    run=$work/tune4_seed$s
+    if [ -f "$run/checkpoint.sat" ]; then
+      "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs4" --patience "$epochs4"
+    else
+      "$sat" train --init-from "$from" --tune-from "$tune4" --tune-lr "$tune_lr4" \
+        --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$member_features" \
+        --epochs "$epochs4" --batch 16 --lr "$lr4" --lr-decay 0.8 --penalty 1 --patience "$epochs4" --val-limit 200 \
+        --metric bleu4 --checkpoint-every 100 --seed "$s" --keep-epochs --precision f32 --out "$run"
+    fi
+    choose_epoch "$sat" "$data" "$member_features" "$run"
+    choices+=" seed $s: $(basename "$chosen") $chosen_b4;"
+    if better "$chosen_b4" "$best_b4"; then best=$chosen best_b4=$chosen_b4; fi
+  done
+  ship "$sat" "$data" "$member_features" "$best" models/flickr8k.sat \
+    "tools/train-flickr8k-model.sh ($settings $recipe TUNE4=$tune4 SEEDS4=$seeds4 EPOCHS4=$epochs4 LR4=$lr4 TUNE_LR4=$tune_lr4: $(basename "$from" .sat)'s model trained on with the units after $tune4 fine-tuned beside the objects, from their cache, one run per seed, each run's epoch chosen by dev BLEU-4 with beam 3 ($choices); of these, ${best#"$work"/}, chosen by dev BLEU-4 with beam 3)" \
+    "$precision"
+  finish "$member_features"
+}
+if [ "$members" = 0 ] && [ -n "$tune4" ]; then  # stage 4 straight over BASE (a model that reads the objects)
+  member_cache
+  tune4_stage "$base" "$recipe2 OBJECTS=$objects OBJECTS_AS=$objects_as"
+fi
 [ "$members" -gt 0 ] || finish "$raw"
 member_cache() {  # sets `member_flags` and `member_features` (the members' cache: $raw, or with OBJECTS one holding them
   # too); with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
@@ -268,6 +312,7 @@ if [ ! -f "$work/stage3$tagged.txt" ]; then  # a finished stage 3 names its best
     "$precision"
   echo "$single" >"$work/stage3$tagged.txt.partial" && mv "$work/stage3$tagged.txt.partial" "$work/stage3$tagged.txt"
 fi
+[ -z "$tune4" ] || tune4_stage "$(cat "$work/stage3$tagged.txt")" "$recipe3"
 [ -n "$tune_most" ] || finish "$member_features"
 # Stage 2c: stage 3's best single model (in float32) with still more of block3's units fine-tuned, its last epoch's
 # encoder (the decoder trained beside it is replaced), then stage 3 again over that encoder.
