@@ -6,6 +6,10 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#if defined(__AVX512F__)
+#include <immintrin.h>
+#endif
+
 namespace sat {
 
 using dnnl::memory;
@@ -45,6 +49,46 @@ float bf16_to_float(uint16_t h) {
   return f;
 }
 
+#if defined(__AVX512F__)
+// 16 floats rounded to bf16 as round_bf16 does (to nearest, ties to even; NaN stays a quiet NaN), stored at out.
+static inline void store_bf16x16(__m512 v, uint16_t* out) {
+  const __m512i u = _mm512_castps_si512(v);
+  const __m512i lsb = _mm512_and_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(1));
+  const __m512i rounded = _mm512_srli_epi32(_mm512_add_epi32(_mm512_add_epi32(u, _mm512_set1_epi32(0x7fff)), lsb), 16);
+  const __mmask16 nan =
+      _mm512_cmpgt_epu32_mask(_mm512_and_si512(u, _mm512_set1_epi32(0x7fffffff)), _mm512_set1_epi32(0x7f800000));
+  const __m512i quiet = _mm512_or_si512(_mm512_srli_epi32(u, 16), _mm512_set1_epi32(0x40));
+  _mm256_storeu_si256(reinterpret_cast<__m256i*>(out), _mm512_cvtepi32_epi16(_mm512_mask_blend_epi32(nan, rounded, quiet)));
+}
+
+// out[r0 + k][c0 + i] = in[(c0 + i) * ld + r0 + k] for k, i < 16, rounded to bf16: the 16 rows loaded, transposed in
+// registers (pairs of rows interleaved, then groups of four, then the 128-bit lanes), each result row stored.
+static inline void transposed_tile_bf16(const float* in, int64_t ld, uint16_t* out, int64_t ldo) {
+  __m512 r[16], t[16];
+  for (int i = 0; i < 16; ++i) r[i] = _mm512_loadu_ps(in + i * ld);
+  for (int i = 0; i < 8; ++i) {
+    t[2 * i] = _mm512_unpacklo_ps(r[2 * i], r[2 * i + 1]);
+    t[2 * i + 1] = _mm512_unpackhi_ps(r[2 * i], r[2 * i + 1]);
+  }
+  // r[4g + j], lane k: rows 4g..4g+3 of column 4k + j
+  for (int g = 0; g < 4; ++g) {
+    r[4 * g] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * g + 1] = _mm512_shuffle_ps(t[4 * g], t[4 * g + 2], _MM_SHUFFLE(3, 2, 3, 2));
+    r[4 * g + 2] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(1, 0, 1, 0));
+    r[4 * g + 3] = _mm512_shuffle_ps(t[4 * g + 1], t[4 * g + 3], _MM_SHUFFLE(3, 2, 3, 2));
+  }
+  for (int j = 0; j < 4; ++j) {  // column 4k + j: lane g of r[4g + j], k-th lane of each
+    const __m512 ab_lo = _mm512_shuffle_f32x4(r[j], r[4 + j], 0x44), ab_hi = _mm512_shuffle_f32x4(r[j], r[4 + j], 0xEE),
+                 cd_lo = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0x44),
+                 cd_hi = _mm512_shuffle_f32x4(r[8 + j], r[12 + j], 0xEE);
+    store_bf16x16(_mm512_shuffle_f32x4(ab_lo, cd_lo, 0x88), out + (0 + j) * ldo);
+    store_bf16x16(_mm512_shuffle_f32x4(ab_lo, cd_lo, 0xDD), out + (4 + j) * ldo);
+    store_bf16x16(_mm512_shuffle_f32x4(ab_hi, cd_hi, 0x88), out + (8 + j) * ldo);
+    store_bf16x16(_mm512_shuffle_f32x4(ab_hi, cd_hi, 0xDD), out + (12 + j) * ldo);
+  }
+}
+#endif
+
 void to_bf16(const Operand& X, uint16_t* out) {
   const int64_t R = X.op_rows(), C = X.op_cols();
   if (!X.trans) {
@@ -57,15 +101,22 @@ void to_bf16(const Operand& X, uint16_t* out) {
     }
     return;
   }
-  // out[r][c] = X[c][r], in 32 x 32 tiles so both sides stay in the cache
+  // out[r][c] = X[c][r], in 32 x 32 tiles so both sides stay in the cache; with AVX-512, the tiles' whole 16 x 16
+  // blocks transposed in registers (7.9 GB/s read one element at a time, 2548 x 512 on a Zen 4)
   constexpr int64_t kTile = 32;
 #pragma omp parallel for schedule(static) if (R * C >= 65536)
   for (int64_t r0 = 0; r0 < R; r0 += kTile)
     for (int64_t c0 = 0; c0 < C; c0 += kTile) {
       const int64_t r1 = std::min(R, r0 + kTile), c1 = std::min(C, c0 + kTile);
-      for (int64_t r = r0; r < r1; ++r) {
+      int64_t rv = r0, cv = c0;  // the corner the blocks end at (no blocks: r0, c0)
+#if defined(__AVX512F__)
+      rv = r0 + (r1 - r0) / 16 * 16, cv = c0 + (c1 - c0) / 16 * 16;
+      for (int64_t r = r0; r < rv; r += 16)
+        for (int64_t c = c0; c < cv; c += 16) transposed_tile_bf16(X.data + c * X.ld + r, X.ld, out + r * C + c, C);
+#endif
+      for (int64_t r = r0; r < r1; ++r) {  // what the blocks left: the columns past cv, and the rows past rv
         uint16_t* o = out + r * C;
-        for (int64_t c = c0; c < c1; ++c) o[c] = round_bf16(X.data[c * X.ld + r]);
+        for (int64_t c = r < rv ? cv : c0; c < c1; ++c) o[c] = round_bf16(X.data[c * X.ld + r]);
       }
     }
 }

@@ -128,6 +128,41 @@ TEST_CASE("products: oneDNN in float32 equals Eigen's product in every form the 
   CHECK_THROWS_WITH_AS(P.times(Mat(2, 3), Mat(4, 5), out, false), "products: inner sizes differ (3 and 4)", Error);
 }
 
+TEST_CASE("products: a transposed operand's bf16 copy is each element rounded, in the transposed place") {
+  // the transposed conversion works in 16 x 16 blocks (AVX-512) and one element at a time for what is left: sizes
+  // around the blocks and the 32-wide tiles, a row stride wider than the rows, and values that round up, down, to
+  // even, and NaN, infinity and a subnormal among them
+  Rng rng(11);
+  for (auto [rows, cols] : {std::pair<int, int>{16, 16}, {1, 20}, {20, 1}, {37, 53}, {64, 48}, {33, 100}, {129, 17}}) {
+    CAPTURE(rows);
+    CAPTURE(cols);
+    const int ld = cols + 3;
+    std::vector<float> x((size_t)rows * ld, -7.f);
+    for (int r = 0; r < rows; ++r)
+      for (int c = 0; c < cols; ++c) x[(size_t)r * ld + c] = (float)rng.normal() * (1 + r % 5);
+    x[0] = std::nanf("");
+    if (x.size() > 2) x[1] = INFINITY, x[2] = 1.f + 1.f / 256;
+    if (x.size() > 4) x[3] = 1.f + 3.f / 256, x[4] = 1e-40f;
+    std::vector<uint16_t> out((size_t)rows * cols, 0xffff);
+    to_bf16(Operand{x.data(), rows, cols, ld, true}, out.data());
+    int wrong = 0;
+    for (int c = 0; c < cols; ++c)  // out is the cols x rows transpose
+      for (int r = 0; r < rows; ++r) {
+        const float want = round_to_bf16(x[(size_t)r * ld + c]), got = bf16_to_float(out[(size_t)c * rows + r]);
+        if (!(got == want || (std::isnan(got) && std::isnan(want)))) ++wrong;
+      }
+    CHECK(wrong == 0);
+  }
+  // negative control: the plain (not transposed) copy of a non-square operand puts elements elsewhere
+  std::vector<float> y(6);
+  for (int i = 0; i < 6; ++i) y[i] = (float)i;
+  std::vector<uint16_t> plain(6), trans(6);
+  to_bf16(Operand{y.data(), 2, 3, 3, false}, plain.data());
+  to_bf16(Operand{y.data(), 2, 3, 3, true}, trans.data());
+  CHECK(plain != trans);
+  CHECK(bf16_to_float(trans[1]) == 3.f);  // out[0][1] = y[1][0]
+}
+
 TEST_CASE("products: bfloat16 rounds the inputs to nearest even and sums them in float32") {
   CHECK(round_to_bf16(1.f) == 1.f);
   CHECK(round_to_bf16(1.f + 1.f / 256) == 1.f);               // a tie: to even (1.0)
