@@ -207,6 +207,30 @@ if [ -n "$base_model" ]; then  # BASE: the members train over that model's encod
 else
   stages_1_to_2b
 fi
+member_cache() {  # sets `member_flags` and `member_features` (the members' cache: $raw, or with OBJECTS one holding them
+  # too); with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
+  member_flags=()
+  member_features=$raw
+  if [ "$mirror" = 1 ]; then
+    mirrored=${raw%.feat}_mirror.feat
+    if [ ! -f "$mirrored" ]; then
+      "$sat" --encoder-precision "$precision" extract --data "$data" --images "$data/train.txt" --out "$mirrored" \
+        --encoder "$weights" --cut "$raw_unit" --size "$size" --raw --mirror
+    fi
+    member_flags=(--mirror-features "$mirrored")
+  fi
+  [ "$smooth" = 0 ] || member_flags+=(--label-smoothing "$smooth")  # 0: the flag is left out, the shipped command
+  [ "$order3" = bahdanau ] || member_flags+=(--order "$order3")
+  if [ "$objects" != 0 ]; then
+    member_features=${raw%.feat}_$objects_as$objects.feat
+    if [ ! -f "$member_features" ]; then
+      "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" \
+        --out "$member_features" --encoder "$weights" --cut "$raw_unit" --size "$size" --raw \
+        --objects "$objects" --objects-as "$objects_as"
+    fi
+    member_flags+=(--objects "$objects" --objects-as "$objects_as")
+  fi
+}
 tune4_stage() {  # from recipe: stage 4 over the model `from` (reads the objects), then ships and finishes
   local from=$1 recipe=$2 s run best="" best_b4=-1 choices=""
   if [ "$tune4" != "$raw_unit" ]; then  # the members' cache holds that unit's raw output
@@ -237,30 +261,6 @@ if [ "$members" = 0 ] && [ -n "$tune4" ]; then  # stage 4 straight over BASE (a 
   tune4_stage "$base" "$recipe2 OBJECTS=$objects OBJECTS_AS=$objects_as"
 fi
 [ "$members" -gt 0 ] || finish "$raw"
-member_cache() {  # sets `member_flags` and `member_features` (the members' cache: $raw, or with OBJECTS one holding them
-  # too); with MIRROR=1, the training photos mirrored through the frozen part up to $raw_unit
-  member_flags=()
-  member_features=$raw
-  if [ "$mirror" = 1 ]; then
-    mirrored=${raw%.feat}_mirror.feat
-    if [ ! -f "$mirrored" ]; then
-      "$sat" --encoder-precision "$precision" extract --data "$data" --images "$data/train.txt" --out "$mirrored" \
-        --encoder "$weights" --cut "$raw_unit" --size "$size" --raw --mirror
-    fi
-    member_flags=(--mirror-features "$mirrored")
-  fi
-  [ "$smooth" = 0 ] || member_flags+=(--label-smoothing "$smooth")  # 0: the flag is left out, the shipped command
-  [ "$order3" = bahdanau ] || member_flags+=(--order "$order3")
-  if [ "$objects" != 0 ]; then
-    member_features=${raw%.feat}_$objects_as$objects.feat
-    if [ ! -f "$member_features" ]; then
-      "$sat" --encoder-precision "$precision" extract --data "$data" --images "$work/train_dev.txt" \
-        --out "$member_features" --encoder "$weights" --cut "$raw_unit" --size "$size" --raw \
-        --objects "$objects" --objects-as "$objects_as"
-    fi
-    member_flags+=(--objects "$objects" --objects-as "$objects_as")
-  fi
-}
 members_stage() {  # base prefix name: $members decoders trained afresh over base's encoder (runs $work/<prefix>2, 3, ...),
   # each member's epoch chosen by step 3's rule, then by that rule the ensemble of base and the members, or one of
   # them alone (a decoder trained afresh over stage 2b's encoder beat both that model's own decoder and their
