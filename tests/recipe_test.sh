@@ -204,4 +204,32 @@ rm -rf "$repo/runs" "$scratch/calls"
 if run env TUNE_MOST= OBJECTS=4 MIRROR=1; then fail "OBJECTS=4 MIRROR=1 was not refused"; fi
 grep -q "OBJECTS=4 does not go with MIRROR=1" "$scratch/log" || fail "OBJECTS=4 MIRROR=1: no one-line reason"
 [ -e "$scratch/calls" ] && fail "OBJECTS=4 MIRROR=1 called sat before refusing"
+# TUNE4 over BASE (MEMBERS=0): the model that reads the tags trains on with its units after block3/unit_21 fine-tuned,
+# one run per seed from the tagged cache in float32; each run's epoch chosen by dev BLEU-4; the better run ships.
+rm -rf "$repo/runs" "$scratch/calls"
+echo "the tags model" >"$repo/models/flickr8k.sat"
+cat >>"$scratch/scores" <<'EOT'
+tune4_seed1/average-epochs2-4.sat 0.1896
+tune4_seed2/model-epoch2.sat 0.1897
+EOT
+run env TUNE_MOST= OBJECTS=4 BASE=models/flickr8k.sat MEMBERS=0 TUNE4=block3/unit_21 SEEDS4="1 2" ||
+  { cat "$scratch/log" >&2; fail "TUNE4 over BASE failed"; }
+for seed in 1 2; do
+  grep -q "^train --init-from runs/w/base.sat --tune-from block3/unit_21 --tune-lr 1e-4 .*--features runs/w/block3_unit_21_448_tags4.feat .*--epochs 4 .*--seed $seed --keep-epochs --precision f32 --out runs/w/tune4_seed$seed$" \
+    "$scratch/calls" || fail "stage 4's seed $seed did not train BASE's units after block3/unit_21 from the tagged cache"
+done
+grep -q -- "--fresh-decoder" "$scratch/calls" && fail "TUNE4 with MEMBERS=0 trained members"
+grep -q "^epoch 2 of runs/w/tune4_seed2, trained from runs/w/base.sat tune-from block3/unit_21" "$repo/models/flickr8k.sat" ||
+  fail "stage 4 did not ship seed 2's epoch 2: $(head -n 1 "$repo/models/flickr8k.sat")"
+grep -q "recipe: .*TUNE4=block3/unit_21 SEEDS4=1 2 .*seed 1: average-epochs2-4.sat 0.1896; seed 2: model-epoch2.sat 0.1897;.*tune4_seed2/model-epoch2.sat, chosen" "$repo/models/flickr8k.sat" ||
+  fail "the shipped recipe does not record stage 4, each seed's choice and the winner"
+grep -q "^memory of .* from runs/w/block3_unit_21_448_tags4.feat" "$repo/models/flickr8k.sat" ||
+  fail "stage 4's caption memory is not from the tagged cache"
+# TUNE4 must be the unit the cache holds, and needs OBJECTS
+rm -rf "$repo/runs" "$scratch/calls"
+if run env TUNE_MOST= OBJECTS=4 BASE=models/flickr8k.sat MEMBERS=0 TUNE4=block3/unit_20; then fail "TUNE4 at another unit ran"; fi
+grep -q "TUNE4=block3/unit_20 must be the unit whose raw output the members' cache holds (block3/unit_21)" "$scratch/log" ||
+  fail "TUNE4 at another unit: no one-line reason"
+if run env TUNE_MOST= TUNE4=block3/unit_21; then fail "TUNE4 without OBJECTS ran"; fi
+grep -q "TUNE4=block3/unit_21 needs OBJECTS" "$scratch/log" || fail "TUNE4 without OBJECTS: no one-line reason"
 echo "recipe test: passed"
