@@ -133,7 +133,8 @@ TEST_CASE("products: a transposed operand's bf16 copy is each element rounded, i
   // around the blocks and the 32-wide tiles, a row stride wider than the rows, and values that round up, down, to
   // even, and NaN, infinity and a subnormal among them
   Rng rng(11);
-  for (auto [rows, cols] : {std::pair<int, int>{16, 16}, {1, 20}, {20, 1}, {37, 53}, {64, 48}, {33, 100}, {129, 17}}) {
+  for (const auto& size : {std::pair<int, int>{16, 16}, {1, 20}, {20, 1}, {37, 53}, {64, 48}, {33, 100}, {129, 17}}) {
+    const int rows = size.first, cols = size.second;  // named, not bound: CAPTURE's lambda cannot read a binding
     CAPTURE(rows);
     CAPTURE(cols);
     const int ld = cols + 3;
