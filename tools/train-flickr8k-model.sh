@@ -139,14 +139,16 @@ raw_cache() {  # unit: sets `raw` to the cache of that unit's raw output at $siz
       --encoder "$weights" --cut "$1" --size "$size" --raw
   fi
 }
-tune_run() {  # from_model tune_from tune_lr lr epochs out: trains (or resumes; a larger epochs extends a finished run)
+tune_run() {  # from_model tune_from tune_lr lr epochs out [features [seed [flags...]]]: trains (or resumes; a larger
+  # epochs extends a finished run) from features ($raw by default) with seed (1) and any more flags
+  local features=${7:-$raw} seed=${8:-1}
   if [ -f "$6/checkpoint.sat" ]; then
     "$sat" train --resume "$6/checkpoint.sat" --more-epochs "$5" --patience "$5"
   else
     "$sat" train --init-from "$1" --tune-from "$2" --tune-lr "$3" \
-      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$raw" \
+      --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$features" \
       --epochs "$5" --batch 16 --lr "$4" --lr-decay 0.8 --penalty 1 --patience "$5" --val-limit 200 \
-      --metric bleu4 --checkpoint-every 100 --seed 1 --keep-epochs --out "$6"
+      --metric bleu4 --checkpoint-every 100 --seed "$seed" --keep-epochs "${@:9}" --out "$6"
   fi
 }
 stages_1_to_2b() {  # sets `base` (the model whose encoder the members share), `raw`, `raw_unit` and `recipe2`
@@ -239,14 +241,7 @@ tune4_stage() {  # from recipe: stage 4 over the model `from` (reads the objects
   fi
   for s in $seeds4; do
     run=$work/tune4_seed$s
-    if [ -f "$run/checkpoint.sat" ]; then
-      "$sat" train --resume "$run/checkpoint.sat" --more-epochs "$epochs4" --patience "$epochs4"
-    else
-      "$sat" train --init-from "$from" --tune-from "$tune4" --tune-lr "$tune_lr4" \
-        --data "$data" --train-split "$data/train.txt" --val-split "$data/dev.txt" --features "$member_features" \
-        --epochs "$epochs4" --batch 16 --lr "$lr4" --lr-decay 0.8 --penalty 1 --patience "$epochs4" --val-limit 200 \
-        --metric bleu4 --checkpoint-every 100 --seed "$s" --keep-epochs --precision f32 --out "$run"
-    fi
+    tune_run "$from" "$tune4" "$tune_lr4" "$lr4" "$epochs4" "$run" "$member_features" "$s" --precision f32
     choose_epoch "$sat" "$data" "$member_features" "$run"
     choices+=" seed $s: $(basename "$chosen") $chosen_b4;"
     if better "$chosen_b4" "$best_b4"; then best=$chosen best_b4=$chosen_b4; fi
