@@ -378,6 +378,10 @@ expect_error "consensus reranking without a memory" "^sat: $MODEL: has no captio
   "$SAT" caption "$IMG" --model "$MODEL" --consensus-weight 2
 expect_error "memory candidates without a memory" "^sat: $MODEL: has no caption memory for --memory-candidates" \
   "$SAT" caption "$IMG" --model "$MODEL" --memory-candidates 2
+expect_error "the detector's evidence for a model without it" "^sat: $MODEL: has no object channels for --object-evidence" \
+  "$SAT" caption "$IMG" --model "$MODEL" --object-evidence 2
+expect_error "model set --object-evidence without object channels" "^sat: $MODEL: has no object channels for --object-evidence" \
+  "$SAT" model set "$MODEL" --out "$WORK/never.sat" --object-evidence 2
 expect_error "model set --neighbours without a memory" "^sat: $MODEL: has no caption memory" \
   "$SAT" model set "$MODEL" --out "$WORK/never.sat" --neighbours 3
 [ ! -e "$WORK/never.sat" ] || fail "a memory command wrote a file after an error"
@@ -723,6 +727,41 @@ expect_error "--tune-from that would freeze fine-tuned units" \
   cmp -s "$WORK/rn3_tags_cache.json" "$WORK/rn3_tags_images.json" &&
   pass "object tags beside a fine-tuned encoder (--init-from --fresh-decoder --objects): captions from the raw cache equal those from images" ||
   fail "object tags with a fine-tuned encoder: $(tail -2 "$WORK/rn3_tags.log")"
+ls "$WORK/val/images" >"$WORK/val_names.txt"
+# a caption memory whose keys weight the object tags: stored, shown, and the same captions from the cache as from
+# the photos (the search makes each photo's key the way the memory's were made)
+"$SAT" model memory "$WORK/rn3_tags/model.sat" --data "$WORK/val" --split "$WORK/val_names.txt" \
+  --features "$WORK/rn_raw_tags.feat" --neighbours 3 --consensus-weight 5 --object-weight 6 --out "$WORK/tags_mem.sat" >/dev/null &&
+  "$SAT" model info "$WORK/tags_mem.sat" | grep -q "^consensus reranking on: .*mean-pooled, objects weighted 6)" &&
+  "$SAT" eval --model "$WORK/tags_mem.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
+    --results-out "$WORK/tags_mem_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/tags_mem.sat" --data "$WORK/val" --beam 3 --results-out "$WORK/tags_mem_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/tags_mem_cache.json" "$WORK/tags_mem_images.json" &&
+  pass "a caption memory with the object tags weighted 6 in its keys: stored, shown, the same captions from cache and photos" ||
+  fail "a caption memory with weighted object tags"
+# the detector's evidence: stored and shown; each candidate's total is its score + weight x agreement + 3 x evidence,
+# the kept one the best; the same captions from the cache as from the photos
+"$SAT" model set "$WORK/tags_mem.sat" --out "$WORK/tags_ev.sat" --object-evidence 3 --evidence-threshold 0.2 >/dev/null &&
+  "$SAT" model info "$WORK/tags_ev.sat" | grep -q "^the detector's evidence weighs in reranking: weight 3, the peak above which naming an object gains 0.2$" &&
+  "$SAT" caption "$WORK/val/images/$(head -n 1 "$WORK/val_names.txt")" --model "$WORK/tags_ev.sat" --beam 3 --candidates 3 --json |
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)[0]
+c = d["candidates"]
+assert all("object_evidence" in x for x in c), c
+assert all(abs(x["total"] - (x["score"] + 5 * x["agreement"] + 3 * x["object_evidence"])) < 1e-6 for x in c), c
+kept = [x for x in c if x["chosen"]]
+assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kept[0]["caption"] == d["caption"], c' &&
+  "$SAT" eval --model "$WORK/tags_ev.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
+    --results-out "$WORK/tags_ev_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/tags_ev.sat" --data "$WORK/val" --beam 3 --results-out "$WORK/tags_ev_images.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/tags_ev_cache.json" "$WORK/tags_ev_images.json" &&
+  pass "the detector's evidence in reranking: stored, shown, in each candidate's total; the same captions from cache and photos" ||
+  fail "the detector's evidence in reranking"
+expect_error "an object weight for a model without object channels" \
+  "^sat: caption memory: the model has no object channels to weight in its keys$" \
+  "$SAT" model memory "$WORK/rn3_t1/model.sat" --data "$WORK/val" --split "$WORK/val_names.txt" \
+    --features "$WORK/rn_raw.feat" --neighbours 3 --object-weight 2 --out "$WORK/never.sat"
 expect_error "new object channels under a trained decoder" \
   "^sat: $WORK/rn3_t1/model.sat: its decoder reads 1024 features per location; new object channels need a decoder trained on them: give --fresh-decoder too$" \
   "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --tune-lr 0 --objects 4 --data "$WORK/val" \

@@ -106,6 +106,10 @@ check_error bad_candidates 400 -X POST --data-binary @"$PHOTO" "$URL/caption?can
 check_error memory_candidates 400 -X POST --data-binary @"$PHOTO" "$URL/caption?memory_candidates=2"
 grep -q 'has no caption memory for memory_candidates' "$WORK/memory_candidates.body" && pass "memory_candidates without a caption memory: named" ||
   fail "memory_candidates: $(cat "$WORK/memory_candidates.body")"
+check_error object_evidence 400 -X POST --data-binary @"$PHOTO" "$URL/caption?object_evidence=2"
+grep -q 'has no object channels for object_evidence' "$WORK/object_evidence.body" && pass "object_evidence on a model that reads no detector: named" ||
+  fail "object_evidence: $(cat "$WORK/object_evidence.body")"
+check_error bad_evidence_threshold 400 -X POST --data-binary @"$PHOTO" "$URL/caption?evidence_threshold=2"
 check_error bad_groups 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam=3&beam_groups=2"
 grep -q 'beam groups must divide the beam size (3)' "$WORK/bad_groups.body" && pass "beam_groups that do not divide the beam: named" ||
   fail "bad_groups: $(cat "$WORK/bad_groups.body")"
@@ -150,11 +154,11 @@ for line in text.splitlines():
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
 assert samples['sat_requests_total{code="200"}'] == 6 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 18, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="400"}'] == 20, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 22
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 36
+assert samples["sat_errors_total"] == 24
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 38
 assert samples["sat_batch_size_sum"] == 14 and samples["sat_batch_size_count"] < 14, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY

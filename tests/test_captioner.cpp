@@ -184,6 +184,18 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
   check_same(captioner.caption_file(kPhoto, no_memory), captioner.caption_file(kPhoto));
   no_memory.memory_candidates = 1;  // no memory to take captions from
   CHECK_THROWS_AS(captioner.caption_file(kPhoto, no_memory), sat::Error);
+  // The detector's evidence: off for this model (it reads no detector), and asking for it is an error naming that
+  CHECK(info.object_evidence == 0);
+  sat::CaptionOptions evidence;
+  evidence.object_evidence = 0;
+  check_same(captioner.caption_file(kPhoto, evidence), captioner.caption_file(kPhoto));
+  evidence.object_evidence = 2;
+  CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("has no object channels for object_evidence"),
+                       sat::Error);
+  evidence.object_evidence = 0;
+  evidence.evidence_threshold = 1.5;
+  CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("evidence_threshold must be in [0, 1]"),
+                       sat::Error);
 
   // Diverse beam groups: the same captions the search gives with them; groups that do not divide the beam, or a
   // penalty out of range, are errors.

@@ -16,6 +16,9 @@
 #include "train/consensus.hpp"
 #include "train/metrics.hpp"
 #include "train/model.hpp"
+#include "train/object_mentions.hpp"
+#include "train/ptb_tokenizer.hpp"
+#include "train/search_policy.hpp"
 #include "tests/model_fixtures.hpp"
 
 using namespace sat;
@@ -279,6 +282,50 @@ TEST_CASE("consensus: memory keys pool each photo's grid by mean, max or general
     CHECK(parse_key_pooling(key_pooling_name(p)) == p);
   CHECK(error_of([] { parse_key_pooling("median"); }) == "key pooling must be mean, max or gem, got 'median'");
   CHECK(error_of([&] { pooled_grid_vectors(F, 4, KeyPooling::max); }).find("do not split") != std::string::npos);
+}
+
+TEST_CASE("consensus: memory keys weight the grid's object channels, and the nearest photos follow the objects") {
+  // Three photos of two cells; channels: two of the grid's own, then one object channel (a detector's tag).
+  Mat F(6, 3);
+  F << 4, 0, 0, 4, 0, 0,  // photo 0: the grid of photo 1, no object
+      4, 0, 1, 4, 0, 1,   // photo 1: an object
+      3, 1, 1, 3, 1, 1;   // photo 2: a little another grid, the same object
+  CaptionMemory memory;
+  memory.object_channels = 1;
+  const Mat plain = memory.key_vectors(F, 3);
+  CHECK(plain.isApprox(pooled_grid_vectors(F, 3, KeyPooling::mean)));
+  memory.object_weight = 5;
+  const Mat weighted = memory.key_vectors(F, 3);
+  CHECK(weighted.leftCols(2).isApprox(plain.leftCols(2)));
+  CHECK(weighted(1, 2) == doctest::Approx(5.0));
+  CHECK(weighted(2, 2) == doctest::Approx(5.0));
+  memory.object_weight = 0;
+  CHECK(memory.key_vectors(F, 3).col(2).isZero());
+  // Photo 1's nearest other photo: photo 0 (the same grid) when the object counts as the grid has it, photo 2 (the
+  // same object) when it is weighted.
+  auto nearest_other = [&](float weight) {
+    memory.object_weight = weight;
+    Mat keys = memory.key_vectors(F, 3);
+    memory.keys = keys.rowwise().normalized();
+    memory.captions = {{"a"}, {"b"}, {"c"}};
+    const auto order = memory.nearest(keys.row(1).data(), 3);
+    CHECK(std::find(order.begin(), order.begin() + 2, 1) != order.begin() + 2);  // itself first, or tied first
+    return order[0] == 1 ? order[1] : order[0];
+  };
+  CHECK(nearest_other(1) == 0);
+  CHECK(nearest_other(5) == 2);
+  CHECK(nearest_other(0) == 0);  // without the object, photos 0 and 1 are one key
+  // What prepare() refuses: more object channels than the grid has, a weight out of range
+  memory.object_weight = 1;
+  memory.object_channels = 4;
+  CHECK(error_of([&] { memory.prepare(3, "m.sat"); }) == "m.sat: caption memory keys weight 4 object channels of a grid of 3");
+  CHECK(error_of([&] { memory.key_vectors(F, 3); }).find("4 object channels in a grid of 3") != std::string::npos);
+  memory.object_channels = 1;
+  memory.object_weight = -1;
+  CHECK(error_of([&] { memory.prepare(3, "m.sat"); }).find("m.sat: caption memory's object weight must be in [0, 100]") ==
+        0);
+  memory.object_weight = kMaxKeyObjectWeight * 2;
+  CHECK(error_of([&] { memory.prepare(3, "m.sat"); }).find("object weight must be in") != std::string::npos);
 }
 
 TEST_CASE("consensus: the choice is the best score + weight x agreement, and weight 0 keeps the beam's best") {
@@ -551,6 +598,21 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
           dir.file("p1.sat") + ": key pooling must be mean, max or gem, got 'median'");
   }
 
+  {  // a memory whose keys weight object channels the model does not have, or by an absurd weight
+    TensorFile tf = load_safetensors(dir.file("max.sat"));
+    tf.metadata["consensus"] = "{\"neighbours\": 1, \"weight\": 1, \"key_object_weight\": 3, \"key_object_channels\": 2}";
+    save_safetensors(dir.file("o1.sat"), tf);
+    CHECK(error_of([&] { CaptionModel::load(dir.file("o1.sat")); }) ==
+          dir.file("o1.sat") + ": caption memory keys weight 2 object channels, the model's grid has 0");
+    tf.metadata["consensus"] = "{\"neighbours\": 1, \"weight\": 1, \"key_object_weight\": -3, \"key_object_channels\": 0}";
+    save_safetensors(dir.file("o2.sat"), tf);
+    CHECK(error_of([&] { CaptionModel::load(dir.file("o2.sat")); }).find(dir.file("o2.sat") + ": caption memory's object weight") == 0);
+    tf.metadata["consensus"] = "{\"neighbours\": 1, \"weight\": 1, \"key_object_weight\": \"x\"}";
+    save_safetensors(dir.file("o3.sat"), tf);
+    CHECK(error_of([&] { CaptionModel::load(dir.file("o3.sat")); }).find(dir.file("o3.sat") + ": ") == 0);
+    CHECK(loaded_max->memory->object_weight == 1);  // files without it: the grid's own weighting
+  }
+
   auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
     TensorFile tf = load_safetensors(path);
     damage(tf);
@@ -717,4 +779,47 @@ TEST_CASE("search options: resolved against the model in one place, unset fields
         "m.sat: its caption memory holds 3 photos: --neighbours 4 is more");
   with_memory.neighbours = 0;
   CHECK(error_of_options(with_memory, OptionSpelling::library) == "neighbours must be 1 or more");
+}
+
+TEST_CASE("consensus: the detector's evidence weighs in the totals, with or without the memory's agreement") {
+  const Vocab vocab = Vocab::from_words({"<pad>", "<start>", "<end>", "<unk>", "a", "man", "rides", "horse", "dog", "runs"}, "test");
+  auto candidate = [&](const std::string& text, double score) {
+    Candidate c;
+    for (const std::string& w : ptb_tokenize(text)) c.hypothesis.tokens.push_back(vocab.id(w));
+    c.hypothesis.score = score;
+    return c;
+  };
+  CandidateList list;
+  list.candidates = {candidate("a man rides", -1.0), candidate("a man rides a horse", -1.2),
+                     candidate("a dog runs", -1.3)};
+  list.reranked = true;
+  std::vector<double> peaks(object_groups().size(), 0.0);
+  for (size_t g = 0; g < peaks.size(); ++g) {
+    if (object_groups()[g].name == "horse") peaks[g] = 0.5;
+    if (object_groups()[g].name == "dog") peaks[g] = 0.05;
+    if (object_groups()[g].name == "person") peaks[g] = 0.15;  // "man": exactly the threshold, no gain
+  }
+  weigh_object_evidence(list, peaks, 0.15, vocab);
+  CHECK(list.candidates[0].evidence == doctest::Approx(0.0));
+  CHECK(list.candidates[1].evidence == doctest::Approx(0.35));
+  CHECK(list.candidates[2].evidence == doctest::Approx(-0.1));
+  ConsensusSettings s;  // weight 0: no memory
+  s.object_evidence = 0;
+  choose_by_totals(list, s);
+  CHECK(list.chosen == 0);  // off: the best score
+  CHECK(list.candidates[1].total == doctest::Approx(-1.2));
+  s.object_evidence = 2;
+  choose_by_totals(list, s);
+  CHECK(list.candidates[0].total == doctest::Approx(-1.0));
+  CHECK(list.candidates[1].total == doctest::Approx(-1.2 + 2 * 0.35));
+  CHECK(list.candidates[2].total == doctest::Approx(-1.3 - 2 * 0.1));
+  CHECK(list.chosen == 1);  // the horse the detector saw
+  // with the memory: score + weight x agreement + object_evidence x evidence
+  list.candidates[0].agreement = 0.9, list.candidates[1].agreement = 0.1, list.candidates[2].agreement = 0.5;
+  s.weight = 2;
+  choose_by_totals(list, s);
+  CHECK(list.candidates[0].total == doctest::Approx(-1.0 + 1.8));
+  CHECK(list.candidates[1].total == doctest::Approx(-1.2 + 0.2 + 0.7));
+  CHECK(list.candidates[2].total == doctest::Approx(-1.3 + 1.0 - 0.2));
+  CHECK(list.chosen == 0);
 }

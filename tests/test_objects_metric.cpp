@@ -1,11 +1,13 @@
 #include <doctest/doctest.h>
 
+#include <algorithm>
 #include <set>
 
 #include "datasets/io.hpp"
 #include "train/evaluate.hpp"
 #include "train/object_mentions.hpp"
 #include "train/ptb_tokenizer.hpp"
+#include "vision/detector.hpp"
 
 using namespace sat;
 
@@ -172,4 +174,41 @@ TEST_CASE("objects: text, JSON, and a part of the caption scores") {
   CHECK(before.objects.rows.empty());
   CHECK(before.table().find("objects") == std::string::npos);
   CHECK(!before.to_json().contains("objects"));
+}
+
+TEST_CASE("objects: the detector's evidence per group, read from a grid's object channels") {
+  const std::vector<std::string>& classes = coco_class_names();
+  for (const auto& g : object_groups()) {  // every group's classes are the detector's
+    CAPTURE(g.name);
+    CHECK(!g.coco_classes.empty());
+    for (const auto& c : g.coco_classes) CHECK(std::find(classes.begin(), classes.end(), c) != classes.end());
+  }
+  // A grid of 3 locations: 2 channels of its own, then the 80 classes times a scale of 4.
+  const int own = 2, C = (int)classes.size();
+  Mat grid = Mat::Zero(3, own + C);
+  auto cls = [&](const std::string& name) { return own + int(std::find(classes.begin(), classes.end(), name) - classes.begin()); };
+  grid(0, 0) = 9;  // the grid's own channels are not evidence
+  grid(1, cls("dog")) = 4 * 0.6f;
+  grid(2, cls("dog")) = 4 * 0.2f;  // a class's peak is its largest value over the grid
+  grid(0, cls("skis")) = 4 * 0.1f;
+  grid(2, cls("snowboard")) = 4 * 0.3f;  // a group's peak: the highest of its classes
+  grid(1, cls("cat")) = 4 * 0.9f;        // no group's
+  const std::vector<double> peaks = object_group_peaks(grid, own, 4.f, classes);
+  REQUIRE(peaks.size() == object_groups().size());
+  for (size_t g = 0; g < peaks.size(); ++g) {
+    const std::string& name = object_groups()[g].name;
+    CAPTURE(name);
+    const double want = name == "dog" ? 0.6 : name == "snow sports" ? 0.3 : 0.0;
+    CHECK(peaks[g] == doctest::Approx(want).epsilon(1e-6));
+  }
+  // evidence: the sum over the groups a caption names of (peak - threshold)
+  CHECK(object_evidence(ptb_tokenize("a dog runs"), peaks, 0.15) == doctest::Approx(0.45));
+  CHECK(object_evidence(ptb_tokenize("two dogs and a snowboarder"), peaks, 0.15) == doctest::Approx(0.45 + 0.15));
+  CHECK(object_evidence(ptb_tokenize("a man rides a horse"), peaks, 0.15) == doctest::Approx(-0.15 - 0.15));
+  CHECK(object_evidence(ptb_tokenize("a hot dog"), peaks, 0.15) == 0);  // a phrase that names no object
+  CHECK(object_evidence(ptb_tokenize("the grass"), peaks, 0.15) == 0);
+  // a grid without the object channels, and peaks of the wrong length, are errors
+  CHECK_THROWS_AS(object_group_peaks(Mat::Zero(3, own + 10), own, 4.f, classes), Error);
+  CHECK_THROWS_AS(object_group_peaks(grid, own, 0.f, classes), Error);
+  CHECK_THROWS_AS(object_evidence(ptb_tokenize("a dog"), {0.5}, 0.1), Error);
 }

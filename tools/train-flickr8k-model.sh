@@ -127,6 +127,8 @@ settings="CUT=$cut SIZE=$size TUNE_FROM=$tune_from DIM=$dim EPOCHS=$epochs LR=$l
 [ -f "$work/train_dev.txt" ] || cat "$data/train.txt" "$data/dev.txt" >"$work/train_dev.txt"
 finish() {  # features: the last steps (consensus reranking, from that cache; int8 ranges), then the end of the recipe
   [ "$memory" = 1 ] && consensus_stage "$1" models/flickr8k.sat "$precision"
+  # the detector's evidence in reranking, for a model that reads the objects (step 6)
+  [ "$objects" = 0 ] || evidence_stage "$1" models/flickr8k.sat "$precision"
   # the ranges --encoder-precision int8 needs, from 64 training photos in float32 (the model's choice stays as set)
   "$sat" model calibrate models/flickr8k.sat --data "$data" --split "$data/train.txt" --photos 64 --out models/flickr8k.sat
   exit 0

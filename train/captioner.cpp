@@ -28,6 +28,8 @@ SearchOptions search_options(const CaptionOptions& options) {
   o.no_repeat_ngram = options.no_repeat_ngram;
   o.consensus_weight = options.consensus_weight;
   o.memory_candidates = options.memory_candidates;
+  o.object_evidence = options.object_evidence;
+  o.evidence_threshold = options.evidence_threshold;
   o.beam_groups = options.beam_groups;
   o.diversity = options.diversity;
   o.include = options.include;
@@ -155,6 +157,7 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
       one.logprob = c.hypothesis.logprob;
       one.score = c.hypothesis.score;
       one.agreement = c.agreement;
+      one.evidence = c.evidence;
       one.total = c.total;
       one.chosen = k == list.chosen;
       one.memory_photo = c.memory_photo;
@@ -276,6 +279,8 @@ ModelInfo Captioner::info() const {
   info.memory_photos = m.memory_photos();
   info.consensus_weight = m.consensus.weight;
   info.memory_candidates = m.consensus.memory_candidates;
+  info.object_evidence = m.consensus.object_evidence;
+  info.evidence_threshold = m.consensus.evidence_threshold;
   info.beam_groups = m.beam_diversity.groups;
   info.diversity = m.beam_diversity.penalty;
   info.attention = m.decoder_config.attention;

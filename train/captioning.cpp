@@ -162,11 +162,18 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, cons
 }
 
 std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
-                                                    const FeatureCache* cache, KeyPooling pooling) {
+                                                    const FeatureCache* cache, KeyPooling pooling,
+                                                    float object_weight) {
   const int n = (int)set.images.size();
   if (n == 0) throw Error("caption memory: the set has no photos");
+  if (object_weight != 1.f && model.encoder_config.object_channels == 0)
+    throw Error("caption memory: the model has no object channels to weight in its keys");
+  if (!(object_weight >= 0 && object_weight <= kMaxKeyObjectWeight))
+    throw Error("caption memory: the object weight must be in [0, " + std::to_string((int)kMaxKeyObjectWeight) + "]");
   auto memory = std::make_shared<CaptionMemory>();
   memory->pooling = pooling;
+  memory->object_channels = model.encoder_config.object_channels;
+  memory->object_weight = object_weight;
   memory->keys.resize(n, model.encoder_config.feature_dim());
   memory->captions.resize(n);
   const EncoderConfig cached = model.encoder_config.cache_config();
@@ -185,11 +192,11 @@ std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const C
       for (int k = 0; k < m; ++k) paths.push_back(set.image_path(set.images[s + k]));
       F = model.encode(model.load_planes(paths), m);
     }
-    const Mat means = pooled_grid_vectors(F, m, pooling);
+    const Mat key = memory->key_vectors(F, m);
     for (int k = 0; k < m; ++k) {
-      const float norm = means.row(k).norm();
-      if (!(norm > 0)) throw Error("caption memory: photo '" + set.images[s + k].file_name + "' has an all-zero grid");
-      memory->keys.row(s + k) = means.row(k) / norm;
+      const float norm = key.row(k).norm();
+      if (!(norm > 0)) throw Error("caption memory: photo '" + set.images[s + k].file_name + "' has an all-zero key");
+      memory->keys.row(s + k) = key.row(k) / norm;
       for (auto& r : set.references(s + k)) memory->captions[s + k].push_back(memory_caption(r));
     }
   }

@@ -48,9 +48,11 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
                               const std::vector<float>& planes, Collective& ranks);
 // The caption memory of consensus reranking (train/consensus.hpp) for a set (a training split: never the photos it
 // is chosen or scored on): each photo's grid as the model's decoder sees it (from the cache, through the tuned blocks
-// when the model has them, else from the photos), pooled (`pooling`: mean, max or gem) to a vector of unit length, and
-// its references.
+// when the model has them, else from the photos), pooled (`pooling`: mean, max or gem), its object channels times
+// `object_weight` (CaptionMemory::object_weight; other than 1 only for a model with object channels), made unit
+// length, and its references.
 std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
-                                                    const FeatureCache* cache, KeyPooling pooling = KeyPooling::mean);
+                                                    const FeatureCache* cache, KeyPooling pooling = KeyPooling::mean,
+                                                    float object_weight = 1.f);
 
 }  // namespace sat

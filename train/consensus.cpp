@@ -167,11 +167,26 @@ std::vector<std::vector<std::string>> parse_caption_lists(const std::string& jso
   return nlohmann::json::parse(json_text).get<std::vector<std::vector<std::string>>>();
 }
 
+Mat CaptionMemory::key_vectors(const Mat& F, int N) const {
+  Mat out = pooled_grid_vectors(F, N, pooling);
+  if (object_channels < 0 || object_channels > out.cols())
+    throw Error("caption memory: " + std::to_string(object_channels) + " object channels in a grid of " +
+                std::to_string(out.cols()));
+  if (object_weight != 1.f) out.rightCols(object_channels) *= object_weight;
+  return out;
+}
+
 void CaptionMemory::prepare(int D, const std::string& source) {
   if (keys.rows() == 0) fail(source, "caption memory holds no photos");
   if (keys.cols() != D)
     fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, the model's grid has " +
                      std::to_string(D));
+  if (object_channels < 0 || object_channels > D)
+    fail(source, "caption memory keys weight " + std::to_string(object_channels) + " object channels of a grid of " +
+                     std::to_string(D));
+  if (!(object_weight >= 0 && object_weight <= kMaxKeyObjectWeight))
+    fail(source, "caption memory's object weight must be in [0, " + std::to_string((int)kMaxKeyObjectWeight) +
+                     "], got " + std::to_string(object_weight));
   if ((int64_t)captions.size() != keys.rows())
     fail(source, "caption memory has " + std::to_string(keys.rows()) + " photos but " +
                      std::to_string(captions.size()) + " caption lists");
@@ -206,9 +221,9 @@ void CaptionMemory::ready() const {
   scorer();
 }
 
-std::vector<int> CaptionMemory::nearest(const float* mean_vector, int k) const {
+std::vector<int> CaptionMemory::nearest(const float* key, int k) const {
   const int64_t D = keys.cols();
-  Eigen::Map<const Eigen::VectorXf> q(mean_vector, D);
+  Eigen::Map<const Eigen::VectorXf> q(key, D);
   Eigen::VectorXf cosine = keys * q;  // the query's length does not change the order
   std::vector<int> order(cosine.size());
   std::iota(order.begin(), order.end(), 0);
@@ -285,13 +300,13 @@ KeyPooling parse_key_pooling(const std::string& name) {
 }
 
 int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::vector<Tokens>& words,
-                        const CaptionMemory& memory, const float* mean_vector, const ConsensusSettings& settings,
+                        const CaptionMemory& memory, const float* key, const ConsensusSettings& settings,
                         std::vector<double>* agreements) {
   if (candidates.empty()) throw Error("consensus: no candidate captions");
   if (words.size() != candidates.size()) throw Error("consensus: one word list per candidate expected");
   if (agreements) agreements->assign(candidates.size(), 0.0);
   if (settings.weight == 0 || (candidates.size() == 1 && !agreements)) return 0;
-  const std::vector<int> photos = memory.nearest(mean_vector, settings.neighbours);
+  const std::vector<int> photos = memory.nearest(key, settings.neighbours);
   const std::vector<double> agree = memory.agreements(words, photos);
   if (agreements) *agreements = agree;
   std::vector<double> scores;

@@ -4,9 +4,10 @@
 //
 //     score + weight * CIDEr-D(candidate, captions of the photo's k nearest training photos)
 //
-// where score is the beam's own (log p / words^length_norm) and the neighbours are the training photos whose pooled
-// grid vector (the decoder's grid pooled over its locations, by the mean unless the memory says otherwise: KeyPooling;
-// unit length) has the largest cosine with the photo's pooled the same way.
+// where score is the beam's own (log p / words^length_norm) and the neighbours are the training photos whose key
+// (the decoder's grid pooled over its locations, by the mean unless the memory says otherwise: KeyPooling; its object
+// channels, if any, times the memory's object weight; unit length) has the largest cosine with the photo's made the
+// same way.
 // CIDEr-D here takes its document frequencies from all the memory's captions, so a caption's agreement does not
 // depend on what else is captioned with it. The memory (the training photos' vectors and captions) lives in the
 // model file: `sat model memory` builds it from the training split, and weight 0 turns reranking off.
@@ -28,22 +29,33 @@ enum class KeyPooling { mean, max, gem };
 const char* key_pooling_name(KeyPooling pooling);
 KeyPooling parse_key_pooling(const std::string& name);  // "mean", "max" or "gem"; else an Error
 
+// The most a memory key's object channels may be weighted (CaptionMemory::object_weight).
+constexpr float kMaxKeyObjectWeight = 100;
+
 struct CaptionMemory {
-  Mat keys;  // M x D: each memory photo's pooled grid vector (`pooling`), unit length
+  Mat keys;  // M x D: each memory photo's key (key_vectors), unit length
   KeyPooling pooling = KeyPooling::mean;
+  // The grid's last `object_channels` channels (the detector's, EncoderConfig::object_channels) are multiplied by
+  // `object_weight` in the keys, after pooling and before unit length: above 1, photos with the same objects in
+  // them are nearer (a dog counts for more than the grass around it); 0 leaves the objects out.
+  int object_channels = 0;
+  float object_weight = 1.f;
   // Per memory photo, its captions as memory_caption() gives them (words joined by single spaces).
   std::vector<std::vector<std::string>> captions;
 
   int photos() const { return (int)keys.rows(); }
-  // Checks the shapes (one caption list per key, at least one caption each, unit-length keys of dimension D), then
+  // The keys of N grids (F: N*L x D) as this memory makes them, before unit length: pooled (`pooling`), then the
+  // object channels weighted.
+  Mat key_vectors(const Mat& F, int N) const;
+  // Checks the shapes (one caption list per key, at least one caption each, unit-length keys of dimension D, the
+  // object channels within them and their weight in [0, kMaxKeyObjectWeight]), then
   // builds the CIDEr-D document frequencies on a thread of their own (80 ms for Flickr8k's 30 000 captions: a model
   // loads and encodes its photo meanwhile); errors name `source`. The first agreement waits for them, and so does
   // ready(), which also throws what building them threw (too many distinct words, say).
   void prepare(int D, const std::string& source);
   void ready() const;
-  // The k memory photos nearest to one grid's pooled vector (`pooling`; any length), nearest first (ties: the lower
-  // index).
-  std::vector<int> nearest(const float* mean_vector, int k) const;
+  // The k memory photos nearest to one grid's key (key_vectors; any length), nearest first (ties: the lower index).
+  std::vector<int> nearest(const float* key, int k) const;
   // CIDEr-D of `words` against the captions of `photos` pooled.
   double agreement(const Tokens& words, const std::vector<int>& photos) const;
   // The same for several captions (the pooled captions' vectors built once).
@@ -66,6 +78,11 @@ struct ConsensusSettings {
   // The captions of the photo's nearest `memory_candidates` memory photos join the beam's candidates, scored by the
   // decoder as the search scores its own, each compared with the other neighbours' captions only (0: the beam's alone).
   int memory_candidates = 0;
+  // The COCO detector's evidence (a model with object channels; train/object_mentions.hpp: object_evidence): each
+  // candidate's total gains object_evidence x (sum over the object groups it names of the group's peak minus
+  // evidence_threshold). 0: off. Applies with or without a caption memory.
+  double object_evidence = 0;
+  double evidence_threshold = 0.15;
 };
 
 // A reference caption as the memory keeps it: PTB-tokenized and lowercased as coco-caption scores it, words joined
@@ -89,9 +106,10 @@ std::vector<double> consensus_totals(const std::vector<double>& scores, const st
 int best_total(const std::vector<double>& totals);
 
 // Chooses among one image's candidates (best score first, as beam_search_nbest gives them): the index of the one
-// with the best score + weight * agreement. words[i] is candidate i's caption as words.
+// with the best score + weight * agreement. words[i] is candidate i's caption as words; key is the image's
+// (CaptionMemory::key_vectors).
 int choose_by_consensus(const std::vector<Hypothesis>& candidates, const std::vector<Tokens>& words,
-                        const CaptionMemory& memory, const float* mean_vector, const ConsensusSettings& settings,
+                        const CaptionMemory& memory, const float* key, const ConsensusSettings& settings,
                         std::vector<double>* agreements = nullptr);
 
 }  // namespace sat

@@ -88,11 +88,18 @@ TensorFile CaptionModel::to_tensor_file() const {
     }
     tf.metadata["ensemble"] = configs.dump();
   }
+  if (consensus.object_evidence > 0)  // the detector's evidence in reranking; absent: off
+    tf.metadata["object_evidence"] =
+        nlohmann::json{{"weight", consensus.object_evidence}, {"threshold", consensus.evidence_threshold}}.dump();
   if (memory) {  // consensus reranking: the training photos' pooled grid vectors (float16) and their captions
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
     if (memory->pooling != KeyPooling::mean)
       settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
+    if (memory->object_weight != 1.f) {  // absent: 1 (the object channels as the grid has them)
+      settings["key_object_weight"] = memory->object_weight;
+      settings["key_object_channels"] = memory->object_channels;
+    }
     tf.metadata["consensus"] = settings.dump();
     tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
     Param keys(kMemoryKeys, {memory->keys.rows(), memory->keys.cols()}, false);
@@ -166,6 +173,17 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
         fail(path, std::string("beam_diversity: ") + e.what());
       }
     }
+    if (tf.metadata.count("object_evidence")) {  // files without it leave the detector's evidence out
+      const auto d = parse_json_checked(tf.metadata.at("object_evidence"), path, "model header is malformed");
+      m->consensus.object_evidence = d.at("weight").get<double>();
+      m->consensus.evidence_threshold = d.at("threshold").get<double>();
+      if (!(m->consensus.object_evidence >= 0 && m->consensus.object_evidence <= kMaxObjectEvidence))
+        fail(path, "object_evidence weight must be in [0, " + std::to_string((int)kMaxObjectEvidence) + "]");
+      if (!(m->consensus.evidence_threshold >= 0 && m->consensus.evidence_threshold <= 1))
+        fail(path, "object_evidence threshold must be in [0, 1]");
+      if (m->consensus.object_evidence > 0 && m->encoder_config.object_channels == 0)
+        fail(path, "object_evidence needs object channels, and the encoder has none");
+    }
     if (tf.metadata.count("encoder_precision"))
       m->encoder_precision = parse_precision(tf.metadata.at("encoder_precision"));
     if (tf.metadata.count("decoder_precision")) {
@@ -215,6 +233,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       m->consensus.weight = settings.at("weight").get<double>();
       m->consensus.memory_candidates = settings.value("memory_candidates", 0);
       memory->pooling = parse_key_pooling(settings.value("key_pooling", std::string("mean")));
+      memory->object_weight = settings.value("key_object_weight", 1.f);
+      memory->object_channels = settings.value("key_object_channels", m->encoder_config.object_channels);
     } catch (const Error& e) {
       if (std::string(e.what()).rfind(path, 0) == 0) throw;
       fail(path, e.what());
@@ -229,6 +249,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
                      std::to_string(m->consensus.memory_candidates));
     if (!(m->consensus.weight >= 0 && m->consensus.weight <= kMaxConsensusWeight))
       fail(path, "consensus weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
+    if (memory->object_channels != m->encoder_config.object_channels)
+      fail(path, "caption memory keys weight " + std::to_string(memory->object_channels) +
+                     " object channels, the model's grid has " + std::to_string(m->encoder_config.object_channels));
     memory->prepare(m->encoder_config.feature_dim(), path);
     m->memory = std::move(memory);
   }

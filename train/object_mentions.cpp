@@ -98,8 +98,47 @@ const Lookup& lookup() {
 }  // namespace
 
 const std::vector<ObjectGroup>& object_groups() {
-  static const std::vector<ObjectGroup> groups = make_groups();
+  static const std::vector<ObjectGroup> groups = [] {
+    std::vector<ObjectGroup> g = make_groups();
+    // The detector's COCO classes for each group (its names: vision/detector.cpp)
+    const std::map<std::string, std::vector<std::string>> classes = {
+        {"person", {"person"}},         {"dog", {"dog"}},
+        {"bicycle", {"bicycle"}},       {"ball", {"sports ball"}},
+        {"horse", {"horse"}},           {"boat", {"boat"}},
+        {"car", {"car"}},               {"skateboard", {"skateboard"}},
+        {"surfboard", {"surfboard"}},   {"frisbee", {"frisbee"}},
+        {"motorcycle", {"motorcycle"}}, {"snow sports", {"skis", "snowboard"}}};
+    for (auto& group : g) group.coco_classes = classes.at(group.name);
+    return g;
+  }();
   return groups;
+}
+
+std::vector<double> object_group_peaks(const Mat& grid, int grid_channels, float scale,
+                                       const std::vector<std::string>& classes) {
+  if (grid_channels < 0 || grid_channels + (int64_t)classes.size() > grid.cols() || !(scale > 0))
+    throw Error("object evidence: a grid of " + std::to_string(grid.cols()) + " channels has no " +
+                std::to_string(classes.size()) + " object channels after its " + std::to_string(grid_channels));
+  const auto& groups = object_groups();
+  std::vector<double> peaks(groups.size(), 0.0);
+  if (grid.rows() == 0) return peaks;
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (const std::string& name : groups[g].coco_classes) {
+      const auto at = std::find(classes.begin(), classes.end(), name);
+      if (at == classes.end()) throw Error("object evidence: the detector has no class '" + name + "'");
+      const double peak = grid.col(grid_channels + (at - classes.begin())).maxCoeff() / scale;
+      peaks[g] = std::max(peaks[g], peak);
+    }
+  return peaks;
+}
+
+double object_evidence(const Tokens& words, const std::vector<double>& peaks, double threshold) {
+  if (peaks.size() != object_groups().size()) throw Error("object evidence: one peak per object group expected");
+  const std::vector<bool> named = objects_named(words);
+  double sum = 0;
+  for (size_t g = 0; g < named.size(); ++g)
+    if (named[g]) sum += peaks[g] - threshold;
+  return sum;
 }
 
 std::vector<bool> objects_named(const Tokens& tokens) {

@@ -9,6 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "seq/tensor.hpp"
 #include "train/metrics.hpp"
 
 namespace sat {
@@ -21,11 +22,23 @@ struct ObjectGroup {
   std::vector<std::string> words;
   std::vector<std::pair<std::string, std::string>> phrases;
   bool rare = true;  // pooled in the summary of the rarer objects (every group but person and dog)
+  std::vector<std::string> coco_classes;  // the COCO detector's classes that show it (object_group_peaks)
 };
 const std::vector<ObjectGroup>& object_groups();
 
 // For each group of object_groups(), whether the tokens name it.
 std::vector<bool> objects_named(const Tokens& tokens);
+
+// The detector's evidence for each group of object_groups() in one photo: the highest peak of class heat (0..1)
+// among the group's COCO classes. `grid` is the photo's L x D grid as the decoder reads it: its own `grid_channels`
+// channels, then the object channels (EncoderConfig::object_channels), the classes in `classes` order times `scale`,
+// each either a class's map max-pooled onto the grid or its peak repeated at every location (then the maps, for
+// "both"): either way a class's largest value over the grid is its peak.
+std::vector<double> object_group_peaks(const Mat& grid, int grid_channels, float scale,
+                                       const std::vector<std::string>& classes);
+// A caption's object evidence: over the groups its words name, the sum of (peak - threshold). Naming what the
+// detector saw above the threshold adds, naming what it saw less (or not at all) subtracts.
+double object_evidence(const Tokens& words, const std::vector<double>& peaks, double threshold);
 
 // A photo is the group's when at least min(3, its reference count) references name it; it is unnamed when none does
 // (photos where one or two references name it are in neither count).

@@ -7,6 +7,8 @@
 
 #include "datasets/vocab.hpp"
 #include "train/model.hpp"
+#include "train/object_mentions.hpp"
+#include "vision/detector.hpp"
 
 namespace sat {
 
@@ -14,15 +16,15 @@ namespace {
 
 // The options' names in errors, as each kind of front end spells them.
 struct OptionNames {
-  const char *beam, *length_norm, *no_repeat_ngram, *consensus_weight, *neighbours, *memory_candidates, *beam_groups,
-      *diversity, *include, *candidates;
+  const char *beam, *length_norm, *no_repeat_ngram, *consensus_weight, *neighbours, *memory_candidates,
+      *object_evidence, *evidence_threshold, *beam_groups, *diversity, *include, *candidates;
 };
-constexpr OptionNames kLibraryNames{"beam",       "length_norm",       "no_repeat_ngram", "consensus_weight",
-                                    "neighbours", "memory_candidates", "beam_groups",     "diversity",
-                                    "include",    "candidates"};
-constexpr OptionNames kFlagNames{"--beam",       "--length-norm",       "--no-repeat",   "--consensus-weight",
-                                 "--neighbours", "--memory-candidates", "--beam-groups", "--diversity",
-                                 "--include",    "--candidates"};
+constexpr OptionNames kLibraryNames{"beam",          "length_norm",     "no_repeat_ngram",  "consensus_weight",
+                                    "neighbours",    "memory_candidates", "object_evidence", "evidence_threshold",
+                                    "beam_groups",   "diversity",       "include",          "candidates"};
+constexpr OptionNames kFlagNames{"--beam",          "--length-norm",       "--no-repeat",        "--consensus-weight",
+                                 "--neighbours",    "--memory-candidates", "--object-evidence",  "--evidence-threshold",
+                                 "--beam-groups",   "--diversity",         "--include",          "--candidates"};
 
 std::string in_range(const char* name, int lo, int hi) {
   return std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
@@ -62,6 +64,8 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
   s.consensus.weight = options.consensus_weight.value_or(model.consensus.weight);
   s.consensus.neighbours = options.neighbours.value_or(model.consensus.neighbours);
   s.consensus.memory_candidates = options.memory_candidates.value_or(model.consensus.memory_candidates);
+  s.consensus.object_evidence = options.object_evidence.value_or(model.consensus.object_evidence);
+  s.consensus.evidence_threshold = options.evidence_threshold.value_or(model.consensus.evidence_threshold);
   s.diversity = BeamDiversity{options.beam_groups.value_or(model.beam_diversity.groups),
                               options.diversity.value_or(model.beam_diversity.penalty)};
   s.candidates = options.candidates;
@@ -81,6 +85,13 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
     throw Error(in_range(name.memory_candidates, 0, kMaxMemoryCandidates));
   if (s.consensus.memory_candidates > 0)
     require_memory(model, model_name, name.memory_candidates, s.consensus.memory_candidates);
+  if (!(s.consensus.object_evidence >= 0 && s.consensus.object_evidence <= kMaxObjectEvidence))
+    throw Error(in_range(name.object_evidence, 0, (int)kMaxObjectEvidence));
+  if (!(s.consensus.evidence_threshold >= 0 && s.consensus.evidence_threshold <= 1))
+    throw Error(in_range(name.evidence_threshold, 0, 1));
+  if (s.consensus.object_evidence > 0 && model.encoder_config.object_channels == 0)
+    fail(model_name, std::string("has no object channels for ") + name.object_evidence +
+                         " (its encoder reads no detector: sat train --objects)");
   if (s.candidates < 0 || s.candidates > kMaxBeam) throw Error(in_range(name.candidates, 0, kMaxBeam));
   if (s.beam > 1) check_diversity(s.diversity, s.beam);
   if (!options.include.empty()) s.include = word_to_include(model, options.include, model_name, name.include);
@@ -117,9 +128,9 @@ CandidateList candidate_list(std::vector<Hypothesis> found, bool reranked) {
 }
 
 // Consensus reranking of one image's candidates against the captions of its nearest memory photos: each candidate's
-// agreement and total (score + weight x agreement), and the list's choice, the first of the best totals.
-void choose_by_agreement(CandidateList& list, const CaptionMemory& memory, const std::vector<int>& photos,
-                         double weight, const Vocab& vocab) {
+// agreement.
+void set_agreements(CandidateList& list, const CaptionMemory& memory, const std::vector<int>& photos,
+                    const Vocab& vocab) {
   std::vector<Tokens> words;
   std::vector<int> leave_out;
   for (auto& c : list.candidates) {
@@ -127,12 +138,51 @@ void choose_by_agreement(CandidateList& list, const CaptionMemory& memory, const
     leave_out.push_back(c.memory_photo);
   }
   const std::vector<double> agree = memory.agreements(words, photos, leave_out);
-  std::vector<double> scores;
-  for (auto& c : list.candidates) scores.push_back(c.hypothesis.score);
-  const std::vector<double> totals = consensus_totals(scores, agree, weight);
-  for (size_t k = 0; k < list.candidates.size(); ++k)
-    list.candidates[k].agreement = agree[k], list.candidates[k].total = totals[k];
+  for (size_t k = 0; k < list.candidates.size(); ++k) list.candidates[k].agreement = agree[k];
+}
+
+}  // namespace
+
+void weigh_object_evidence(CandidateList& list, const std::vector<double>& peaks, double threshold,
+                           const Vocab& vocab) {
+  for (auto& c : list.candidates) c.evidence = object_evidence(vocab.decode(c.hypothesis.tokens), peaks, threshold);
+}
+
+void choose_by_totals(CandidateList& list, const ConsensusSettings& s) {
+  std::vector<double> scores, agree;
+  for (auto& c : list.candidates) {
+    scores.push_back(c.hypothesis.score);
+    agree.push_back(c.agreement);
+  }
+  std::vector<double> totals = consensus_totals(scores, agree, s.weight);  // agreements 0 without the memory
+  for (size_t k = 0; k < list.candidates.size(); ++k) {
+    totals[k] += s.object_evidence * list.candidates[k].evidence;
+    list.candidates[k].total = totals[k];
+  }
   list.chosen = best_total(totals);
+}
+
+namespace {
+
+// Whether a search of these settings reranks its candidates: by the caption memory, the detector's evidence or both.
+bool by_memory(const CaptionModel& model, const SearchSettings& s) {
+  return model.memory && s.consensus.weight > 0;
+}
+bool by_evidence(const SearchSettings& s) {
+  return s.consensus.object_evidence > 0;
+}
+
+// Reranks one image's candidates (grid: its L x D rows) as the settings say, the memory's nearest photos `photos`.
+void rerank(CaptionModel& model, CandidateList& list, const Mat& grid, const std::vector<int>& photos,
+            const SearchSettings& s) {
+  if (by_memory(model, s)) set_agreements(list, *model.memory, photos, model.vocab);
+  if (by_evidence(s)) {
+    const EncoderConfig& e = model.encoder_config;
+    weigh_object_evidence(list,
+                          object_group_peaks(grid, e.grid_channels(), e.object_scale, coco_class_names()),
+                          s.consensus.evidence_threshold, model.vocab);
+  }
+  choose_by_totals(list, s.consensus);
 }
 
 // The captions of the `count` nearest memory photos (`photos`, nearest first) that the model can say in fewer than
@@ -192,18 +242,21 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
       return beam_search_nbest(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, s.diversity);
     });
   }
-  const bool reranked = s.beam > 1 && model.memory && s.consensus.weight > 0;
-  const Mat means = reranked ? pooled_grid_vectors(F, n, model.memory->pooling) : Mat();
+  const bool memory = s.beam > 1 && by_memory(model, s), evidence = s.beam > 1 && by_evidence(s);
+  const Mat keys = memory ? model.memory->key_vectors(F, n) : Mat();
   const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
     CandidateList& list = out[i];
-    list = candidate_list(std::move(found[i]), reranked);
-    if (!reranked) continue;
-    const std::vector<int> photos = model.memory->nearest(means.row(i).data(), s.consensus.neighbours);
-    if (s.consensus.memory_candidates > 0)
-      add_memory_candidates(model, list, F.middleRows(i * L, L), photos, s.consensus.memory_candidates, s);
-    choose_by_agreement(list, *model.memory, photos, s.consensus.weight, model.vocab);
+    list = candidate_list(std::move(found[i]), memory || evidence);
+    if (!memory && !evidence) continue;
+    std::vector<int> photos;
+    if (memory) {
+      photos = model.memory->nearest(keys.row(i).data(), s.consensus.neighbours);
+      if (s.consensus.memory_candidates > 0)
+        add_memory_candidates(model, list, F.middleRows(i * L, L), photos, s.consensus.memory_candidates, s);
+    }
+    rerank(model, list, F.middleRows(i * L, L), photos, s);
   }
   return out;
 }
@@ -214,18 +267,19 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
   std::vector<std::vector<Hypothesis>> found = over_decoders(model, [&](auto& dec) {
     return beam_search_including(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, words);
   });
-  const bool reranked = model.memory && s.consensus.weight > 0;
-  const Mat means = reranked ? pooled_grid_vectors(F, n, model.memory->pooling) : Mat();
+  const bool memory = by_memory(model, s), evidence = by_evidence(s);
+  const Mat keys = memory ? model.memory->key_vectors(F, n) : Mat();
+  const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
     if (found[i].empty())
       throw Error("no caption says '" + model.vocab.words[s.include] + "' within " + std::to_string(model.max_len) +
                   " words");
     CandidateList& list = out[i];
-    list = candidate_list(std::move(found[i]), reranked);
-    if (reranked)
-      choose_by_agreement(list, *model.memory, model.memory->nearest(means.row(i).data(), s.consensus.neighbours),
-                          s.consensus.weight, model.vocab);
+    list = candidate_list(std::move(found[i]), memory || evidence);
+    if (memory || evidence)
+      rerank(model, list, F.middleRows(i * L, L),
+             memory ? model.memory->nearest(keys.row(i).data(), s.consensus.neighbours) : std::vector<int>(), s);
   }
   return out;
 }
@@ -234,7 +288,7 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
 
 std::vector<CandidateList> CaptionModel::search(const Mat& F, int n, const SearchSettings& settings) {
   if (settings.include >= 0) return search_including(*this, F, n, settings);
-  const bool reranked = settings.beam > 1 && memory && settings.consensus.weight > 0;
+  const bool reranked = settings.beam > 1 && (by_memory(*this, settings) || by_evidence(settings));
   if (!reranked && settings.candidates == 0) return search_kept_only(*this, F, n, settings);
   return search_every_candidate(*this, F, n, settings);
 }

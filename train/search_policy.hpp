@@ -12,11 +12,14 @@
 namespace sat {
 
 struct CaptionModel;
+struct Vocab;
 
 constexpr int kMaxBeam = 100;
 constexpr double kMaxConsensusWeight = 1000;
 // The most memory photos whose captions may join a search's candidates (ConsensusSettings::memory_candidates).
 constexpr int kMaxMemoryCandidates = 1000;
+// The largest weight of the detector's evidence in reranking (ConsensusSettings::object_evidence).
+constexpr double kMaxObjectEvidence = 100;
 
 // What a front end (the CLI's flags, the library's CaptionOptions, the server's query) asks of a search. Every unset
 // field takes the model's stored setting (chosen on dev data: sat model set, sat model memory).
@@ -27,6 +30,8 @@ struct SearchOptions {
   std::optional<double> consensus_weight;  // consensus reranking by the caption memory (0: off)
   std::optional<int> neighbours;           // how many nearest memory photos' captions a candidate is compared with
   std::optional<int> memory_candidates;    // the captions of the M nearest memory photos join the candidates
+  std::optional<double> object_evidence;   // the detector's evidence in reranking (a model with object channels)
+  std::optional<double> evidence_threshold;  // and the peak above which naming an object gains
   std::optional<int> beam_groups;          // diverse beam search (1: plain beam search)
   std::optional<double> diversity;         // and its penalty
   std::string include;                     // a word every caption must say (constrained beam search); "": none
@@ -51,7 +56,8 @@ struct SearchSettings {
 };
 
 // The settings `options` ask of `model`, or an Error saying what is wrong with them: a value out of range, a setting
-// the model cannot use (reranking without a caption memory, more neighbours than it holds, beam groups that do not
+// the model cannot use (reranking without a caption memory, more neighbours than it holds, the detector's evidence
+// without object channels, beam groups that do not
 // divide the beam), a word to include that is not one word or that the model cannot say. Errors about the model
 // name `model_name` (its file) and each option as `spelling` spells it. The one place search options are checked.
 SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& options, const std::string& model_name,
@@ -63,18 +69,20 @@ SearchSettings stored_search(const CaptionModel& model, int beam = 0);
 struct Candidate {
   Hypothesis hypothesis;
   double agreement = 0;   // consensus reranking: CIDEr-D against the nearest memory photos' captions (else 0)
-  double total = 0;       // score + weight x agreement (the score when nothing reranks)
+  double evidence = 0;    // the detector's evidence for the objects it names (object_evidence; 0 when not used)
+  double total = 0;       // score + weight x agreement + object weight x evidence (the score when nothing reranks)
   int memory_photo = -1;  // a caption of this memory photo (ConsensusSettings::memory_candidates); -1: the search's
 };
 
 // Every caption a search considered for one image, best score first, and the one it keeps. Greedy search has one
 // candidate; beam search every caption it finished (when SearchSettings::candidates > 0 or reranking needs them;
 // else only the one it keeps); constrained search the captions that say the word. With reranking each candidate
-// carries its agreement with the nearest memory photos' captions and total = score + weight x agreement decides.
+// carries its agreement with the nearest memory photos' captions (and with the detector's evidence weighed, its
+// evidence) and total = score + weight x agreement + object weight x evidence decides.
 struct CandidateList {
   std::vector<Candidate> candidates;
   int chosen = 0;
-  bool reranked = false;
+  bool reranked = false;  // the totals decide: the caption memory, the detector's evidence or both
   const Hypothesis& kept() const { return candidates[chosen].hypothesis; }
   // What a listing of the first n shows: their indices and, after them, the kept one's wherever it ranks.
   std::vector<int> shown(int n) const {
@@ -84,5 +92,12 @@ struct CandidateList {
     return out;
   }
 };
+
+// The detector's evidence for each candidate (object_evidence: peaks per object group, object_group_peaks).
+void weigh_object_evidence(CandidateList& list, const std::vector<double>& peaks, double threshold,
+                           const Vocab& vocab);
+// Each candidate's total, score + weight x agreement + object_evidence x evidence, and the list's choice: the first of
+// the best totals.
+void choose_by_totals(CandidateList& list, const ConsensusSettings& settings);
 
 }  // namespace sat

@@ -43,16 +43,22 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 // The first `shown` candidates (and the kept one, wherever it ranks), one per line under the image's caption.
-void print_candidates(const CaptionModel& model, const CandidateList& list, int shown) {
-  const char* header = list.reranked ? "  #  log p    score   agree   total  caption" : "  #  log p    score  caption";
+// weighs_evidence: the search weighed the detector's evidence (a column of each candidate's).
+void print_candidates(const CaptionModel& model, const CandidateList& list, int shown, bool weighs_evidence) {
+  const bool evidence = list.reranked && weighs_evidence;
+  const char* header = !list.reranked ? "  #  log p    score  caption"
+                       : evidence     ? "  #  log p    score   agree objects   total  caption"
+                                      : "  #  log p    score   agree   total  caption";
   std::printf("%s\n", header);
   for (int k : list.shown(shown)) {
     const auto& c = list.candidates[k];
     const std::string words = join_words(model.vocab.decode(c.hypothesis.tokens));
     const char mark = k == list.chosen ? '*' : ' ';
+    char objects[16] = "";
+    if (evidence) std::snprintf(objects, sizeof objects, " %7.3f", c.evidence);
     if (list.reranked)
-      std::printf("%c%2d %7.3f %7.3f %7.3f %7.3f  %s%s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
-                  c.agreement, c.total, words.c_str(),
+      std::printf("%c%2d %7.3f %7.3f %7.3f%s %7.3f  %s%s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
+                  c.agreement, objects, c.total, words.c_str(),
                   c.memory_photo >= 0 ? ("  [memory photo " + std::to_string(c.memory_photo) + "]").c_str() : "");
     else
       std::printf("%c%2d %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score, words.c_str());
@@ -70,7 +76,7 @@ std::string objects_text(const std::vector<DetectedObject>& found) {
   return out.empty() ? "none" : out;
 }
 
-nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& list, int shown) {
+nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& list, int shown, bool weighs_evidence) {
   nlohmann::json out = nlohmann::json::array();
   for (int k : list.shown(shown)) {
     const auto& c = list.candidates[k];
@@ -80,6 +86,7 @@ nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& l
                           {"score", c.hypothesis.score},
                           {"chosen", k == list.chosen}};
     if (list.reranked) one["agreement"] = c.agreement, one["total"] = c.total;
+    if (list.reranked && weighs_evidence) one["object_evidence"] = c.evidence;
     if (c.memory_photo >= 0) one["memory_photo"] = c.memory_photo;
     out.push_back(one);
   }
@@ -116,6 +123,15 @@ void SearchFlags::add_to(CLI::App* command) {
                     "Consensus reranking: the captions of the M nearest training photos join the beam's candidates, "
                     "scored by the decoder (0: the beam's alone; default: the model's)")
       ->check(CLI::Range(0, kMaxMemoryCandidates));
+  add_search_option(command, "--object-evidence", options.object_evidence,
+                    "Beam search, a model that reads the object detector: each candidate's total also gains V x "
+                    "(sum over the objects it names of the detector's peak for them minus the threshold) (0: off; "
+                    "default: the model's)")
+      ->check(CLI::Range(0.0, kMaxObjectEvidence));
+  add_search_option(command, "--evidence-threshold", options.evidence_threshold,
+                    "The detector's evidence: the peak above which naming an object gains, below which it costs "
+                    "(default: the model's)")
+      ->check(CLI::Range(0.0, 1.0));
   add_search_option(command, "--beam-groups", options.beam_groups,
                     "Diverse beam search: the beam split into G groups that the diversity penalty keeps apart (G "
                     "divides the beam; 1: plain beam search; default: the model's)")
@@ -226,7 +242,8 @@ void add_caption_commands(CLI::App& app) {
         std::string caption = join_words(model->vocab.decode(lists[i].kept().tokens));
         if (a->json) {
           nlohmann::json one = {{"file", good[i]}, {"caption", caption}};
-          if (a->candidates > 0) one["candidates"] = candidates_json(*model, lists[i], a->candidates);
+          if (a->candidates > 0)
+            one["candidates"] = candidates_json(*model, lists[i], a->candidates, search.consensus.object_evidence > 0);
           if (a->objects) one["objects"] = objects_to_json(objects[i]);
           out.push_back(one);
           continue;
@@ -236,7 +253,8 @@ void add_caption_commands(CLI::App& app) {
         else
           std::printf("%s\t%s\n", good[i].c_str(), caption.c_str());
         if (a->objects) std::printf("  objects: %s\n", objects_text(objects[i]).c_str());
-        if (a->candidates > 0) print_candidates(*model, lists[i], a->candidates);
+        if (a->candidates > 0)
+          print_candidates(*model, lists[i], a->candidates, search.consensus.object_evidence > 0);
       }
       std::fflush(stdout);
       if (bar) {

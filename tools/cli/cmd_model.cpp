@@ -25,18 +25,35 @@ long long file_bytes(const std::string& path) {
   return stat(path.c_str(), &st) == 0 ? (long long)st.st_size : -1;
 }
 
+// ", objects weighted W" when a memory's keys weight the object channels, else nothing
+std::string object_weight_text(double weight) {
+  if (weight == 1) return "";
+  char text[64];
+  std::snprintf(text, sizeof text, ", objects weighted %g", weight);
+  return text;
+}
+
+// "; the detector's evidence ..." when the model weighs it in reranking, else nothing
+std::string evidence_text(const CaptionModel& m) {
+  if (m.consensus.object_evidence <= 0) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, "; the detector's evidence weighed %g (threshold %g)", m.consensus.object_evidence,
+                m.consensus.evidence_threshold);
+  return text;
+}
+
 // "; consensus reranking ..." when the model has a caption memory, else nothing
 std::string consensus_text(const CaptionModel& m) {
-  if (!m.memory) return "";
+  if (!m.memory) return evidence_text(m);
   char text[240];
   std::snprintf(
-      text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s)",
+      text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s%s)",
       m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos(),
-      key_pooling_name(m.memory->pooling),
+      key_pooling_name(m.memory->pooling), object_weight_text(m.memory->object_weight).c_str(),
       m.consensus.memory_candidates > 0
           ? (", the " + std::to_string(m.consensus.memory_candidates) + " nearest's captions as candidates").c_str()
           : "");
-  return text;
+  return text + evidence_text(m);
 }
 
 // "; no N-word phrase repeated" when the search blocks repeats, else nothing
@@ -96,11 +113,16 @@ nlohmann::json model_summary(const std::string& path) {
           {"no_repeat_ngram", m->no_repeat_ngram},
           {"beam_groups", m->beam_diversity.groups},
           {"diversity", m->beam_diversity.penalty},
+          {"object_evidence", m->consensus.object_evidence > 0
+                                  ? nlohmann::json{{"weight", m->consensus.object_evidence},
+                                                   {"threshold", m->consensus.evidence_threshold}}
+                                  : nlohmann::json(nullptr)},
           {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
                                                         {"neighbours", m->consensus.neighbours},
                                                         {"consensus_weight", m->consensus.weight},
                                                         {"memory_candidates", m->consensus.memory_candidates},
-                                                        {"key_pooling", key_pooling_name(m->memory->pooling)}}
+                                                        {"key_pooling", key_pooling_name(m->memory->pooling)},
+                                                        {"key_object_weight", m->memory->object_weight}}
                                        : nlohmann::json(nullptr)},
           {"info", m->info}};
 }
@@ -159,13 +181,19 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
     const int from_memory = c["memory_candidates"].get<int>();
     std::printf(
         "consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos (grids "
-        "%s-pooled)%s\n",
+        "%s-pooled%s)%s\n",
         c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
         c["neighbours"].get<int>(), c["photos"].get<int>(), c["key_pooling"].get<std::string>().c_str(),
+        object_weight_text(c["key_object_weight"].get<double>()).c_str(),
         from_memory > 0
             ? ("; the " + std::to_string(from_memory) + " nearest photos' captions join the beam's candidates").c_str()
             : "");
   }
+  if (!s["object_evidence"].is_null())
+    std::printf(
+        "the detector's evidence weighs in reranking: weight %g, the peak above which naming an object gains "
+        "%g\n",
+        s["object_evidence"]["weight"].get<double>(), s["object_evidence"]["threshold"].get<double>());
 }
 
 // What `sat model info` prints from a model's info object: how it was made and the scores on record.
@@ -288,6 +316,8 @@ struct SetArgs {
   std::string precision;         // "": unchanged
   double consensus_weight = -1;  // < 0: unchanged
   int memory_candidates = -1;    // < 0: unchanged
+  double object_evidence = -1;   // < 0: unchanged
+  double evidence_threshold = -1;  // < 0: unchanged
   int neighbours = 0;            // 0: unchanged
   int beam_groups = 0;           // 0: unchanged
   double diversity = -1;         // < 0: unchanged
@@ -296,10 +326,11 @@ struct SetArgs {
 // Writes a copy of the model with the settings given changed, after checking that the model can use them.
 void set_search_settings(const SetArgs& a) {
   if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.consensus_weight < 0 &&
-      a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 && a.diversity < 0)
+      a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 && a.diversity < 0 &&
+      a.object_evidence < 0 && a.evidence_threshold < 0)
     throw CLI::RequiredError(
         "--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
-        "--neighbours, --memory-candidates, --beam-groups or --diversity");
+        "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --beam-groups or --diversity");
   std::optional<PrecisionChoice> precision;
   if (!a.precision.empty()) precision = parse_precision(a.precision);
   auto m = CaptionModel::load(a.in);
@@ -313,6 +344,10 @@ void set_search_settings(const SetArgs& a) {
   if (a.consensus_weight >= 0) m->consensus.weight = a.consensus_weight;
   if (a.neighbours > 0) m->consensus.neighbours = a.neighbours;
   if (a.memory_candidates >= 0) m->consensus.memory_candidates = a.memory_candidates;
+  if (a.object_evidence > 0 && m->encoder_config.object_channels == 0)
+    fail(a.in, "has no object channels for --object-evidence (its encoder reads no detector: sat train --objects)");
+  if (a.object_evidence >= 0) m->consensus.object_evidence = a.object_evidence;
+  if (a.evidence_threshold >= 0) m->consensus.evidence_threshold = a.evidence_threshold;
   if (precision) {
     if (!m->encoder_config.pretrained()) fail(a.in, "has no pretrained encoder (--encoder-precision is for those)");
     if (*precision == PrecisionChoice::int8 && m->encoder_int8_ranges.empty())
@@ -374,6 +409,13 @@ void add_model_set(CLI::App& model) {
                   "Consensus reranking: the captions of the M nearest training photos join the beam's candidates "
                   "(0: the beam's alone); choose it on dev data")
       ->check(CLI::Range(0, kMaxMemoryCandidates));
+  set->add_option("--object-evidence", a->object_evidence,
+                  "A model that reads the object detector: each beam candidate's total also gains V x (sum over "
+                  "the objects it names of the detector's peak minus the threshold) (0: off); choose it on dev data")
+      ->check(CLI::Range(0.0, kMaxObjectEvidence));
+  set->add_option("--evidence-threshold", a->evidence_threshold,
+                  "The detector's evidence: the peak above which naming an object gains, below which it costs")
+      ->check(CLI::Range(0.0, 1.0));
   set->add_option("--beam-groups", a->beam_groups,
                   "Diverse beam search: the beam in G groups kept apart by the "
                   "diversity penalty (G divides the beam; 1: plain beam search)")
@@ -390,6 +432,7 @@ struct MemoryArgs {
   int neighbours = 60;  // the defaults: chosen on Flickr8k's dev photos for the shipped model (README)
   double weight = 12;
   std::string pooling = "mean";
+  float object_weight = 1;
 };
 
 // Writes a copy of the model holding a caption memory of the split's photos, consensus reranking set to use it.
@@ -404,7 +447,7 @@ void write_caption_memory(const MemoryArgs& mem) {
     for (auto& img : set.images) names.push_back(img.file_name);
     cache->require(m->encoder_id(), names);
   }
-  auto built = build_caption_memory(*m, set, cache.get(), pooling);
+  auto built = build_caption_memory(*m, set, cache.get(), pooling, mem.object_weight);
   if (mem.neighbours > built->photos())
     throw Error("--neighbours " + std::to_string(mem.neighbours) + " is more than the " +
                 std::to_string(built->photos()) + " photos of " + mem.split);
@@ -450,6 +493,13 @@ void add_model_memory(CLI::App& model) {
                    "cells), max, or gem (the generalized mean of order 3); the search "
                    "pools each photo the same way")
       ->capture_default_str();
+  memory
+      ->add_option("--object-weight", mem->object_weight,
+                   "A model with object channels (the detector's): how much they weigh in the keys "
+                   "against the grid's own (1: as the grid has them; above 1, photos with the same "
+                   "objects are nearer; 0: left out)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0f, kMaxKeyObjectWeight));
   memory->add_option("--out", mem->out, "Model file to write (may be the input: it is replaced atomically)")
       ->required();
   memory->callback([mem] { write_caption_memory(*mem); });

@@ -71,6 +71,7 @@ py::dict to_python(sat::CaptionResult&& r, int rows, int cols) {
     one["logprob"] = c.logprob;
     one["score"] = c.score;
     one["agreement"] = c.agreement;
+    one["object_evidence"] = c.evidence;
     one["total"] = c.total;
     one["chosen"] = c.chosen;
     one["memory_photo"] = c.memory_photo;
@@ -160,6 +161,8 @@ class PyCaptioner {
     d["memory_photos"] = i.memory_photos;
     d["consensus_weight"] = i.consensus_weight;
     d["memory_candidates"] = i.memory_candidates;
+    d["object_evidence"] = i.object_evidence;
+    d["evidence_threshold"] = i.evidence_threshold;
     d["beam_groups"] = i.beam_groups;
     d["diversity"] = i.diversity;
     d["attention"] = i.attention;
@@ -204,6 +207,8 @@ PYBIND11_MODULE(_sat, m) {
       .def_readwrite("no_repeat_ngram", &sat::CaptionOptions::no_repeat_ngram)
       .def_readwrite("consensus_weight", &sat::CaptionOptions::consensus_weight)
       .def_readwrite("memory_candidates", &sat::CaptionOptions::memory_candidates)
+      .def_readwrite("object_evidence", &sat::CaptionOptions::object_evidence)
+      .def_readwrite("evidence_threshold", &sat::CaptionOptions::evidence_threshold)
       .def_readwrite("beam_groups", &sat::CaptionOptions::beam_groups)
       .def_readwrite("diversity", &sat::CaptionOptions::diversity)
       .def_readwrite("include", &sat::CaptionOptions::include)

@@ -52,6 +52,11 @@ struct CaptionOptions {
   // Consensus reranking: the captions of the M nearest training photos join the beam's candidates (0: the beam's
   // alone); at most the memory's photos
   std::optional<int> memory_candidates;
+  // A model that reads the object detector: each beam candidate's total also gains object_evidence x (sum over the
+  // objects it names of the detector's peak for them minus evidence_threshold) (0: off; at most 100; the threshold
+  // in [0, 1]); see `sat model set --object-evidence`
+  std::optional<double> object_evidence;
+  std::optional<double> evidence_threshold;
   // Diverse beam search: the beam in beam_groups groups (dividing the beam; 1: plain beam search), a later group
   // paying diversity (log p units, in [0, 100]) for each earlier group's row that took the same word at that step
   std::optional<int> beam_groups;
@@ -91,7 +96,8 @@ struct CaptionCandidate {
   double logprob = 0;     // as CaptionResult::logprob
   double score = 0;       // what the beam ranks by: logprob / (words + 1)^length_norm
   double agreement = 0;   // consensus reranking: CIDEr-D against the nearest training photos' captions (else 0)
-  double total = 0;       // score + consensus weight x agreement: the kept candidate has the highest
+  double evidence = 0;    // the detector's evidence for the objects it names (CaptionOptions::object_evidence)
+  double total = 0;       // score + consensus weight x agreement + object_evidence x evidence: the kept one's is highest
   bool chosen = false;    // the caption returned
   int memory_photo = -1;  // a caption of this memory photo (CaptionOptions::memory_candidates); -1: the beam's
 };
@@ -132,6 +138,8 @@ struct ModelInfo {
   int memory_photos = 0;          // the caption memory's photos (0: none)
   double consensus_weight = 0;    // consensus reranking's stored weight (0: off)
   int memory_candidates = 0;      // how many nearest memory photos' captions join the beam's candidates (0: none)
+  double object_evidence = 0;     // the detector's evidence in reranking: its weight (0: off) and threshold
+  double evidence_threshold = 0;
   int beam_groups = 1;            // diverse beam search's groups (1: plain beam search)
   double diversity = 0;           // and its penalty
   std::string attention;          // "soft", "local", "hard" or "none"
