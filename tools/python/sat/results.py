@@ -13,7 +13,8 @@ class Candidate:
     logprob: float      # natural log of its probability, its end included (as Caption.logprob)
     score: float        # what the beam ranks by: logprob / (words + 1) ** length_norm
     agreement: float    # consensus reranking: CIDEr-D against the nearest training photos' captions (else 0)
-    total: float        # score + consensus weight * agreement: the kept candidate has the highest
+    object_evidence: float  # the detector's evidence for the objects it names (caption(..., object_evidence=V))
+    total: float        # score + consensus weight * agreement + V * object_evidence: the kept one's is the highest
     chosen: bool        # the caption returned
     memory_photo: int   # -1: from the beam; else a caption of this caption-memory photo
 
