@@ -728,15 +728,19 @@ expect_error "--tune-from that would freeze fine-tuned units" \
   pass "object tags beside a fine-tuned encoder (--init-from --fresh-decoder --objects): captions from the raw cache equal those from images" ||
   fail "object tags with a fine-tuned encoder: $(tail -2 "$WORK/rn3_tags.log")"
 ls "$WORK/val/images" >"$WORK/val_names.txt"
+# model name: beam 3 captions of the val photos from the tagged raw cache equal those from the photos
+same_from_tags_cache_and_photos() {
+  "$SAT" eval --model "$1" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
+    --results-out "$WORK/$2_cache.json" >/dev/null 2>&1 &&
+    "$SAT" eval --model "$1" --data "$WORK/val" --beam 3 --results-out "$WORK/$2_images.json" >/dev/null 2>&1 &&
+    cmp -s "$WORK/$2_cache.json" "$WORK/$2_images.json"
+}
 # a caption memory whose keys weight the object tags: stored, shown, and the same captions from the cache as from
 # the photos (the search makes each photo's key the way the memory's were made)
 "$SAT" model memory "$WORK/rn3_tags/model.sat" --data "$WORK/val" --split "$WORK/val_names.txt" \
   --features "$WORK/rn_raw_tags.feat" --neighbours 3 --consensus-weight 5 --object-weight 6 --out "$WORK/tags_mem.sat" >/dev/null &&
   "$SAT" model info "$WORK/tags_mem.sat" | grep -q "^consensus reranking on: .*mean-pooled, objects weighted 6)" &&
-  "$SAT" eval --model "$WORK/tags_mem.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
-    --results-out "$WORK/tags_mem_cache.json" >/dev/null 2>&1 &&
-  "$SAT" eval --model "$WORK/tags_mem.sat" --data "$WORK/val" --beam 3 --results-out "$WORK/tags_mem_images.json" >/dev/null 2>&1 &&
-  cmp -s "$WORK/tags_mem_cache.json" "$WORK/tags_mem_images.json" &&
+  same_from_tags_cache_and_photos "$WORK/tags_mem.sat" tags_mem &&
   pass "a caption memory with the object tags weighted 6 in its keys: stored, shown, the same captions from cache and photos" ||
   fail "a caption memory with weighted object tags"
 # the detector's evidence: stored and shown; each candidate's total is its score + weight x agreement + 3 x evidence,
@@ -752,10 +756,7 @@ assert all("object_evidence" in x for x in c), c
 assert all(abs(x["total"] - (x["score"] + 5 * x["agreement"] + 3 * x["object_evidence"])) < 1e-6 for x in c), c
 kept = [x for x in c if x["chosen"]]
 assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kept[0]["caption"] == d["caption"], c' &&
-  "$SAT" eval --model "$WORK/tags_ev.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
-    --results-out "$WORK/tags_ev_cache.json" >/dev/null 2>&1 &&
-  "$SAT" eval --model "$WORK/tags_ev.sat" --data "$WORK/val" --beam 3 --results-out "$WORK/tags_ev_images.json" >/dev/null 2>&1 &&
-  cmp -s "$WORK/tags_ev_cache.json" "$WORK/tags_ev_images.json" &&
+  same_from_tags_cache_and_photos "$WORK/tags_ev.sat" tags_ev &&
   pass "the detector's evidence in reranking: stored, shown, in each candidate's total; the same captions from cache and photos" ||
   fail "the detector's evidence in reranking"
 expect_error "an object weight for a model without object channels" \

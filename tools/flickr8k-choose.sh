@@ -33,6 +33,15 @@ json_bleu4() {  # reads sat eval --json, prints its BLEU-4 (a plain number); fai
   awk 'match($0, /"Bleu_4": *[-+0-9.eE]+/) { v = substr($0, RSTART, RLENGTH); sub(/.*: */, "", v); print v; found = 1 }
        END { exit !found }'
 }
+# model features precision: its dev scores stored in it (sat eval --record), from FEATURES, or with an encoder
+# precision from the photos, encoded in that arithmetic (needs $sat, $data)
+record_dev_scores() {
+  if [ -n "$3" ]; then
+    "$sat" eval --model "$1" --data "$data" --split "$data/dev.txt" --record
+  else
+    "$sat" eval --model "$1" --data "$data" --split "$data/dev.txt" --features "$2" --record
+  fi
+}
 better() { awk -v a="$1" -v b="$2" 'BEGIN { exit !(a + 0 > b + 0) }'; }
 json_rare_false() {  # reads sat eval --json, prints the false mentions of the rarer objects; fails without them
   awk '{ line = $0 } !rare && match(line, /"rare": *\{/) { rare = 1; line = substr(line, RSTART) }
@@ -84,10 +93,8 @@ ship() {
   "$sat" model set "$out.new" --out "$out.new" --length-norm "$best_a" --beam "$best_k" --no-repeat "$best_r"
   if [ -n "$precision" ]; then
     "$sat" model set "$out.new" --out "$out.new" --encoder-precision "$precision"
-    "$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --record
-  else
-    "$sat" eval --model "$out.new" --data "$data" --split "$data/dev.txt" --features "$features" --record
   fi
+  record_dev_scores "$out.new" "$features" "$precision"
   mv "$out.new" "$out"
   echo "wrote $out"
 }
@@ -128,11 +135,7 @@ consensus_stage() {
   else
     read -r k n w <<<"$best"
     "$sat" model set "$out.memory" --out "$out.memory" --beam "$k" --neighbours "$n" --consensus-weight "$w"
-    if [ -n "$precision" ]; then
-      "$sat" eval --model "$out.memory" --data "$data" --split "$data/dev.txt" --record
-    else
-      "$sat" eval --model "$out.memory" --data "$data" --split "$data/dev.txt" --features "$features" --record
-    fi
+    record_dev_scores "$out.memory" "$features" "$precision"
     mv "$out.memory" "$out"
     echo "wrote $out with consensus reranking (beam $k, $n neighbours, weight $w)"
   fi
@@ -163,11 +166,7 @@ evidence_stage() {  # features out [encoder precision]: step 6 for the shipped m
   fi
   read -r v t <<<"$best"
   "$sat" model set "$out" --out "$out.evidence" --object-evidence "$v" --evidence-threshold "$t"
-  if [ -n "$precision" ]; then
-    "$sat" eval --model "$out.evidence" --data "$data" --split "$data/dev.txt" --record
-  else
-    "$sat" eval --model "$out.evidence" --data "$data" --split "$data/dev.txt" --features "$features" --record
-  fi
+  record_dev_scores "$out.evidence" "$features" "$precision"
   mv "$out.evidence" "$out"
   echo "wrote $out with the detector's evidence weighed $v (threshold $t)"
 }
