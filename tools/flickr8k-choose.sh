@@ -13,8 +13,8 @@
 #     --record: from FEATURES, or with ENCODER_PRECISION from the photos, encoded in that arithmetic);
 #  4. renamed onto OUT;
 #  5. consensus reranking: a caption memory of the training photos from FEATURES (sat model memory), its use chosen
-#     by BLEU-4 against OUT's own settings without it: beam width (5, 10, 20), neighbours (30, 60), weight (8, 12,
-#     20) (sat model set; its dev scores recorded as in step 3); without a gain OUT stays as it was. A finished step
+#     by BLEU-4 against OUT's own settings without it: beam width (5, 10, 20, 30, 40), neighbours (30, 60), weight
+#     (8, 12, 20) (sat model set; its dev scores recorded as in step 3); without a gain OUT stays as it was. A finished step
 #     keeps its result as $work/consensus.sat and the checksum of the OUT it started from in $work/memory.txt: a
 #     rerun over the same OUT (or over that result) ships that result again.
 #  6. the detector's evidence (a model that reads the objects): each candidate's total also gains V x (the detector's
@@ -120,7 +120,7 @@ consensus_stage() {
   "$sat" model memory "$out" --data "$data" --split "$data/train.txt" --features "$features" --out "$out.memory"
   best_b4=$(dev_bleu4 "$sat" "$data" "$features" "$out.memory" --consensus-weight 0)
   echo "without consensus reranking: dev BLEU-4 $best_b4"
-  for k in 5 10 20; do
+  for k in 5 10 20 30 40; do
     for n in 30 60; do
       for w in 8 12 20; do
         b4=$(dev_bleu4 "$sat" "$data" "$features" "$out.memory" --beam $k --neighbours $n --consensus-weight $w)
