@@ -163,6 +163,21 @@ COMMIT=$(git -C "$ROOT" rev-parse --short=12 HEAD 2>/dev/null || echo unknown)
   && [ "$("$SAT" caption "$IMG" --model "$WORK/norep.sat")" = "$("$SAT" caption "$IMG" --model "$WORK/beam1.sat" --no-repeat 1)" ] \
   && "$SAT" caption "$WORK/val/images"/*.png --model "$WORK/norep.sat" | python3 -c 'import sys; sys.exit(any(len(l.split()[1:]) != len(set(l.split()[1:])) for l in sys.stdin))' \
   && pass "model set --no-repeat: no caption says a word twice" || fail "model set --no-repeat"
+# the decoder's arithmetic when captioning: stored, shown, and what the search runs in (bf16 only where the CPU has it)
+NATIVE_BF16=f32
+grep -qwE "avx512_bf16|amx_bf16" /proc/cpuinfo && NATIVE_BF16=bf16
+"$SAT" model set "$WORK/compact.sat" --out "$WORK/dec_f32.sat" --decoder-precision f32 >/dev/null \
+  && "$SAT" model set "$WORK/dec_f32.sat" --out "$WORK/dec_bf16.sat" --decoder-precision bf16 >/dev/null \
+  && "$SAT" model info "$WORK/dec_f32.sat" | grep -q "^decoder products: f32 (the model's choice: f32" \
+  && "$SAT" model info "$WORK/dec_bf16.sat" | grep -q "^decoder products: $NATIVE_BF16 (the model's choice: bf16" \
+  && "$SAT" bench search --model "$WORK/dec_f32.sat" --batches 1 --seconds 0.05 | grep -q "products in f32$" \
+  && "$SAT" bench search --model "$WORK/dec_bf16.sat" --batches 1 --seconds 0.05 | grep -q "products in $NATIVE_BF16$" \
+  && "$SAT" model info "$WORK/dec_bf16.sat" --json | python3 -c 'import json,sys; assert json.load(sys.stdin)["decoder_precision"] == "bf16"' \
+  && [ "$("$SAT" caption "$IMG" --model "$WORK/dec_bf16.sat" | wc -w)" -gt 0 ] \
+  && pass "model set --decoder-precision: stored, shown by model info, run by the search ($NATIVE_BF16 here)" ||
+  fail "model set --decoder-precision"
+expect_error "model set --decoder-precision f16" "^sat: --decoder-precision: f16 not in \{f32,bf16\}" \
+  "$SAT" model set "$WORK/compact.sat" --out "$WORK/never.sat" --decoder-precision f16
 # diverse beam groups: the stored setting is the flags' (caption, eval); later groups start with other words
 "$SAT" model set "$WORK/compact.sat" --out "$WORK/diverse.sat" --beam 4 --beam-groups 4 --diversity 100 >/dev/null \
   && "$SAT" model info "$WORK/diverse.sat" | grep -q "beam search of width 4 ranks by log p / words^0.5; in 4 diverse groups (penalty 100)" \

@@ -106,6 +106,8 @@ nlohmann::json model_summary(const std::string& path) {
           {"decoder_parameters", decoder_params},
           {"decoders", m->members()},
           {"decoder_storage", m->half_precision ? "float16" : "float32"},
+          {"decoder_precision", product_precision_name(m->decoder_precision)},
+          {"decoder_precision_in_use", product_precision_name(m->decoder->precision())},
           {"vocabulary", m->vocab.size()},
           {"max_len", m->max_len},
           {"length_norm", m->length_norm},
@@ -167,6 +169,8 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
       d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(), d.value("order", "bahdanau").c_str(),
       d.value("embed_dim", 0), d.value("hidden_dim", 0), d.value("attn_dim", 0),
       s["decoder_parameters"].get<long long>(), s["decoder_storage"].get<std::string>().c_str());
+  std::printf("decoder products: %s (the model's choice: %s, bf16 where the CPU computes it natively)\n",
+              s["decoder_precision_in_use"].get<std::string>().c_str(), s["decoder_precision"].get<std::string>().c_str());
   if (s["decoders"].get<int>() > 1)
     std::printf(
         "ensemble of %d decoders over that encoder (word distributions averaged; the parameters above "
@@ -314,6 +318,7 @@ struct SetArgs {
   int beam = 0;                  // 0: unchanged
   int no_repeat = -1;            // < 0: unchanged
   std::string precision;         // "": unchanged
+  std::string decoder_precision;  // "": unchanged
   double consensus_weight = -1;  // < 0: unchanged
   int memory_candidates = -1;    // < 0: unchanged
   double object_evidence = -1;   // < 0: unchanged
@@ -325,14 +330,18 @@ struct SetArgs {
 
 // Writes a copy of the model with the settings given changed, after checking that the model can use them.
 void set_search_settings(const SetArgs& a) {
-  if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.consensus_weight < 0 &&
+  if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.decoder_precision.empty() &&
+      a.consensus_weight < 0 &&
       a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 && a.diversity < 0 &&
       a.object_evidence < 0 && a.evidence_threshold < 0)
     throw CLI::RequiredError(
-        "--length-norm, --beam, --no-repeat, --encoder-precision, --consensus-weight, "
+        "--length-norm, --beam, --no-repeat, --encoder-precision, --decoder-precision, --consensus-weight, "
         "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --beam-groups or --diversity");
   std::optional<PrecisionChoice> precision;
   if (!a.precision.empty()) precision = parse_precision(a.precision);
+  std::optional<ProductPrecision> decoder_precision;
+  if (!a.decoder_precision.empty())
+    decoder_precision = parse_product_precision(a.decoder_precision, "--decoder-precision");
   auto m = CaptionModel::load(a.in);
   if ((a.consensus_weight >= 0 || a.neighbours > 0 || a.memory_candidates >= 0) && !m->memory)
     fail(a.in,
@@ -354,6 +363,7 @@ void set_search_settings(const SetArgs& a) {
       fail(a.in, "has no int8 activation ranges (sat model calibrate writes a copy with them)");
     m->encoder_precision = *precision;
   }
+  if (decoder_precision) m->decoder_precision = *decoder_precision;
   if (a.length_norm >= 0) m->length_norm = a.length_norm;
   if (a.beam > 0) m->beam = a.beam;
   if (a.no_repeat >= 0) m->no_repeat_ngram = a.no_repeat;
@@ -368,12 +378,13 @@ void set_search_settings(const SetArgs& a) {
   std::string before = m->info.value("search_set", "");
   m->info["search_set"] = before.empty() ? command_line() : before + "; " + command_line();
   m->save(a.out);
-  std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s%s%s\n", a.in.c_str(), a.out.c_str(),
-              m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(),
+  std::printf("%s -> %s: beam search of width %d ranks by log p / words^%g%s%s%s%s; decoder products %s\n",
+              a.in.c_str(), a.out.c_str(), m->beam, m->length_norm, no_repeat_text(m->no_repeat_ngram).c_str(),
               diversity_text(m->beam_diversity.groups, m->beam_diversity.penalty).c_str(), consensus_text(*m).c_str(),
               m->encoder_config.pretrained()
                   ? ("; encoder arithmetic " + std::string(precision_name(m->encoder_precision))).c_str()
-                  : "");
+                  : "",
+              product_precision_name(m->decoder_precision));
 }
 
 void add_model_set(CLI::App& model) {
@@ -397,6 +408,11 @@ void add_model_set(CLI::App& model) {
                   "A pretrained encoder's arithmetic: f32, bf16, int8 (needs sat "
                   "model calibrate) or auto (bf16 where the CPU computes it "
                   "natively); choose it on dev data");
+  set->add_option("--decoder-precision", a->decoder_precision,
+                  "The decoder's products when captioning: f32, or bf16 (bfloat16 with float32 accumulation, where "
+                  "the CPU computes it natively, else f32); default: the arithmetic it trained in; choose it on dev "
+                  "data")
+      ->check(CLI::IsMember({"f32", "bf16"}));
   set->add_option("--consensus-weight", a->consensus_weight,
                   "Consensus reranking's weight W (0: off; the model "
                   "needs a caption memory); choose it on dev data")
