@@ -58,6 +58,8 @@ case $cmd in
     fi
     if [[ "$*" == *"--object-evidence 8 --evidence-threshold 0.1 --json"* ]]; then echo '{"Bleu_4": 0.37, "objects": {"rare": {"false_mentions": 12}}}'; exit 0; fi
     if [[ "$*" == *"--object-evidence"* ]]; then echo '{"Bleu_4": 0.34, "objects": {"rare": {"false_mentions": 10}}}'; exit 0; fi
+    # the decoder searching in bf16 (step 7): $BF16_SCORE, else 0.199 (against 0.2 in float32: within 0.002)
+    if [[ "$model" == *.bf16 ]]; then echo "{\"Bleu_4\": ${BF16_SCORE:-0.199}}"; exit 0; fi
     if [[ "$*" == *"--beam 3 --length-norm 1 --json"* ]]; then
       score=$(awk -v m="${model#"$WORK"/}" '$1 == m { print $2 }' "$SCRATCH/scores")
       echo "{\"Bleu_4\": ${score:-0.1}}"
@@ -75,6 +77,11 @@ case $cmd in
       set) [ "$1" = "$out" ] || cp "$1" "$out"; echo "set ${*:4}" >>"$out" ;;
       memory) { cat "$1"; echo "memory of $(arg --split "$@") from $(arg --features "$@")"; } >"$out" ;;
       calibrate) { cat "$1"; echo "int8 ranges from $(arg --photos "$@") photos of $(arg --split "$@")"; } >"$out.tmp" && mv "$out.tmp" "$out" ;;
+      info)  # the decoder's arithmetic: the last --decoder-precision set, in use where NATIVE_BF16 (default 1)
+        choice=$(sed -n 's/^set --decoder-precision \([a-z0-9]*\)$/\1/p' "$1" | tail -n 1)
+        choice=${choice:-f32} in_use=f32
+        [ "$choice" = bf16 ] && [ "${NATIVE_BF16:-1}" = 1 ] && in_use=bf16
+        echo "{\"decoder_precision\": \"$choice\", \"decoder_precision_in_use\": \"$in_use\"}" ;;
       *) echo "sat: unknown model subcommand $sub" >&2; exit 1 ;;
     esac ;;
   *) echo "sat: unknown command $cmd" >&2; exit 1 ;;
@@ -239,6 +246,29 @@ grep -q "^set --object-evidence 4 --evidence-threshold 0.15$" "$repo/models/flic
   fail "the detector's evidence was not set to the best setting without more false mentions: $(grep evidence "$repo/models/flickr8k.sat")"
 [ "$(grep -c -- "^eval .*--object-evidence [248] --evidence-threshold" "$scratch/calls")" = 12 ] || fail "the evidence settings were not all scored"
 [ -e "$repo/models/flickr8k.sat.evidence" ] && fail "the evidence step left its temporary file"
+# the decoder's arithmetic (step 7): bf16 kept (0.199 against 0.2), after the evidence, before the int8 ranges
+grep -q "^set --decoder-precision bf16$" "$repo/models/flickr8k.sat" || fail "step 7 did not set the decoder to bf16"
+[ "$(grep -n -e "^set --decoder-precision" -e "^set --object-evidence" -e "^int8 ranges" "$repo/models/flickr8k.sat" | cut -d' ' -f2 | tr '\n' ' ')" = "--object-evidence --decoder-precision ranges " ] ||
+  fail "step 7 is not between the evidence and the int8 ranges: $(cat "$repo/models/flickr8k.sat")"
+[ -e "$repo/models/flickr8k.sat.bf16" ] && fail "step 7 left its temporary file"
+# step 7 alone: no change where bf16 loses more than 0.002, where the CPU lacks it, or where the decoder has it already
+step7() {  # model-file-text env...: runs decoder_precision_stage on a model with that text, prints what it became
+  local m=$scratch/step7.sat
+  echo "$1" >"$m"
+  shift
+  (cd "$repo" && env "$@" bash -c 'sat=$SAT data=$0; source tools/flickr8k-choose.sh; decoder_precision_stage F "$1" >/dev/null' \
+    "$scratch/shared/data/flickr8k" "$m") || fail "step 7 alone failed"
+  [ -e "$m.bf16" ] && fail "step 7 alone left its temporary file"
+  cat "$m"
+}
+[ "$(step7 "a model" BF16_SCORE=0.19)" = "a model" ] || fail "step 7 kept bf16 that lowered dev BLEU-4 by 0.01"
+: >"$scratch/calls"
+[ "$(step7 "a model" NATIVE_BF16=0)" = "a model" ] || fail "step 7 set bf16 on a CPU without it"
+grep -q "^eval" "$scratch/calls" && fail "step 7 scored the decoder on a CPU without bf16"
+[ "$(step7 "$(printf 'a model\nset --decoder-precision bf16')")" = "$(printf 'a model\nset --decoder-precision bf16')" ] ||
+  fail "step 7 changed a decoder that searches in bf16 already"
+[ "$(step7 "a model" BF16_SCORE=0.1985)" = "$(printf 'a model\nset --decoder-precision bf16')" ] ||
+  fail "step 7 did not keep bf16 within 0.002"
 # TUNE4 must be the unit the cache holds, and needs OBJECTS
 rm -rf "$repo/runs" "$scratch/calls"
 if run env TUNE_MOST= OBJECTS=4 BASE=models/flickr8k.sat MEMBERS=0 TUNE4=block3/unit_20; then fail "TUNE4 at another unit ran"; fi

@@ -4,6 +4,7 @@
 #   choose_epoch SAT DATA FEATURES RUN_DIR: sets `chosen` and its BLEU-4, `chosen_b4` (step 1)
 #   ship SAT DATA FEATURES MODEL OUT RECIPE [ENCODER_PRECISION]: steps 2-4 for one model (an ensemble too)
 #   consensus_stage FEATURES OUT [ENCODER_PRECISION]: step 5 for the shipped model OUT (needs $sat, $data, $work)
+#   evidence_stage, decoder_precision_stage FEATURES OUT [ENCODER_PRECISION]: steps 6 and 7 (need $sat, $data)
 #  1. candidates: every epoch (RUN_DIR/model-epochN.sat) and the weight averages of the last 2, 3 and 4 epochs
 #     (sat model average), the best by BLEU-4 with beam 3, length norm 1;
 #  2. compacted to float16 (sat model compact) with RECIPE plus the choice recorded;
@@ -22,6 +23,9 @@
 #     among the settings that make no more false mentions of the rarer objects than OUT without it (sat model set
 #     --object-evidence V --evidence-threshold T; its dev scores recorded as in step 3); without a gain OUT stays as it
 #     was.
+#  7. the decoder's arithmetic when captioning: where this CPU computes bf16 natively and OUT searches in float32,
+#     OUT searches in bf16 (sat model set --decoder-precision bf16; its dev scores recorded as in step 3) unless that
+#     lowers dev BLEU-4 by more than 0.002; elsewhere OUT stays as it was.
 dev_bleu4() {  # sat data features model [eval flags]: BLEU-4 on the 1000 dev photos
   local sat=$1 data=$2 features=$3 m=$4
   shift 4
@@ -169,4 +173,29 @@ evidence_stage() {  # features out [encoder precision]: step 6 for the shipped m
   record_dev_scores "$out.evidence" "$features" "$precision"
   mv "$out.evidence" "$out"
   echo "wrote $out with the detector's evidence weighed $v (threshold $t)"
+}
+
+decoder_precision_stage() {  # features out [encoder precision]: step 7 for the shipped model OUT (needs $sat, $data)
+  local features=$1 out=$2 precision=${3:-}
+  local info b4 b4_bf16
+  info=$("$sat" model info "$out" --json)
+  if [[ "$info" =~ \"decoder_precision\":\ *\"bf16\" ]]; then echo "$out's decoder already searches in bf16"; return 0; fi
+  "$sat" model set "$out" --out "$out.bf16" --decoder-precision bf16 >/dev/null
+  info=$("$sat" model info "$out.bf16" --json)
+  if ! [[ "$info" =~ \"decoder_precision_in_use\":\ *\"bf16\" ]]; then
+    rm -f "$out.bf16"
+    echo "this CPU does not compute bf16 natively: $out's decoder searches in float32"
+    return 0
+  fi
+  b4=$(dev_bleu4 "$sat" "$data" "$features" "$out")
+  b4_bf16=$(dev_bleu4 "$sat" "$data" "$features" "$out.bf16")
+  echo "the decoder's products in float32: dev BLEU-4 $b4; in bf16: $b4_bf16"
+  if better "$b4" "$(awk -v a="$b4_bf16" 'BEGIN { print a + 0.002 }')"; then
+    rm -f "$out.bf16"
+    echo "bf16 lowers dev BLEU-4 by more than 0.002: $out's decoder searches in float32"
+    return 0
+  fi
+  record_dev_scores "$out.bf16" "$features" "$precision"
+  mv "$out.bf16" "$out"
+  echo "wrote $out with its decoder searching in bf16"
 }

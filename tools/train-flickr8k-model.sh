@@ -129,6 +129,8 @@ finish() {  # features: the last steps (consensus reranking, from that cache; in
   [ "$memory" = 1 ] && consensus_stage "$1" models/flickr8k.sat "$precision"
   # the detector's evidence in reranking, for a model that reads the objects (step 6)
   [ "$objects" = 0 ] || evidence_stage "$1" models/flickr8k.sat "$precision"
+  # the decoder's products in bf16 when captioning, where the CPU has it and dev BLEU-4 holds (step 7)
+  decoder_precision_stage "$1" models/flickr8k.sat "$precision"
   # the ranges --encoder-precision int8 needs, from 64 training photos in float32 (the model's choice stays as set)
   "$sat" model calibrate models/flickr8k.sat --data "$data" --split "$data/train.txt" --photos 64 --out models/flickr8k.sat
   exit 0
