@@ -331,9 +331,8 @@ struct SetArgs {
 // Writes a copy of the model with the settings given changed, after checking that the model can use them.
 void set_search_settings(const SetArgs& a) {
   if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.decoder_precision.empty() &&
-      a.consensus_weight < 0 &&
-      a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 && a.diversity < 0 &&
-      a.object_evidence < 0 && a.evidence_threshold < 0)
+      a.consensus_weight < 0 && a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 &&
+      a.diversity < 0 && a.object_evidence < 0 && a.evidence_threshold < 0)
     throw CLI::RequiredError(
         "--length-norm, --beam, --no-repeat, --encoder-precision, --decoder-precision, --consensus-weight, "
         "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --beam-groups or --diversity");
