@@ -235,6 +235,20 @@ ls "$WORK/train/images" >"$WORK/train_all.txt"
   "$SAT" model info "$WORK/memory_max.sat" | grep -q "memory photos (grids max-pooled)$" &&
   "$SAT" caption "$WORK/val/images" --model "$WORK/memory_max.sat" --beam 5 >/dev/null &&
   pass "model memory --pooling max: stored, and the search pools each photo that way" || fail "model memory --pooling max"
+# keys projected by CCA with the captions' words: stored and shown, the search projects each photo's key the same way,
+# and more directions than the photos can give is a one-line error naming the split
+"$SAT" model memory "$MODEL" --data "$WORK/train" --split "$WORK/train_all.txt" --neighbours 5 --consensus-weight 3 \
+  --cca 8 --out "$WORK/memory_cca.sat" >/dev/null &&
+  "$SAT" model info "$WORK/memory_cca.sat" | grep -q "memory photos (grids mean-pooled, keys projected by CCA onto 8 directions learned from [0-9]* words)$" &&
+  "$SAT" model info "$WORK/memory_cca.sat" --json | python3 -c '
+import json, sys
+p = json.load(sys.stdin)["caption_memory"]["key_projection"]
+assert p["kind"] == "cca" and p["dims"] == 8 and p["power"] == 4 and p["words"] > 8, p' &&
+  "$SAT" caption "$WORK/val/images" --model "$WORK/memory_cca.sat" --beam 5 >/dev/null &&
+  pass "model memory --cca 8: stored, shown, and the search projects each photo's key" || fail "model memory --cca"
+expect_error "model memory --cca with more directions than the photos give" \
+  "^sat: $WORK/train_all.txt: key projection: 4000 directions asked of keys of dimension [0-9]*$" \
+  "$SAT" model memory "$MODEL" --data "$WORK/train" --split "$WORK/train_all.txt" --cca 4000 --out "$WORK/never.sat"
 expect_error "model memory --pooling that is not a pooling" "^sat: key pooling must be mean, max or gem, got 'median'$" \
   "$SAT" model memory "$MODEL" --data "$WORK/train" --split "$WORK/train_all.txt" --pooling median --out "$WORK/never.sat"
 # weight 0 gives the model's own captions; the stored weight reranks some of them, each among the beam's candidates
@@ -758,6 +772,14 @@ same_from_tags_cache_and_photos() {
   same_from_tags_cache_and_photos "$WORK/tags_mem.sat" tags_mem &&
   pass "a caption memory with the object tags weighted 6 in its keys: stored, shown, the same captions from cache and photos" ||
   fail "a caption memory with weighted object tags"
+# the same with its keys projected by CCA: the search projects each photo's key as the memory's were
+"$SAT" model memory "$WORK/rn3_tags/model.sat" --data "$WORK/val" --split "$WORK/val_names.txt" \
+  --features "$WORK/rn_raw_tags.feat" --neighbours 3 --consensus-weight 5 --object-weight 6 --cca 2 \
+  --out "$WORK/tags_cca.sat" >/dev/null &&
+  "$SAT" model info "$WORK/tags_cca.sat" | grep -q "objects weighted 6, keys projected by CCA onto 2 directions" &&
+  same_from_tags_cache_and_photos "$WORK/tags_cca.sat" tags_cca &&
+  pass "a caption memory with CCA-projected keys: the same captions from cache and photos" ||
+  fail "a caption memory with CCA-projected keys"
 # the detector's evidence: stored and shown; each candidate's total is its score + weight x agreement + 3 x evidence,
 # the kept one the best; the same captions from the cache as from the photos
 "$SAT" model set "$WORK/tags_mem.sat" --out "$WORK/tags_ev.sat" --object-evidence 3 --evidence-threshold 0.2 >/dev/null &&

@@ -163,7 +163,7 @@ CaptionScores caption_and_score(CaptionModel& model, const CaptionSet& set, cons
 
 std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
                                                     const FeatureCache* cache, KeyPooling pooling,
-                                                    float object_weight) {
+                                                    float object_weight, const KeyProjectionOptions* projection) {
   const int n = (int)set.images.size();
   if (n == 0) throw Error("caption memory: the set has no photos");
   if (object_weight != 1.f && model.encoder_config.object_channels == 0)
@@ -198,6 +198,17 @@ std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const C
       if (!(norm > 0)) throw Error("caption memory: photo '" + set.images[s + k].file_name + "' has an all-zero key");
       memory->keys.row(s + k) = key.row(k) / norm;
       for (auto& r : set.references(s + k)) memory->captions[s + k].push_back(memory_caption(r));
+    }
+  }
+  if (projection) {  // learned from the unit-length keys above, which key_vectors makes the same way at search
+    memory->projection = learn_key_projection(memory->keys, memory->captions, *projection);
+    memory->projection_options = *projection;
+    memory->keys = memory->projected_keys(memory->keys);
+    for (int i = 0; i < n; ++i) {
+      const float norm = memory->keys.row(i).norm();
+      if (!(norm > 0))
+        throw Error("caption memory: photo '" + set.images[i].file_name + "' has an all-zero projected key");
+      memory->keys.row(i) /= norm;
     }
   }
   return memory;

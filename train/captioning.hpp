@@ -50,9 +50,11 @@ CaptionScores validate_across(CaptionModel& model, const CaptionSet& set, const 
 // is chosen or scored on): each photo's grid as the model's decoder sees it (from the cache, through the tuned blocks
 // when the model has them, else from the photos), pooled (`pooling`: mean, max or gem), its object channels times
 // `object_weight` (CaptionMemory::object_weight; other than 1 only for a model with object channels), made unit
-// length, and its references.
+// length, and its references. With `projection` (dims > 0), the keys are then projected by what
+// learn_key_projection learns from these keys and captions, and made unit length again.
 std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const CaptionSet& set,
                                                     const FeatureCache* cache, KeyPooling pooling = KeyPooling::mean,
-                                                    float object_weight = 1.f);
+                                                    float object_weight = 1.f,
+                                                    const KeyProjectionOptions* projection = nullptr);
 
 }  // namespace sat

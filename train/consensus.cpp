@@ -173,14 +173,38 @@ Mat CaptionMemory::key_vectors(const Mat& F, int N) const {
     throw Error("caption memory: " + std::to_string(object_channels) + " object channels in a grid of " +
                 std::to_string(out.cols()));
   if (object_weight != 1.f) out.rightCols(object_channels) *= object_weight;
-  return out;
+  return projected() ? projected_keys(std::move(out)) : out;
+}
+
+Mat CaptionMemory::projected_keys(Mat pooled) const {
+  if (!projected()) return pooled;
+  if (pooled.cols() != projection.map.rows())
+    throw Error("caption memory: a key of " + std::to_string(pooled.cols()) + " values for a projection from " +
+                std::to_string(projection.map.rows()));
+  for (int64_t i = 0; i < pooled.rows(); ++i) {
+    const float norm = pooled.row(i).norm();
+    if (norm > 0) pooled.row(i) /= norm;  // as the memory's own keys were, before it learned the projection
+  }
+  pooled.rowwise() -= projection.center;
+  return pooled * projection.map;
 }
 
 void CaptionMemory::prepare(int D, const std::string& source) {
   if (keys.rows() == 0) fail(source, "caption memory holds no photos");
-  if (keys.cols() != D)
+  if (projected()) {
+    if (projection.map.rows() != D || projection.center.size() != D)
+      fail(source, "caption memory's key projection is from " + std::to_string(projection.map.rows()) +
+                       " values (its centre " + std::to_string(projection.center.size()) + "), the model's grid has " +
+                       std::to_string(D));
+    if (!projection.map.allFinite() || !projection.center.allFinite())
+      fail(source, "caption memory's key projection holds a value that is not a finite number");
+    if (keys.cols() != projection.map.cols())
+      fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, its key projection " +
+                       std::to_string(projection.map.cols()));
+  } else if (keys.cols() != D) {
     fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, the model's grid has " +
                      std::to_string(D));
+  }
   if (object_channels < 0 || object_channels > D)
     fail(source, "caption memory keys weight " + std::to_string(object_channels) + " object channels of a grid of " +
                      std::to_string(D));

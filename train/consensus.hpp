@@ -18,6 +18,7 @@
 #include <vector>
 
 #include "seq/search.hpp"
+#include "train/key_projection.hpp"
 #include "train/metrics.hpp"
 
 namespace sat {
@@ -33,22 +34,30 @@ KeyPooling parse_key_pooling(const std::string& name);  // "mean", "max" or "gem
 constexpr float kMaxKeyObjectWeight = 100;
 
 struct CaptionMemory {
-  Mat keys;  // M x D: each memory photo's key (key_vectors), unit length
+  Mat keys;  // M x K: each memory photo's key (key_vectors), unit length (K: D, or the projection's dims)
   KeyPooling pooling = KeyPooling::mean;
   // The grid's last `object_channels` channels (the detector's, EncoderConfig::object_channels) are multiplied by
   // `object_weight` in the keys, after pooling and before unit length: above 1, photos with the same objects in
   // them are nearer (a dog counts for more than the grass around it); 0 leaves the objects out.
   int object_channels = 0;
   float object_weight = 1.f;
+  // Optional (empty: none): the pooled key, weighted and of unit length, minus `projection.center`, times
+  // `projection.map` (train/key_projection.hpp: learned from the memory's own photos and captions by CCA).
+  KeyProjection projection;
+  KeyProjectionOptions projection_options;  // what it was learned with (shown by sat model info)
+  bool projected() const { return projection.map.size() > 0; }
   // Per memory photo, its captions as memory_caption() gives them (words joined by single spaces).
   std::vector<std::vector<std::string>> captions;
 
   int photos() const { return (int)keys.rows(); }
   // The keys of N grids (F: N*L x D) as this memory makes them, before unit length: pooled (`pooling`), then the
-  // object channels weighted.
+  // object channels weighted, then (a projected memory) of unit length and projected.
   Mat key_vectors(const Mat& F, int N) const;
-  // Checks the shapes (one caption list per key, at least one caption each, unit-length keys of dimension D, the
-  // object channels within them and their weight in [0, kMaxKeyObjectWeight]), then
+  // The same from keys already pooled and weighted (N x D).
+  Mat projected_keys(Mat pooled) const;
+  // Checks the shapes (one caption list per key, at least one caption each, unit-length keys of dimension D or the
+  // projection's, a projection from D values, the object channels within the grid and their weight in
+  // [0, kMaxKeyObjectWeight]), then
   // builds the CIDEr-D document frequencies on a thread of their own (80 ms for Flickr8k's 30 000 captions: a model
   // loads and encodes its photo meanwhile); errors name `source`. The first agreement waits for them, and so does
   // ready(), which also throws what building them threw (too many distinct words, say).

@@ -24,6 +24,8 @@
 namespace sat {
 
 constexpr const char* kMemoryKeys = "memory.keys";  // the caption memory's vectors (train/consensus.hpp)
+constexpr const char* kMemoryKeyCenter = "memory.key_center";  // its key projection, if any (train/key_projection.hpp)
+constexpr const char* kMemoryKeyMap = "memory.key_map";
 
 struct CaptionModel {
   EncoderConfig encoder_config;

@@ -100,6 +100,23 @@ TensorFile CaptionModel::to_tensor_file() const {
       settings["key_object_weight"] = memory->object_weight;
       settings["key_object_channels"] = memory->object_channels;
     }
+    if (memory->projected()) {  // absent: the pooled keys as they are
+      const KeyProjectionOptions& o = memory->projection_options;
+      settings["key_projection"] = {{"kind", "cca"},
+                                    {"dims", memory->projection.map.cols()},
+                                    {"power", o.power},
+                                    {"regularization", o.regularization},
+                                    {"min_photos", o.min_photos},
+                                    {"words", memory->projection.words}};
+      Param center(kMemoryKeyCenter, {1, memory->projection.center.size()}, false);
+      std::copy(memory->projection.center.data(), memory->projection.center.data() + memory->projection.center.size(),
+                center.value.begin());
+      tf.tensors.emplace(kMemoryKeyCenter, std::move(center));
+      const Mat& map = memory->projection.map;  // float32: its columns are scaled by correlations to a power
+      Param key_map(kMemoryKeyMap, {map.rows(), map.cols()}, false);
+      std::copy(map.data(), map.data() + map.size(), key_map.value.begin());
+      tf.tensors.emplace(kMemoryKeyMap, std::move(key_map));
+    }
     tf.metadata["consensus"] = settings.dump();
     tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
     Param keys(kMemoryKeys, {memory->keys.rows(), memory->keys.cols()}, false);
@@ -235,6 +252,30 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       memory->pooling = parse_key_pooling(settings.value("key_pooling", std::string("mean")));
       memory->object_weight = settings.value("key_object_weight", 1.f);
       memory->object_channels = settings.value("key_object_channels", m->encoder_config.object_channels);
+      if (settings.contains("key_projection")) {
+        const auto& kp = settings.at("key_projection");
+        if (kp.at("kind").get<std::string>() != "cca")
+          fail(path, "caption memory's key projection is of an unknown kind '" + kp.at("kind").get<std::string>() +
+                         "' (this build knows cca)");
+        memory->projection_options.dims = kp.at("dims").get<int>();
+        memory->projection_options.power = kp.at("power").get<double>();
+        memory->projection_options.regularization = kp.at("regularization").get<double>();
+        memory->projection_options.min_photos = kp.at("min_photos").get<int>();
+        memory->projection.words = kp.at("words").get<int>();
+        const auto* center_shape = tf.shape_of(kMemoryKeyCenter);
+        const auto* map_shape = tf.shape_of(kMemoryKeyMap);
+        if (!center_shape || !map_shape || !tf.tensors.count(kMemoryKeyCenter) || !tf.tensors.count(kMemoryKeyMap))
+          fail(path, "caption memory's key projection needs the float32 tensors '" + std::string(kMemoryKeyCenter) +
+                         "' and '" + kMemoryKeyMap + "'");
+        if (center_shape->size() != 2 || (*center_shape)[0] != 1 || map_shape->size() != 2 ||
+            (*map_shape)[0] != (*center_shape)[1] || (*map_shape)[1] != memory->projection_options.dims)
+          fail(path, "caption memory's key projection tensors have the wrong shapes (a 1 x D centre and a D x " +
+                         std::to_string(memory->projection_options.dims) + " map)");
+        const auto& c = tf.tensors.at(kMemoryKeyCenter).value;
+        memory->projection.center = Eigen::Map<const Vec>(c.data(), (int64_t)c.size());
+        memory->projection.map =
+            Eigen::Map<const Mat>(tf.tensors.at(kMemoryKeyMap).value.data(), (*map_shape)[0], (*map_shape)[1]);
+      }
     } catch (const Error& e) {
       if (std::string(e.what()).rfind(path, 0) == 0) throw;
       fail(path, e.what());

@@ -33,6 +33,15 @@ std::string object_weight_text(double weight) {
   return text;
 }
 
+// ", keys projected by CCA to N directions (power P)" when a memory projects its keys, else nothing
+std::string projection_text(const CaptionMemory& memory) {
+  if (!memory.projected()) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, ", keys projected by CCA onto %d directions (power %g)",
+                (int)memory.projection.map.cols(), memory.projection_options.power);
+  return text;
+}
+
 // "; the detector's evidence ..." when the model weighs it in reranking, else nothing
 std::string evidence_text(const CaptionModel& m) {
   if (m.consensus.object_evidence <= 0) return "";
@@ -47,9 +56,10 @@ std::string consensus_text(const CaptionModel& m) {
   if (!m.memory) return evidence_text(m);
   char text[240];
   std::snprintf(
-      text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s%s)",
+      text, sizeof text, "; consensus reranking %s (weight %g, %d nearest of %d memory photos, %s-pooled%s%s%s)",
       m.consensus.weight > 0 ? "on" : "off", m.consensus.weight, m.consensus.neighbours, m.memory->photos(),
       key_pooling_name(m.memory->pooling), object_weight_text(m.memory->object_weight).c_str(),
+      projection_text(*m.memory).c_str(),
       m.consensus.memory_candidates > 0
           ? (", the " + std::to_string(m.consensus.memory_candidates) + " nearest's captions as candidates").c_str()
           : "");
@@ -67,6 +77,16 @@ std::string diversity_text(int groups, double penalty) {
   char text[96];
   std::snprintf(text, sizeof text, "; in %d diverse groups (penalty %g)", groups, penalty);
   return text;
+}
+
+// A memory's key projection for model info's JSON (null: keys as pooled).
+nlohmann::json key_projection_json(const CaptionMemory& memory) {
+  if (!memory.projected()) return nullptr;
+  return {{"kind", "cca"},
+          {"dims", memory.projection.map.cols()},
+          {"power", memory.projection_options.power},
+          {"regularization", memory.projection_options.regularization},
+          {"words", memory.projection.words}};
 }
 
 nlohmann::json model_summary(const std::string& path) {
@@ -124,7 +144,8 @@ nlohmann::json model_summary(const std::string& path) {
                                                         {"consensus_weight", m->consensus.weight},
                                                         {"memory_candidates", m->consensus.memory_candidates},
                                                         {"key_pooling", key_pooling_name(m->memory->pooling)},
-                                                        {"key_object_weight", m->memory->object_weight}}
+                                                        {"key_object_weight", m->memory->object_weight},
+                                                        {"key_projection", key_projection_json(*m->memory)}}
                                        : nlohmann::json(nullptr)},
           {"info", m->info}};
 }
@@ -185,10 +206,15 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
     const int from_memory = c["memory_candidates"].get<int>();
     std::printf(
         "consensus reranking %s: weight %g, the captions of the %d nearest of %d memory photos (grids "
-        "%s-pooled%s)%s\n",
+        "%s-pooled%s%s)%s\n",
         c["consensus_weight"].get<double>() > 0 ? "on" : "off", c["consensus_weight"].get<double>(),
         c["neighbours"].get<int>(), c["photos"].get<int>(), c["key_pooling"].get<std::string>().c_str(),
         object_weight_text(c["key_object_weight"].get<double>()).c_str(),
+        c["key_projection"].is_null()
+            ? ""
+            : (", keys projected by CCA onto " + std::to_string(c["key_projection"]["dims"].get<int>()) +
+               " directions learned from " + std::to_string(c["key_projection"]["words"].get<int>()) + " words")
+                  .c_str(),
         from_memory > 0
             ? ("; the " + std::to_string(from_memory) + " nearest photos' captions join the beam's candidates").c_str()
             : "");
@@ -448,6 +474,7 @@ struct MemoryArgs {
   double weight = 12;
   std::string pooling = "mean";
   float object_weight = 1;
+  KeyProjectionOptions projection{0};  // dims 0: keys not projected
 };
 
 // Writes a copy of the model holding a caption memory of the split's photos, consensus reranking set to use it.
@@ -462,7 +489,14 @@ void write_caption_memory(const MemoryArgs& mem) {
     for (auto& img : set.images) names.push_back(img.file_name);
     cache->require(m->encoder_id(), names);
   }
-  auto built = build_caption_memory(*m, set, cache.get(), pooling, mem.object_weight);
+  std::shared_ptr<CaptionMemory> built;
+  try {
+    built = build_caption_memory(*m, set, cache.get(), pooling, mem.object_weight,
+                                 mem.projection.dims > 0 ? &mem.projection : nullptr);
+  } catch (const Error& e) {  // the projection is learned from the split's photos and captions: name it
+    if (std::string(e.what()).rfind("key projection: ", 0) == 0) throw Error(mem.split + ": " + e.what());
+    throw;
+  }
   if (mem.neighbours > built->photos())
     throw Error("--neighbours " + std::to_string(mem.neighbours) + " is more than the " +
                 std::to_string(built->photos()) + " photos of " + mem.split);
@@ -515,6 +549,22 @@ void add_model_memory(CLI::App& model) {
                    "objects are nearer; 0: left out)")
       ->capture_default_str()
       ->check(CLI::Range(0.0f, kMaxKeyObjectWeight));
+  memory
+      ->add_option("--cca", mem->projection.dims,
+                   "Project the keys onto the N directions that best predict the words of the memory photos' "
+                   "captions (canonical correlation analysis, learned from the memory's photos; 0: keys as pooled)")
+      ->capture_default_str()
+      ->check(CLI::Range(0, kMaxKeyProjectionDims));
+  memory
+      ->add_option("--cca-power", mem->projection.power,
+                   "Each direction weighed by its canonical correlation to this power (0: all alike)")
+      ->capture_default_str()
+      ->check(CLI::Range(0.0, 16.0));
+  memory
+      ->add_option("--cca-regularization", mem->projection.regularization,
+                   "The ridge added to both covariances, as a fraction of their mean variance")
+      ->capture_default_str()
+      ->check(CLI::Range(1e-6, 100.0));
   memory->add_option("--out", mem->out, "Model file to write (may be the input: it is replaced atomically)")
       ->required();
   memory->callback([mem] { write_caption_memory(*mem); });

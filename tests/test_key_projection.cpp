@@ -1,0 +1,263 @@
+// A caption memory's keys projected by canonical correlation analysis with its captions' words: the math, the
+// nearest photos it finds, the memory and model file that keep it, and the damaged forms of that file.
+#include <doctest/doctest.h>
+#include <nlohmann/json.hpp>
+
+#include <algorithm>
+#include <cmath>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "datasets/safetensors.hpp"
+#include "tests/model_fixtures.hpp"
+#include "tests/scratch.hpp"
+#include "train/consensus.hpp"
+#include "train/key_projection.hpp"
+#include "train/model.hpp"
+#include "train/search_policy.hpp"
+
+using namespace sat;
+using test::error_of;
+using test::TempDir;
+
+namespace {
+
+// Photos of `topics` kinds: each key is mostly noise (dims - 2 channels of unit variance) with its topic written
+// small into 2 channels; each photo's 5 captions say the topic's word (and common or random filler words).
+struct TopicPhotos {
+  Mat keys;
+  std::vector<int> topic;
+  std::vector<std::vector<std::string>> captions;
+};
+
+TopicPhotos topic_photos(int photos, int dims, int topics, Rng& rng) {
+  TopicPhotos out;
+  out.keys.resize(photos, dims);
+  for (int i = 0; i < photos; ++i) {
+    const int t = i % topics;
+    out.topic.push_back(t);
+    for (int d = 0; d < dims; ++d) out.keys(i, d) = (float)rng.normal();
+    const double angle = 2 * M_PI * t / topics;
+    out.keys(i, 0) = 0.6f * (float)std::cos(angle) + 0.05f * (float)rng.normal();
+    out.keys(i, 1) = 0.6f * (float)std::sin(angle) + 0.05f * (float)rng.normal();
+    out.keys.row(i).normalize();
+    std::vector<std::string> caps;
+    for (int c = 0; c < 5; ++c)
+      caps.push_back("a topic" + std::to_string(t) + " with filler" + std::to_string(rng.integer(0, 11)));
+    out.captions.push_back(caps);
+  }
+  return out;
+}
+
+// The share of each photo's k nearest others (by cosine of the rows of `keys`) of its own topic.
+double same_topic_share(const Mat& keys, const std::vector<int>& topic, int k) {
+  Mat unit = keys;
+  for (int64_t i = 0; i < unit.rows(); ++i) unit.row(i).normalize();
+  const Mat cosine = unit * unit.transpose();
+  int same = 0;
+  for (int64_t i = 0; i < unit.rows(); ++i) {
+    std::vector<int> order;
+    for (int64_t j = 0; j < unit.rows(); ++j)
+      if (j != i) order.push_back((int)j);
+    std::partial_sort(order.begin(), order.begin() + k, order.end(),
+                      [&](int a, int b) { return cosine(i, a) > cosine(i, b); });
+    for (int m = 0; m < k; ++m) same += topic[order[m]] == topic[i];
+  }
+  return (double)same / (double)(unit.rows() * k);
+}
+
+}  // namespace
+
+TEST_CASE("key projection: a key channel that counts a word's captions has canonical correlation 1") {
+  Rng rng(3);
+  const int n = 300, D = 6;
+  Mat keys(n, D);
+  std::vector<std::vector<std::string>> captions;
+  for (int i = 0; i < n; ++i) {
+    const int holding = rng.integer(0, 5);  // captions holding "dog": 0..5
+    std::vector<std::string> caps;
+    for (int c = 0; c < 5; ++c)
+      caps.push_back(std::string(c < holding ? "a dog" : "a cat") + (rng.integer(0, 1) ? " runs" : " sits"));
+    captions.push_back(caps);
+    for (int d = 0; d < D; ++d) keys(i, d) = (float)rng.normal();
+    keys(i, 3) = (float)holding;  // exactly linear in the word's column of the bag of words
+  }
+  KeyProjectionOptions o;
+  o.dims = 2;
+  o.regularization = 1e-6;
+  o.power = 0;
+  o.min_photos = 1;
+  const KeyProjection p = learn_key_projection(keys, captions, o);
+  CHECK(p.words == 5);  // a, dog, cat, runs, sits
+  REQUIRE(p.correlations.size() == 2);
+  CHECK(p.correlations[0] == doctest::Approx(1.0).epsilon(1e-4));
+  CHECK(p.correlations[1] < 0.5);  // "dog" and "cat" are one direction; runs/sits are noise
+  CHECK(p.center.size() == D);
+  CHECK(p.center(3) == doctest::Approx(keys.col(3).mean()).epsilon(1e-5));
+  // The first direction reads channel 3 alone.
+  const Eigen::VectorXf first = p.map.col(0).normalized();
+  CHECK(std::abs(first(3)) == doctest::Approx(1.0).epsilon(1e-3));
+  // With power 2 the same directions, each scaled by its correlation squared.
+  o.power = 2;
+  const KeyProjection q = learn_key_projection(keys, captions, o);
+  for (int k = 0; k < 2; ++k) {
+    const double scale = q.map.col(k).norm() / p.map.col(k).norm();
+    CHECK(scale == doctest::Approx(p.correlations[k] * p.correlations[k]).epsilon(1e-3));
+  }
+}
+
+TEST_CASE("key projection: photos whose captions share words become nearest, where the raw keys mix them") {
+  Rng rng(5);
+  const TopicPhotos photos = topic_photos(600, 24, 6, rng);
+  KeyProjectionOptions o;
+  o.dims = 4;
+  const KeyProjection p = learn_key_projection(photos.keys, photos.captions, o);
+  for (size_t k = 1; k < p.correlations.size(); ++k) CHECK(p.correlations[k] <= p.correlations[k - 1]);
+  CHECK(p.correlations[0] > 0.9);
+  Mat projected = photos.keys;
+  projected.rowwise() -= p.center;
+  projected = projected * p.map;
+  const double raw = same_topic_share(photos.keys, photos.topic, 5);
+  const double cca = same_topic_share(projected, photos.topic, 5);
+  CAPTURE(raw);
+  CAPTURE(cca);
+  CHECK(raw < 0.5);
+  CHECK(cca > 0.9);
+}
+
+TEST_CASE("key projection: shapes and options out of range are one-line errors") {
+  Rng rng(7);
+  const TopicPhotos photos = topic_photos(60, 8, 3, rng);
+  KeyProjectionOptions o;
+  o.dims = 9;
+  CHECK(error_of([&] { learn_key_projection(photos.keys, photos.captions, o); }) ==
+        "key projection: 9 directions asked of keys of dimension 8");
+  o.dims = 4;
+  CHECK(error_of([&] { learn_key_projection(photos.keys.topRows(7), photos.captions, o); }) ==
+        "key projection: 7 keys but 60 caption lists");
+  CHECK(error_of([&] {
+          learn_key_projection(photos.keys.topRows(7), {photos.captions.begin(), photos.captions.begin() + 7}, o);
+        }) == "key projection: 7 memory photos are too few for 4 directions (at least twice as many)");
+  o.min_photos = 61;  // no word in that many photos
+  CHECK(error_of([&] { learn_key_projection(photos.keys, photos.captions, o); }) ==
+        "key projection: the captions hold 0 words in at least 61 photos each, fewer than the 4 directions asked");
+  o.min_photos = 5;
+  o.regularization = 0;
+  CHECK(error_of([&] { learn_key_projection(photos.keys, photos.captions, o); }) ==
+        "key projection: the regularization must be in (0, 100]");
+  o.regularization = 0.01;
+  o.power = -1;
+  CHECK(error_of([&] { learn_key_projection(photos.keys, photos.captions, o); }) ==
+        "key projection: the power must be in [0, 16]");
+  o.power = 4;
+  o.dims = 0;
+  CHECK(error_of([&] { learn_key_projection(photos.keys, photos.captions, o); }).find("the dimension must be in") !=
+        std::string::npos);
+}
+
+TEST_CASE("key projection: a projected memory keys each grid the same way, survives its model file, and damaged "
+          "projections are errors") {
+  TempDir dir;
+  CaptionModel m;
+  m.encoder_config.input_size = 32;
+  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
+  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}, {"the", "green", "triangle"}}, 1);
+  m.decoder_config.embed_dim = 8;
+  m.decoder_config.hidden_dim = 12;
+  m.decoder_config.attn_dim = 6;
+  m.max_len = 6;
+  m.build();
+  Rng rng(11);
+  m.init(rng);
+  const int n = 40, D = m.encoder_config.feature_dim();
+  std::vector<float> planes((size_t)n * 3 * 32 * 32);
+  for (auto& v : planes) v = (float)rng.normal();
+  const Mat F = m.encode(planes, n);
+
+  // The memory as build_caption_memory makes it: unit-length pooled keys, the projection learned from them, the
+  // projected keys made unit length.
+  auto memory = std::make_shared<CaptionMemory>();
+  const char* said[] = {"a red circle", "the green triangle", "a blue square", "a red square"};
+  const Mat pooled = mean_grid_vectors(F, n);
+  memory->keys = pooled;
+  for (int i = 0; i < n; ++i) {
+    memory->keys.row(i).normalize();
+    memory->captions.push_back({said[i % 4], said[(i + i / 4) % 4]});
+  }
+  KeyProjectionOptions o;
+  o.dims = 3;
+  o.min_photos = 2;
+  memory->projection = learn_key_projection(memory->keys, memory->captions, o);
+  memory->projection_options = o;
+  const Mat raw_unit = memory->keys;
+  memory->keys = memory->projected_keys(memory->keys);
+  for (int i = 0; i < n; ++i) memory->keys.row(i).normalize();
+  memory->prepare(D, "mem");
+  CHECK(memory->keys.cols() == 3);
+
+  // key_vectors: pooled, of unit length, centred, mapped (the query's length does not matter to nearest()).
+  const Mat queries = memory->key_vectors(F, n);
+  REQUIRE(queries.rows() == n);
+  REQUIRE(queries.cols() == 3);
+  for (int i = 0; i < n; ++i) {
+    const Vec want = (raw_unit.row(i) - memory->projection.center) * memory->projection.map;
+    for (int k = 0; k < 3; ++k) CHECK(queries(i, k) == doctest::Approx(want(k)).epsilon(1e-4));
+    CHECK(memory->nearest(queries.row(i).data(), 1)[0] == i);  // each photo finds its own key first
+  }
+
+  m.memory = memory;
+  m.consensus = {5, 20.0};
+  const std::string path = dir.file("cca.sat");
+  m.save(path);
+  auto loaded = CaptionModel::load(path);
+  REQUIRE(loaded->memory);
+  REQUIRE(loaded->memory->projected());
+  CHECK(loaded->memory->projection_options.dims == 3);
+  CHECK(loaded->memory->projection_options.power == 4);
+  CHECK(loaded->memory->projection.words == memory->projection.words);
+  CHECK(loaded->memory->projection.map == memory->projection.map);  // float32: exact
+  CHECK(loaded->memory->projection.center == memory->projection.center);
+  CHECK(loaded->memory->keys.cols() == 3);
+  const auto before = m.search_kept(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}));
+  const auto after = loaded->search_kept(F, n, search_with(*loaded, 4, 0.5, 0, {}, {}, {}));
+  for (int i = 0; i < n; ++i) CHECK(before[i].tokens == after[i].tokens);
+
+  auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
+    TensorFile tf = load_safetensors(path);
+    damage(tf);
+    save_safetensors(dir.file(name), tf);
+    return error_of([&] { CaptionModel::load(dir.file(name)); });
+  };
+  CHECK(damaged("p1.sat", [](TensorFile& tf) { tf.tensors.erase(kMemoryKeyMap); }) ==
+        dir.file("p1.sat") + ": caption memory's key projection needs the float32 tensors 'memory.key_center' and "
+                             "'memory.key_map'");
+  CHECK(damaged("p2.sat", [&](TensorFile& tf) {
+          Param wrong(kMemoryKeyMap, {(int64_t)D, 4}, false);
+          tf.tensors.erase(kMemoryKeyMap);
+          tf.tensors.emplace(kMemoryKeyMap, std::move(wrong));
+        }) == dir.file("p2.sat") + ": caption memory's key projection tensors have the wrong shapes (a 1 x D centre "
+                                   "and a D x 3 map)");
+  CHECK(damaged("p3.sat", [&](TensorFile& tf) {
+          auto c = nlohmann::json::parse(tf.metadata["consensus"]);
+          c["key_projection"]["kind"] = "pca";
+          tf.metadata["consensus"] = c.dump();
+        }) == dir.file("p3.sat") + ": caption memory's key projection is of an unknown kind 'pca' (this build knows "
+                                   "cca)");
+  CHECK(damaged("p4.sat", [&](TensorFile& tf) {
+          tf.tensors.at(kMemoryKeyMap).value[0] = std::nanf("");
+        }) == dir.file("p4.sat") + ": caption memory's key projection holds a value that is not a finite number");
+  CHECK(damaged("p5.sat", [&](TensorFile& tf) {
+          auto c = nlohmann::json::parse(tf.metadata["consensus"]);
+          c["key_projection"].erase("words");
+          tf.metadata["consensus"] = c.dump();
+        }).find(dir.file("p5.sat") + ": ") == 0);
+  CHECK(damaged("p6.sat", [&](TensorFile& tf) {  // the keys of a memory before its projection
+          Param wrong(kMemoryKeys, {n, (int64_t)D}, false);
+          for (auto& v : wrong.value) v = 1.f / std::sqrt((float)D);
+          tf.tensors.erase(kMemoryKeys);
+          tf.half.erase(kMemoryKeys);
+          tf.tensors.emplace(kMemoryKeys, std::move(wrong));
+        }) == dir.file("p6.sat") + ": caption memory vectors have " + std::to_string(D) +
+                  " values, its key projection 3");
+}
