@@ -75,7 +75,10 @@ case $cmd in
       average | ensemble) args=("$@"); echo "$sub of ${args[*]:0:$(($# - 2))}" >"$out" ;;
       compact) { cat "$1"; echo "recipe: $(arg --recipe "$@")"; } >"$out" ;;
       set) [ "$1" = "$out" ] || cp "$1" "$out"; echo "set ${*:4}" >>"$out" ;;
-      memory) { cat "$1"; echo "memory of $(arg --split "$@") from $(arg --features "$@")"; } >"$out" ;;
+      memory)
+        keys=""
+        [[ "$*" == *"--cca "* ]] && keys=", keys by CCA onto $(arg --cca "$@") directions, ridge $(arg --cca-regularization "$@")"
+        { cat "$1"; echo "memory of $(arg --split "$@") from $(arg --features "$@")$keys"; } >"$out" ;;
       calibrate) { cat "$1"; echo "int8 ranges from $(arg --photos "$@") photos of $(arg --split "$@")"; } >"$out.tmp" && mv "$out.tmp" "$out" ;;
       info)  # the decoder's arithmetic: the last --decoder-precision set, in use where NATIVE_BF16 (default 1)
         choice=$(sed -n 's/^set --decoder-precision \([a-z0-9]*\)$/\1/p' "$1" | tail -n 1)
@@ -135,6 +138,10 @@ grep -q "^memory of ../shared/data/flickr8k/train.txt from runs/w/block3_unit_20
   fail "the shipped model has no caption memory of the training photos from stage 2c's cache"
 grep -q "^set --beam 10 --neighbours 60 --consensus-weight 12" "$repo/models/flickr8k.sat" ||
   fail "the shipped model's consensus settings are not the best scoring ones"
+grep -q "^memory of .*, keys by CCA onto 256 directions, ridge 0.1$" "$repo/models/flickr8k.sat" ||
+  fail "the shipped model's caption memory keys are not projected by CCA (256 directions, ridge 0.1)"
+grep -q "^eval .* --beam 40 --neighbours 20 --consensus-weight 20 " "$scratch/calls" ||
+  fail "the consensus grid did not reach beam 40 with 20 neighbours"
 # int8: the shipped model's activation ranges from training photos, the last step
 grep -q "^int8 ranges from 64 photos of ../shared/data/flickr8k/train.txt" "$repo/models/flickr8k.sat" ||
   fail "the shipped model has no int8 ranges from the training photos"
@@ -183,6 +190,10 @@ grep -q "^model memory" "$scratch/calls" || fail "the consensus step did not run
 rm -rf "$repo/runs" "$scratch/calls"
 run env TUNE_MOST= MEMORY=0 || fail "MEMORY=0 failed"
 grep -q "^model memory" "$scratch/calls" && fail "MEMORY=0 still built a caption memory"
+rm -rf "$repo/runs" "$scratch/calls"
+run env TUNE_MOST= CCA=0 || fail "CCA=0 failed"
+grep -q "^memory of ../shared/data/flickr8k/train.txt from runs/w/block3_unit_21_448.feat$" "$repo/models/flickr8k.sat" ||
+  fail "CCA=0 did not ship a memory whose keys are as pooled"
 grep -q -- "--object-evidence" "$scratch/calls" && fail "a model without the objects was scored with the detector's evidence"
 # OBJECTS=4 BASE=MODEL: stages 1-2b are not run; two members read the detector's tags over that model's encoder (copied
 # first), from a cache with them; the model they start from is left out of the choice; their ensemble wins and ships.

@@ -13,9 +13,11 @@
 #     encoder's arithmetic stored too (sat model set --encoder-precision); its dev scores recorded (sat eval
 #     --record: from FEATURES, or with ENCODER_PRECISION from the photos, encoded in that arithmetic);
 #  4. renamed onto OUT;
-#  5. consensus reranking: a caption memory of the training photos from FEATURES (sat model memory), its use chosen
-#     by BLEU-4 against OUT's own settings without it: beam width (5, 10, 20, 30, 40), neighbours (30, 60), weight
-#     (8, 12, 20) (sat model set; its dev scores recorded as in step 3); without a gain OUT stays as it was. A finished step
+#  5. consensus reranking: a caption memory of the training photos from FEATURES (sat model memory; with $cca > 0,
+#     its keys projected onto that many CCA directions learned from the training captions' words, regularization
+#     $cca_regularization), its use chosen by BLEU-4 against OUT's own settings without it: beam width (5, 10, 20,
+#     30, 40), neighbours (20, 30, 60), weight (8, 12, 20) (sat model set; its dev scores recorded as in step 3);
+#     without a gain OUT stays as it was. A finished step
 #     keeps its result as $work/consensus.sat and the checksum of the OUT it started from in $work/memory.txt: a
 #     rerun over the same OUT (or over that result) ships that result again.
 #  6. the detector's evidence (a model that reads the objects): each candidate's total also gains V x (the detector's
@@ -121,11 +123,14 @@ consensus_stage() {
       return 0
     fi
   fi
-  "$sat" model memory "$out" --data "$data" --split "$data/train.txt" --features "$features" --out "$out.memory"
+  local projection=()
+  if [ "${cca:-0}" -gt 0 ]; then projection=(--cca "$cca" --cca-regularization "${cca_regularization:-0.1}"); fi
+  "$sat" model memory "$out" --data "$data" --split "$data/train.txt" --features "$features" "${projection[@]}" \
+    --out "$out.memory"
   best_b4=$(dev_bleu4 "$sat" "$data" "$features" "$out.memory" --consensus-weight 0)
   echo "without consensus reranking: dev BLEU-4 $best_b4"
   for k in 5 10 20 30 40; do
-    for n in 30 60; do
+    for n in 20 30 60; do
       for w in 8 12 20; do
         b4=$(dev_bleu4 "$sat" "$data" "$features" "$out.memory" --beam $k --neighbours $n --consensus-weight $w)
         echo "beam $k, $n neighbours, consensus weight $w: dev BLEU-4 $b4"

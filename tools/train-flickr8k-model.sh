@@ -45,9 +45,10 @@
 # them by it, shipped by steps 4-6 (docs/objects.md: the tags through stage 2b).
 # Last (MEMORY=1, the default and the shipped model), consensus reranking: a caption memory of the 6000 training
 # photos (their mean grid vectors through the shipped encoder, from the last stage's cache, and their captions; sat
-# model memory) goes into the shipped file, and its use is chosen on the dev photos by BLEU-4 against the model
-# without it: beam width (5, 10, 20), neighbours (30, 60) and weight (8, 12, 20) (sat model set; the dev scores
-# recorded again). MEMORY=0 ships without one.
+# model memory; their keys projected onto CCA=256 directions learned from the training captions' words, ridge
+# CCA_REG=0.1; CCA=0: the pooled keys as they are) goes into the shipped file, and its use is chosen on the dev
+# photos by BLEU-4 against the model without it: beam width (5, 10, 20, 30, 40), neighbours (20, 30, 60) and weight
+# (8, 12, 20) (sat model set; the dev scores recorded again). MEMORY=0 ships without one.
 # With MIRROR=1 the members train with mirror augmentation (sat train --mirror-features, on a cache of the training
 # photos mirrored, extracted through the same frozen part; README: it did not beat the shipped decoder).
 # With SMOOTH=EPS the members train with label smoothing (sat train --label-smoothing EPS; README).
@@ -66,7 +67,8 @@
 # records is relative to the repository (the script runs from its top). Resumable: rerun it after an interruption.
 # Usage: tools/train-flickr8k-model.sh   (environment: CUT, SIZE, TUNE_FROM, DIM, EPOCHS, LR, PRECISION, TUNE_AFTER,
 #        EPOCHS2, LR2, TUNE_LR2, TUNE_MORE, EPOCHS2B, LR2B, TUNE_LR2B, MEMBERS, EPOCHS3, MIRROR, SMOOTH, ORDER3, TUNE_MOST,
-#        EPOCHS2C, LR2C, TUNE_LR2C, TUNE4, SEEDS4, EPOCHS4, LR4, TUNE_LR4, MEMORY, OBJECTS, OBJECTS_AS, BASE, WORK, SAT)
+#        EPOCHS2C, LR2C, TUNE_LR2C, TUNE4, SEEDS4, EPOCHS4, LR4, TUNE_LR4, MEMORY, CCA, CCA_REG, OBJECTS, OBJECTS_AS,
+#        BASE, WORK, SAT)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 data=../shared/data/flickr8k
@@ -101,6 +103,8 @@ mirror=${MIRROR:-0}  # 1: stage 3's members train with mirror augmentation (not 
 smooth=${SMOOTH:-0}  # stage 3's members' label smoothing
 order3=${ORDER3:-bahdanau}  # stage 3's members' decoder ordering
 memory=${MEMORY:-1}  # 1: consensus reranking's caption memory in the shipped model, its use chosen on dev
+cca=${CCA:-256}  # the memory's keys projected onto that many CCA directions (0: as pooled; docs/search.md)
+cca_regularization=${CCA_REG:-0.1}
 objects=${OBJECTS:-0}  # SCALE > 0: stage 3's members read the detector's objects (OBJECTS_AS: tags or maps)
 objects_as=${OBJECTS_AS:-tags}
 base_model=${BASE:-}  # a model whose encoder the members share, instead of stages 1-2b

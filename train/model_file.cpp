@@ -140,6 +140,37 @@ void CaptionModel::save(const std::string& path) const {
   save_safetensors(path, to_tensor_file());
 }
 
+namespace {
+
+// A caption memory's key projection (train/key_projection.hpp): its settings from the header's "consensus" object,
+// its centre and map from the float32 tensors; errors name the file.
+void read_key_projection(const TensorFile& tf, const nlohmann::json& kp, const std::string& path,
+                         CaptionMemory& memory) {
+  if (kp.at("kind").get<std::string>() != "cca")
+    fail(path, "caption memory's key projection is of an unknown kind '" + kp.at("kind").get<std::string>() +
+                   "' (this build knows cca)");
+  memory.projection_options.dims = kp.at("dims").get<int>();
+  memory.projection_options.power = kp.at("power").get<double>();
+  memory.projection_options.regularization = kp.at("regularization").get<double>();
+  memory.projection_options.min_photos = kp.at("min_photos").get<int>();
+  memory.projection.words = kp.at("words").get<int>();
+  const auto* center_shape = tf.shape_of(kMemoryKeyCenter);
+  const auto* map_shape = tf.shape_of(kMemoryKeyMap);
+  if (!center_shape || !map_shape || !tf.tensors.count(kMemoryKeyCenter) || !tf.tensors.count(kMemoryKeyMap))
+    fail(path, "caption memory's key projection needs the float32 tensors '" + std::string(kMemoryKeyCenter) +
+                   "' and '" + kMemoryKeyMap + "'");
+  if (center_shape->size() != 2 || (*center_shape)[0] != 1 || map_shape->size() != 2 ||
+      (*map_shape)[0] != (*center_shape)[1] || (*map_shape)[1] != memory.projection_options.dims)
+    fail(path, "caption memory's key projection tensors have the wrong shapes (a 1 x D centre and a D x " +
+                   std::to_string(memory.projection_options.dims) + " map)");
+  const auto& c = tf.tensors.at(kMemoryKeyCenter).value;
+  memory.projection.center = Eigen::Map<const Vec>(c.data(), (int64_t)c.size());
+  memory.projection.map =
+      Eigen::Map<const Mat>(tf.tensors.at(kMemoryKeyMap).value.data(), (*map_shape)[0], (*map_shape)[1]);
+}
+
+}  // namespace
+
 std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& tf, const std::string& path,
                                                              const std::string& weights_dir,
                                                              std::optional<PrecisionChoice> encoder_precision) {
@@ -252,30 +283,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       memory->pooling = parse_key_pooling(settings.value("key_pooling", std::string("mean")));
       memory->object_weight = settings.value("key_object_weight", 1.f);
       memory->object_channels = settings.value("key_object_channels", m->encoder_config.object_channels);
-      if (settings.contains("key_projection")) {
-        const auto& kp = settings.at("key_projection");
-        if (kp.at("kind").get<std::string>() != "cca")
-          fail(path, "caption memory's key projection is of an unknown kind '" + kp.at("kind").get<std::string>() +
-                         "' (this build knows cca)");
-        memory->projection_options.dims = kp.at("dims").get<int>();
-        memory->projection_options.power = kp.at("power").get<double>();
-        memory->projection_options.regularization = kp.at("regularization").get<double>();
-        memory->projection_options.min_photos = kp.at("min_photos").get<int>();
-        memory->projection.words = kp.at("words").get<int>();
-        const auto* center_shape = tf.shape_of(kMemoryKeyCenter);
-        const auto* map_shape = tf.shape_of(kMemoryKeyMap);
-        if (!center_shape || !map_shape || !tf.tensors.count(kMemoryKeyCenter) || !tf.tensors.count(kMemoryKeyMap))
-          fail(path, "caption memory's key projection needs the float32 tensors '" + std::string(kMemoryKeyCenter) +
-                         "' and '" + kMemoryKeyMap + "'");
-        if (center_shape->size() != 2 || (*center_shape)[0] != 1 || map_shape->size() != 2 ||
-            (*map_shape)[0] != (*center_shape)[1] || (*map_shape)[1] != memory->projection_options.dims)
-          fail(path, "caption memory's key projection tensors have the wrong shapes (a 1 x D centre and a D x " +
-                         std::to_string(memory->projection_options.dims) + " map)");
-        const auto& c = tf.tensors.at(kMemoryKeyCenter).value;
-        memory->projection.center = Eigen::Map<const Vec>(c.data(), (int64_t)c.size());
-        memory->projection.map =
-            Eigen::Map<const Mat>(tf.tensors.at(kMemoryKeyMap).value.data(), (*map_shape)[0], (*map_shape)[1]);
-      }
+      if (settings.contains("key_projection")) read_key_projection(tf, settings.at("key_projection"), path, *memory);
     } catch (const Error& e) {
       if (std::string(e.what()).rfind(path, 0) == 0) throw;
       fail(path, e.what());
