@@ -1,16 +1,20 @@
 // Models and searches the tests share: a tiny captioner, and the searches as CaptionModel::search takes them.
 #pragma once
 #include <optional>
+#include <string>
+#include <vector>
 
 #include "train/model.hpp"
 
 namespace sat {
 
-// A tiny CNN-encoder captioner (32x32 input, 8-channel blocks, a five-word vocabulary), built but not initialized.
-inline void build_tiny_model(CaptionModel& m) {
+// A tiny CNN-encoder captioner (32x32 input, 8-channel blocks, the vocabulary of `captions`: by default five
+// words), built but not initialized.
+inline void build_tiny_model(CaptionModel& m, const std::vector<std::vector<std::string>>& captions = {
+                                                  {"a", "red", "circle"}, {"a", "blue", "square"}}) {
   m.encoder_config.input_size = 32;
   m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
-  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}}, 1);
+  m.vocab = Vocab::build(captions, 1);
   m.decoder_config.embed_dim = 8;
   m.decoder_config.hidden_dim = 12;
   m.decoder_config.attn_dim = 6;

@@ -378,14 +378,7 @@ TEST_CASE("consensus: the choice is the best score + weight x agreement, and wei
 TEST_CASE("consensus: a model's memory reranks its search, survives its file, and damaged memories are errors") {
   TempDir dir;
   CaptionModel m;
-  m.encoder_config.input_size = 32;
-  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
-  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}, {"the", "green", "triangle"}}, 1);
-  m.decoder_config.embed_dim = 8;
-  m.decoder_config.hidden_dim = 12;
-  m.decoder_config.attn_dim = 6;
-  m.max_len = 6;
-  m.build();
+  build_tiny_model(m, {{"a", "red", "circle"}, {"a", "blue", "square"}, {"the", "green", "triangle"}});
   Rng rng(9);
   m.init(rng);
   const int n = 6, D = m.encoder_config.feature_dim();

@@ -160,14 +160,7 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
           "projections are errors") {
   TempDir dir;
   CaptionModel m;
-  m.encoder_config.input_size = 32;
-  m.encoder_config.blocks = {{8, 3, 2}, {8, 3, 2}};
-  m.vocab = Vocab::build({{"a", "red", "circle"}, {"a", "blue", "square"}, {"the", "green", "triangle"}}, 1);
-  m.decoder_config.embed_dim = 8;
-  m.decoder_config.hidden_dim = 12;
-  m.decoder_config.attn_dim = 6;
-  m.max_len = 6;
-  m.build();
+  build_tiny_model(m, {{"a", "red", "circle"}, {"a", "blue", "square"}, {"the", "green", "triangle"}});
   Rng rng(11);
   m.init(rng);
   const int n = 40, D = m.encoder_config.feature_dim();

@@ -192,24 +192,24 @@ std::shared_ptr<CaptionMemory> build_caption_memory(CaptionModel& model, const C
       for (int k = 0; k < m; ++k) paths.push_back(set.image_path(set.images[s + k]));
       F = model.encode(model.load_planes(paths), m);
     }
-    const Mat key = memory->key_vectors(F, m);
-    for (int k = 0; k < m; ++k) {
-      const float norm = key.row(k).norm();
-      if (!(norm > 0)) throw Error("caption memory: photo '" + set.images[s + k].file_name + "' has an all-zero key");
-      memory->keys.row(s + k) = key.row(k) / norm;
+    memory->keys.middleRows(s, m) = memory->key_vectors(F, m);
+    for (int k = 0; k < m; ++k)
       for (auto& r : set.references(s + k)) memory->captions[s + k].push_back(memory_caption(r));
-    }
   }
+  // Each key of unit length; a photo whose key is zero has no neighbours to find.
+  const auto unit_keys = [&](const char* what) {
+    for (int i = 0; i < n; ++i) {
+      const float norm = memory->keys.row(i).norm();
+      if (!(norm > 0)) throw Error("caption memory: photo '" + set.images[i].file_name + "' has an all-zero " + what);
+      memory->keys.row(i) /= norm;
+    }
+  };
+  unit_keys("key");
   if (projection) {  // learned from the unit-length keys above, which key_vectors makes the same way at search
     memory->projection = learn_key_projection(memory->keys, memory->captions, *projection);
     memory->projection_options = *projection;
     memory->keys = memory->projected_keys(memory->keys);
-    for (int i = 0; i < n; ++i) {
-      const float norm = memory->keys.row(i).norm();
-      if (!(norm > 0))
-        throw Error("caption memory: photo '" + set.images[i].file_name + "' has an all-zero projected key");
-      memory->keys.row(i) /= norm;
-    }
+    unit_keys("projected key");
   }
   return memory;
 }

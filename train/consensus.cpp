@@ -11,21 +11,6 @@
 
 namespace sat {
 
-namespace {
-Tokens split_words(const std::string& text) {
-  Tokens out;
-  size_t i = 0;
-  while (i < text.size()) {
-    while (i < text.size() && text[i] == ' ') ++i;
-    size_t j = i;
-    while (j < text.size() && text[j] != ' ') ++j;
-    if (j > i) out.emplace_back(text.substr(i, j - i));
-    i = j;
-  }
-  return out;
-}
-}  // namespace
-
 std::string memory_caption(const std::string& raw) {
   return ptb_tokenize_joined(raw);
 }

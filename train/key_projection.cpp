@@ -9,6 +9,7 @@
 #include <unordered_set>
 
 #include "sat/error.hpp"
+#include "train/metrics.hpp"
 
 namespace sat {
 
@@ -26,16 +27,8 @@ MatD caption_bags(const std::vector<std::vector<std::string>>& captions, int min
   for (int i = 0; i < n; ++i) {
     std::unordered_set<std::string> seen;
     for (const std::string& caption : captions[i]) {
-      std::unordered_set<std::string> in_caption;
-      size_t a = 0;
-      while (a < caption.size()) {
-        while (a < caption.size() && caption[a] == ' ') ++a;
-        size_t b = a;
-        while (b < caption.size() && caption[b] != ' ') ++b;
-        if (b > a) in_caption.insert(caption.substr(a, b - a));
-        a = b;
-      }
-      for (auto& w : in_caption) {
+      const Tokens words = split_words(caption);
+      for (auto& w : std::unordered_set<std::string>(words.begin(), words.end())) {
         photo_words[i].push_back(w);  // once per caption holding it
         if (seen.insert(w).second) ++photos_holding[w];
       }

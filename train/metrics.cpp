@@ -11,6 +11,19 @@
 
 namespace sat {
 
+Tokens split_words(const std::string& text) {
+  Tokens out;
+  size_t i = 0;
+  while (i < text.size()) {
+    while (i < text.size() && text[i] == ' ') ++i;
+    size_t j = i;
+    while (j < text.size() && text[j] != ' ') ++j;
+    if (j > i) out.emplace_back(text.substr(i, j - i));
+    i = j;
+  }
+  return out;
+}
+
 namespace {
 
 // Words are interned once; an n-gram key packs its order and up to four 15-bit word ids into 64 bits, so

@@ -10,6 +10,10 @@ namespace sat {
 
 using Tokens = std::vector<std::string>;
 
+// The words of a caption kept as words joined by spaces (a caption memory's, a PTB-tokenized text): the runs between
+// spaces.
+Tokens split_words(const std::string& text);
+
 // BLEU-1..4 as coco-caption's BleuScorer (option "closest"): clipped n-gram counts summed over the corpus,
 // one brevity penalty at corpus level from each image's closest reference length (ties to the shorter).
 struct BleuResult {
