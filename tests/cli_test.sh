@@ -192,6 +192,39 @@ for one in json.load(sys.stdin):
     assert len(firsts) == 4 and len(set(firsts)) == 4, firsts' \
   && pass "model set --beam-groups --diversity: stored, the flags' search; four groups start with four words" ||
   fail "model set --beam-groups"
+# eval --baseline: the paired bootstrap of two results files of the same images; its full-set scores are eval's own
+"$SAT" eval --model "$WORK/compact.sat" --data "$WORK/val" --beam 1 --results-out "$WORK/greedy.json" >/dev/null \
+  && "$SAT" eval --results "$WORK/diverse_stored.json" --refs "$WORK/val" --json >"$WORK/diverse_scores.json" \
+  && "$SAT" eval --results "$WORK/greedy.json" --refs "$WORK/val" --json >"$WORK/greedy_scores.json" \
+  && "$SAT" eval --results "$WORK/diverse_stored.json" --baseline "$WORK/greedy.json" --refs "$WORK/val" --resamples 500 \
+    --json >"$WORK/paired.json" \
+  && "$SAT" eval --results "$WORK/greedy.json" --baseline "$WORK/greedy.json" --refs "$WORK/val" --json >"$WORK/paired_self.json" \
+  && "$SAT" eval --results "$WORK/diverse_stored.json" --baseline "$WORK/greedy.json" --refs "$WORK/val" --resamples 500 \
+    | grep -qE '^CIDEr +[0-9.]+ +[0-9.]+ +[-+][0-9.]+ +\[[-+][0-9.]+, [-+][0-9.]+\]' \
+  && python3 - "$WORK/paired.json" "$WORK/diverse_scores.json" "$WORK/greedy_scores.json" "$WORK/paired_self.json" <<'EOF' \
+  && pass "eval --baseline: both files' scores as eval gives them, intervals around each difference, a file against itself exactly 0" ||
+import json, sys
+p, cand, base, same = (json.load(open(f)) for f in sys.argv[1:])
+assert p["images"] == cand["images"] == 150 and p["resamples"] == 500, p
+for name in ("Bleu_4", "ROUGE_L", "CIDEr") + (("METEOR",) if "METEOR" in cand else ()):
+    m = p["metrics"][name]
+    assert abs(m["candidate"] - cand[name]) < 1e-9 and abs(m["baseline"] - base[name]) < 1e-9, (name, m)
+    assert abs(m["difference"] - (m["candidate"] - m["baseline"])) < 1e-12 and m["low"] <= m["high"], (name, m)
+    assert 0 <= m["share_not_above_zero"] <= 1, m
+    s = same["metrics"][name]
+    assert s["difference"] == s["low"] == s["high"] == 0 and s["share_not_above_zero"] == 1, (name, s)
+assert p["cider_d_images_better"] + p["cider_d_images_worse"] + p["cider_d_images_equal"] == 150, p
+assert same["cider_d_images_equal"] == 150, same
+EOF
+  fail "eval --baseline"
+python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); json.dump(r[1:], open(sys.argv[2], "w"))' \
+  "$WORK/greedy.json" "$WORK/greedy_short.json"
+expect_error "eval --baseline of other images" "^sat: $WORK/greedy_short.json: has no caption for image .* of $WORK/diverse_stored.json" \
+  "$SAT" eval --results "$WORK/diverse_stored.json" --baseline "$WORK/greedy_short.json" --refs "$WORK/val"
+expect_error "eval --baseline with more images" "^sat: $WORK/greedy.json: captions 150 images, .*greedy_short.json 149: a paired comparison needs the same images" \
+  "$SAT" eval --results "$WORK/greedy_short.json" --baseline "$WORK/greedy.json" --refs "$WORK/val"
+expect_error "eval --baseline without --results" "^sat: --baseline: compares two results files" \
+  "$SAT" eval --model "$WORK/compact.sat" --data "$WORK/val" --baseline "$WORK/greedy.json"
 expect_error "caption --beam-groups that do not divide the beam" "^sat: beam groups must divide the beam size \(3\); got 2" \
   "$SAT" caption "$IMG" --model "$WORK/compact.sat" --beam 3 --beam-groups 2
 expect_error "model set --beam-groups that do not divide the model's beam" "^sat: $WORK/compact.sat: beam groups must divide the beam size" \

@@ -99,8 +99,8 @@ std::vector<ResultEntry> load_results(const std::string& path) {
   return out;
 }
 
-CaptionScores score_results(const std::vector<ResultEntry>& results, const CaptionSet& refs,
-                            const std::string& results_path) {
+MatchedResults match_results(const std::vector<ResultEntry>& results, const CaptionSet& refs,
+                             const std::string& results_path) {
   std::map<std::string, int> by_name;
   for (int i = 0; i < (int)refs.images.size(); ++i) {
     by_name[refs.images[i].file_name] = i;
@@ -108,8 +108,7 @@ CaptionScores score_results(const std::vector<ResultEntry>& results, const Capti
     if (dot != std::string::npos) by_name.emplace(refs.images[i].file_name.substr(0, dot), i);
   }
   std::set<int> seen;
-  std::vector<std::string> hyps;
-  std::vector<std::vector<std::string>> rs;
+  MatchedResults m;
   for (size_t k = 0; k < results.size(); ++k) {
     const auto& id = results[k].image_id;
     int idx = -1;
@@ -124,11 +123,18 @@ CaptionScores score_results(const std::vector<ResultEntry>& results, const Capti
       fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " is not in " + refs.json_path);
     if (!seen.insert(idx).second)
       fail(results_path, "entry " + std::to_string(k) + ": image_id " + id.dump() + " has a second caption");
-    hyps.push_back(results[k].caption);
-    rs.push_back(refs.references(idx));
-    if (rs.back().empty()) fail(refs.json_path, "image " + id.dump() + " has no reference captions");
+    m.images.push_back(idx);
+    m.hyps.push_back(results[k].caption);
+    m.refs.push_back(refs.references(idx));
+    if (m.refs.back().empty()) fail(refs.json_path, "image " + id.dump() + " has no reference captions");
   }
-  return score_captions(hyps, rs);
+  return m;
+}
+
+CaptionScores score_results(const std::vector<ResultEntry>& results, const CaptionSet& refs,
+                            const std::string& results_path) {
+  MatchedResults m = match_results(results, refs, results_path);
+  return score_captions(m.hyps, m.refs);
 }
 
 }  // namespace sat

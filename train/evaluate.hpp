@@ -34,6 +34,15 @@ struct ResultEntry {
   std::string caption;
 };
 std::vector<ResultEntry> load_results(const std::string& path);
+// Each result's image in a caption set (its index in refs.images), caption and references, in the results' order;
+// every result must name an image of the set, once (else an error naming the results file).
+struct MatchedResults {
+  std::vector<int> images;
+  std::vector<std::string> hyps;
+  std::vector<std::vector<std::string>> refs;
+};
+MatchedResults match_results(const std::vector<ResultEntry>& results, const CaptionSet& refs,
+                             const std::string& results_path);
 // Scores results against a caption set; every result must name an image of the set, once.
 CaptionScores score_results(const std::vector<ResultEntry>& results, const CaptionSet& refs,
                             const std::string& results_path);

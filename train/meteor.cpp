@@ -270,10 +270,11 @@ MeteorStats meteor_stats(const Tokens& hyp, const Tokens& ref) {
   return s;
 }
 
-double corpus_meteor(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs,
-                     const MeteorParams& p) {
+std::vector<MeteorStats> image_meteor_stats(const std::vector<Tokens>& hyps,
+                                            const std::vector<std::vector<Tokens>>& refs, const MeteorParams& p) {
   std::string why;
   if (!meteor_available(&why)) throw Error("METEOR: " + why);
+  if (hyps.size() != refs.size()) throw Error("METEOR: hypotheses and reference sets differ in number");
   std::vector<MeteorStats> best(hyps.size());
 #pragma omp parallel for schedule(dynamic, 32)
   for (size_t i = 0; i < hyps.size(); ++i) {
@@ -284,8 +285,13 @@ double corpus_meteor(const std::vector<Tokens>& hyps, const std::vector<std::vec
       if (sc > best_score) best_score = sc, best[i] = s;
     }
   }
+  return best;
+}
+
+double corpus_meteor(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs,
+                     const MeteorParams& p) {
   MeteorStats total;
-  for (auto& s : best) total.add(s);
+  for (auto& s : image_meteor_stats(hyps, refs, p)) total.add(s);
   return total.score(p);
 }
 

@@ -27,6 +27,9 @@ struct MeteorStats {
 // True when the resources (WordNet files, Snowball stemmer) are usable; otherwise `why` says what is missing.
 bool meteor_available(std::string* why = nullptr);
 MeteorStats meteor_stats(const Tokens& hyp, const Tokens& ref);
+// Per image the statistics of its best-scoring reference: summed over any multiset of images they give its score.
+std::vector<MeteorStats> image_meteor_stats(const std::vector<Tokens>& hyps,
+                                            const std::vector<std::vector<Tokens>>& refs, const MeteorParams& p = {});
 // Per image the best-scoring reference; the corpus score is computed from the summed statistics.
 double corpus_meteor(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs,
                      const MeteorParams& p = {});

@@ -68,9 +68,9 @@ int order_of(Ngram g) {
 
 }  // namespace
 
-BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs) {
+std::vector<BleuResult> image_bleu_stats(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs) {
   if (hyps.size() != refs.size()) throw Error("bleu: hypotheses and reference sets differ in number");
-  BleuResult r;
+  std::vector<BleuResult> out(hyps.size());
   NgramIndex index;
   for (size_t i = 0; i < hyps.size(); ++i) {
     if (refs[i].empty()) throw Error("bleu: an image has no references");
@@ -86,15 +86,26 @@ BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::v
       int l = (int)ref.size(), d = std::abs(l - testlen);
       if (best_len < 0 || d < best_diff || (d == best_diff && l < best_len)) best_len = l, best_diff = d;
     }
-    r.testlen += testlen;
-    r.reflen += best_len;
-    for (int k = 0; k < 4; ++k) r.guess[k] += std::max(0, testlen - k);
+    BleuResult& r = out[i];
+    r.testlen = testlen;
+    r.reflen = best_len;
+    for (int k = 0; k < 4; ++k) r.guess[k] = std::max(0, testlen - k);
     for (auto& [g, c] : all_ngrams(intern(index, hyps[i]))) {
       auto it = maxcounts.find(g);
       if (it != maxcounts.end()) r.correct[order_of(g) - 1] += std::min(c, it->second);
     }
   }
   if (index.words.size() >= 0x7fff) throw Error("bleu: more than 32766 distinct words");
+  return out;
+}
+
+void add_bleu_counts(BleuResult& total, const BleuResult& image) {
+  total.testlen += image.testlen;
+  total.reflen += image.reflen;
+  for (int k = 0; k < 4; ++k) total.guess[k] += image.guess[k], total.correct[k] += image.correct[k];
+}
+
+BleuResult bleu_from_counts(BleuResult r) {
   const double tiny = 1e-15, small = 1e-9;
   double bleu = 1;
   double ratio = (r.testlen + tiny) / (r.reflen + small);
@@ -104,6 +115,12 @@ BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::v
     if (ratio < 1) r.bleu[k] *= std::exp(1 - 1 / ratio);
   }
   return r;
+}
+
+BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs) {
+  BleuResult total;
+  for (const BleuResult& image : image_bleu_stats(hyps, refs)) add_bleu_counts(total, image);
+  return bleu_from_counts(total);
 }
 
 double rouge_l(const Tokens& hyp, const std::vector<Tokens>& refs, double beta) {

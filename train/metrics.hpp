@@ -22,6 +22,11 @@ struct BleuResult {
   std::array<double, 4> bleu{};
 };
 BleuResult corpus_bleu(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs);
+// The same counts one image at a time (bleu left 0): summed (add_bleu_counts) over any multiset of images they give
+// that multiset's corpus BLEU (bleu_from_counts), as a paired bootstrap resamples them.
+std::vector<BleuResult> image_bleu_stats(const std::vector<Tokens>& hyps, const std::vector<std::vector<Tokens>>& refs);
+void add_bleu_counts(BleuResult& total, const BleuResult& image);
+BleuResult bleu_from_counts(BleuResult counts);  // counts summed; bleu[] filled in
 
 // ROUGE-L as coco-caption's Rouge: per image, LCS against each reference, the best precision and the best
 // recall combined with beta = 1.2; the mean over images.

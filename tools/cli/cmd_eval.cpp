@@ -1,12 +1,39 @@
 #include <cstdio>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tools/cli/commands.hpp"
 #include "train/grounding.hpp"
 #include "train/evaluate.hpp"
+#include "train/paired_bootstrap.hpp"
 #include "train/trainer.hpp"
 
 namespace sat {
+
+namespace {
+
+// The paired bootstrap of a results file against a baseline results file of the same images (in any order).
+PairedBootstrap compare_results(const std::string& baseline_path, const std::string& results_path,
+                                const CaptionSet& refs, int resamples, uint64_t seed) {
+  const MatchedResults candidate = match_results(load_results(results_path), refs, results_path);
+  const MatchedResults baseline = match_results(load_results(baseline_path), refs, baseline_path);
+  std::map<int, int> baseline_at;
+  for (size_t k = 0; k < baseline.images.size(); ++k) baseline_at[baseline.images[k]] = (int)k;
+  std::vector<std::string> baseline_hyps;
+  for (int image : candidate.images) {
+    auto it = baseline_at.find(image);
+    if (it == baseline_at.end())
+      throw Error(baseline_path + ": has no caption for image " + refs.images[image].file_name + " of " + results_path);
+    baseline_hyps.push_back(baseline.hyps[it->second]);
+  }
+  if (baseline.images.size() != candidate.images.size())
+    throw Error(baseline_path + ": captions " + std::to_string(baseline.images.size()) + " images, " + results_path +
+                " " + std::to_string(candidate.images.size()) + ": a paired comparison needs the same images");
+  return paired_bootstrap(image_score_stats(baseline_hyps, candidate.refs),
+                          image_score_stats(candidate.hyps, candidate.refs), resamples, seed);
+}
+
+}  // namespace
 
 void add_eval_commands(CLI::App& app) {
   struct GroundArgs {
@@ -39,7 +66,9 @@ void add_eval_commands(CLI::App& app) {
   });
 
   struct EvalArgs {
-    std::string model = default_model_path(), data, images, split, results_out, results, refs, features;
+    std::string model = default_model_path(), data, images, split, results_out, results, refs, features, baseline;
+    int resamples = 2000;
+    uint64_t seed = 1;
     SearchFlags search;
     bool json = false, record = false;
   };
@@ -58,6 +87,12 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--features", e->features,
                  "Read the images' features from this cache (sat extract) instead of encoding them");
   e->search.add_to(ev);
+  ev->add_option("--baseline", e->baseline,
+                 "With --results: another results file for the same images; prints the paired bootstrap of the "
+                 "results against it (each metric's difference and its 95% interval over image sets drawn again)");
+  ev->add_option("--resamples", e->resamples, "With --baseline: how many image sets are drawn")
+      ->check(CLI::Range(1, kMaxBootstrapResamples));
+  ev->add_option("--seed", e->seed, "With --baseline: the draws' seed");
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
   ev->add_flag("--record", e->record,
@@ -69,8 +104,14 @@ void add_eval_commands(CLI::App& app) {
       if (e->record) throw CLI::ValidationError("--record", "stores a model's scores: use it with --model and --data");
       if (e->refs.empty()) throw CLI::RequiredError("--refs (with --results)");
       CaptionSet refs = load_caption_set(e->refs, e->images, e->split);
+      if (!e->baseline.empty()) {
+        const PairedBootstrap comparison = compare_results(e->baseline, e->results, refs, e->resamples, e->seed);
+        std::printf("%s", e->json ? (comparison.to_json().dump(2) + "\n").c_str() : comparison.table().c_str());
+        return;
+      }
       scores = score_results(load_results(e->results), refs, e->results);
     } else {
+      if (!e->baseline.empty()) throw CLI::ValidationError("--baseline", "compares two results files: use it with --results");
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
       auto model = CaptionModel::load(e->model);
       const SearchSettings search = e->search.resolve(*model, e->model);

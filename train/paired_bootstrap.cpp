@@ -1,0 +1,157 @@
+#include "train/paired_bootstrap.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <random>
+
+#include "sat/error.hpp"
+#include "train/ptb_tokenizer.hpp"
+
+namespace sat {
+
+ImageScoreStats image_score_stats(const std::vector<std::string>& hyps,
+                                  const std::vector<std::vector<std::string>>& refs) {
+  if (hyps.size() != refs.size()) throw Error("scoring: hypotheses and references differ in number");
+  std::vector<Tokens> h(hyps.size());
+  std::vector<std::vector<Tokens>> r(hyps.size());
+#pragma omp parallel for schedule(dynamic, 64)
+  for (size_t i = 0; i < hyps.size(); ++i) {
+    h[i] = ptb_tokenize(hyps[i]);
+    for (auto& ref : refs[i]) r[i].push_back(ptb_tokenize(ref));
+  }
+  ImageScoreStats s;
+  s.bleu = image_bleu_stats(h, r);
+  for (size_t i = 0; i < h.size(); ++i) s.rouge_l.push_back(rouge_l(h[i], r[i]));
+  s.cider_d = corpus_cider_d(h, r).per_image;
+  if (meteor_available()) s.meteor = image_meteor_stats(h, r);
+  return s;
+}
+
+namespace {
+
+// One system's corpus scores over a multiset of its images (counts[i]: how many times image i was drawn).
+struct CorpusScores {
+  double bleu4 = 0, meteor = -1, rouge_l = 0, cider_d = 0;
+};
+
+CorpusScores corpus_scores(const ImageScoreStats& s, const std::vector<int>& counts) {
+  BleuResult bleu;
+  MeteorStats meteor;
+  double rouge = 0, cider = 0;
+  int64_t drawn = 0;
+  for (size_t i = 0; i < counts.size(); ++i) {
+    const int c = counts[i];
+    if (c == 0) continue;
+    drawn += c;
+    for (int k = 0; k < c; ++k) {
+      add_bleu_counts(bleu, s.bleu[i]);
+      if (!s.meteor.empty()) meteor.add(s.meteor[i]);
+    }
+    rouge += c * s.rouge_l[i];
+    cider += c * s.cider_d[i];
+  }
+  CorpusScores out;
+  out.bleu4 = bleu_from_counts(bleu).bleu[3];
+  if (!s.meteor.empty()) out.meteor = meteor.score(MeteorParams{});
+  out.rouge_l = rouge / (double)drawn;
+  out.cider_d = cider / (double)drawn;
+  return out;
+}
+
+std::vector<double> as_list(const CorpusScores& s) { return {s.bleu4, s.meteor, s.rouge_l, s.cider_d}; }
+
+void check_stats(const ImageScoreStats& s, const char* which) {
+  const size_t n = s.cider_d.size();
+  if (n == 0) throw Error(std::string("paired bootstrap: the ") + which + " has no images");
+  if (s.bleu.size() != n || s.rouge_l.size() != n || (!s.meteor.empty() && s.meteor.size() != n))
+    throw Error(std::string("paired bootstrap: the ") + which + "'s statistics differ in number of images");
+}
+
+}  // namespace
+
+PairedBootstrap paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
+                                 uint64_t seed, double confidence) {
+  check_stats(baseline, "baseline");
+  check_stats(candidate, "candidate");
+  const int n = baseline.images();
+  if (candidate.images() != n)
+    throw Error("paired bootstrap: the baseline has " + std::to_string(n) + " images, the candidate " +
+                std::to_string(candidate.images()));
+  if (resamples < 1 || resamples > kMaxBootstrapResamples)
+    throw Error("paired bootstrap: resamples must be in [1, " + std::to_string(kMaxBootstrapResamples) + "]");
+  if (!(confidence > 0 && confidence < 1)) throw Error("paired bootstrap: the confidence must be in (0, 1)");
+  const bool meteor = !baseline.meteor.empty() && !candidate.meteor.empty();
+  const std::vector<std::string> names = {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr"};
+
+  PairedBootstrap out;
+  out.images = n;
+  out.resamples = resamples;
+  out.seed = seed;
+  out.confidence = confidence;
+  const std::vector<double> all_a = as_list(corpus_scores(baseline, std::vector<int>(n, 1)));
+  const std::vector<double> all_b = as_list(corpus_scores(candidate, std::vector<int>(n, 1)));
+
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<double>> differences(names.size());
+  std::vector<int> counts(n);
+  for (int r = 0; r < resamples; ++r) {
+    std::fill(counts.begin(), counts.end(), 0);
+    for (int k = 0; k < n; ++k) ++counts[(size_t)(((unsigned __int128)rng() * (unsigned)n) >> 64)];
+    const std::vector<double> a = as_list(corpus_scores(baseline, counts));
+    const std::vector<double> b = as_list(corpus_scores(candidate, counts));
+    for (size_t m = 0; m < names.size(); ++m) differences[m].push_back(b[m] - a[m]);
+  }
+  for (size_t m = 0; m < names.size(); ++m) {
+    if (names[m] == "METEOR" && !meteor) continue;
+    std::vector<double>& d = differences[m];
+    std::sort(d.begin(), d.end());
+    const double tail = (1 - confidence) / 2;
+    const int lo = std::clamp((int)std::floor(tail * resamples), 0, resamples - 1);
+    const int hi = std::clamp((int)std::ceil((1 - tail) * resamples) - 1, 0, resamples - 1);
+    MetricComparison c;
+    c.name = names[m];
+    c.baseline = all_a[m];
+    c.candidate = all_b[m];
+    c.difference = all_b[m] - all_a[m];
+    c.low = d[lo];
+    c.high = d[hi];
+    c.share_not_above_zero = (double)(std::upper_bound(d.begin(), d.end(), 0.0) - d.begin()) / resamples;
+    out.metrics.push_back(c);
+  }
+  for (int i = 0; i < n; ++i) {
+    const double diff = candidate.cider_d[i] - baseline.cider_d[i];
+    (diff > 0 ? out.better : diff < 0 ? out.worse : out.equal) += 1;
+  }
+  return out;
+}
+
+nlohmann::json PairedBootstrap::to_json() const {
+  nlohmann::json j = {{"images", images},       {"resamples", resamples},       {"seed", seed},
+                      {"confidence", confidence}, {"cider_d_images_better", better}, {"cider_d_images_worse", worse},
+                      {"cider_d_images_equal", equal}};
+  for (const MetricComparison& c : metrics)
+    j["metrics"][c.name] = {{"baseline", c.baseline}, {"candidate", c.candidate}, {"difference", c.difference},
+                            {"low", c.low},           {"high", c.high},           {"share_not_above_zero", c.share_not_above_zero}};
+  return j;
+}
+
+std::string PairedBootstrap::table() const {
+  char buf[256];
+  std::snprintf(buf, sizeof buf,
+                "paired bootstrap: %d images drawn again %d times (seed %llu); the candidate minus the baseline\n",
+                images, resamples, (unsigned long long)seed);
+  std::string s = buf;
+  std::snprintf(buf, sizeof buf, "%-8s %9s %10s %11s   %-22s %s\n", "metric", "baseline", "candidate", "difference",
+                (std::to_string((int)std::lround(confidence * 100)) + "% interval").c_str(), "resamples <= 0");
+  s += buf;
+  for (const MetricComparison& c : metrics) {
+    std::snprintf(buf, sizeof buf, "%-8s %9.4f %10.4f %+11.4f   [%+.4f, %+.4f]       %.4f\n", c.name.c_str(), c.baseline,
+                  c.candidate, c.difference, c.low, c.high, c.share_not_above_zero);
+    s += buf;
+  }
+  std::snprintf(buf, sizeof buf, "CIDEr-D per image: %d higher, %d lower, %d the same\n", better, worse, equal);
+  return s + buf;
+}
+
+}  // namespace sat

@@ -1,0 +1,57 @@
+// Is one system's caption set really better than another's on the same images, or is the difference the luck of
+// which images were scored? The paired bootstrap (Koehn 2004; Efron & Tibshirani 1993): draw the image set again
+// with replacement many times, score both systems on each draw from per-image statistics, and read the interval of
+// the differences. Corpus metrics are recomputed per draw the way the corpus score is made: BLEU and METEOR from
+// summed per-image counts, ROUGE-L and CIDEr-D as means of per-image scores (CIDEr-D's document frequencies stay
+// those of the whole set's references, as coco-caption computes them once for the set).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "train/meteor.hpp"
+#include "train/metrics.hpp"
+
+namespace sat {
+
+// Every metric's per-image statistics for one system's captions of a set of images.
+struct ImageScoreStats {
+  std::vector<BleuResult> bleu;      // counts only (image_bleu_stats)
+  std::vector<MeteorStats> meteor;   // empty: METEOR not available here
+  std::vector<double> rouge_l;
+  std::vector<double> cider_d;
+  int images() const { return (int)cider_d.size(); }
+};
+// Raw captions and references in, tokenized as score_captions tokenizes them.
+ImageScoreStats image_score_stats(const std::vector<std::string>& hyps,
+                                  const std::vector<std::vector<std::string>>& refs);
+
+struct MetricComparison {
+  std::string name;                  // Bleu_4, METEOR, ROUGE_L, CIDEr
+  double baseline = 0, candidate = 0;  // on all the images
+  double difference = 0;             // candidate - baseline on all the images
+  double low = 0, high = 0;          // the interval of the resampled differences (percentiles)
+  double share_not_above_zero = 0;   // the share of resamples whose difference is <= 0
+};
+
+struct PairedBootstrap {
+  int images = 0, resamples = 0;
+  uint64_t seed = 0;
+  double confidence = 0.95;
+  std::vector<MetricComparison> metrics;
+  int better = 0, worse = 0, equal = 0;  // images whose CIDEr-D the candidate raises, lowers, leaves
+  nlohmann::json to_json() const;
+  std::string table() const;
+};
+
+// The limits sat eval enforces.
+constexpr int kMaxBootstrapResamples = 1000000;
+
+// Both statistics are of the same images in the same order (else an Error). Resamples in [1, kMaxBootstrapResamples],
+// confidence in (0, 1). The draws depend only on the seed and the number of images.
+PairedBootstrap paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
+                                 uint64_t seed, double confidence = 0.95);
+
+}  // namespace sat
