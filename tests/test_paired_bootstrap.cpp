@@ -34,9 +34,9 @@ ImageScoreStats cider_only(const std::vector<double>& per_image) {
   return s;
 }
 
-const MetricComparison& metric(const PairedBootstrap& p, const std::string& name) {
-  for (const MetricComparison& m : p.metrics)
-    if (m.name == name) return m;
+const MetricDifference& metric(const Comparison& p, const std::string& name) {
+  for (const MetricDifference& m : p.metrics)
+    if (m.metric == name) return m;
   throw Error("no metric " + name);
 }
 
@@ -49,7 +49,7 @@ TEST_CASE("paired bootstrap: the full-set scores are score_captions' and a syste
                                       "two kids are swimming in the water", "a woman is sitting on a bench"};
   const CaptionScores sa = score_captions(a, refs), sb = score_captions(b, refs);
   const ImageScoreStats stats_a = image_score_stats(a, refs), stats_b = image_score_stats(b, refs);
-  const PairedBootstrap p = paired_bootstrap(stats_a, stats_b, 300, 7);
+  const Comparison p = paired_bootstrap(stats_a, stats_b, 300, 7);
   CHECK(p.images == 4);
   CHECK(metric(p, "Bleu_4").baseline == doctest::Approx(sa.bleu[3]).epsilon(1e-12));
   CHECK(metric(p, "Bleu_4").candidate == doctest::Approx(sb.bleu[3]).epsilon(1e-12));
@@ -62,18 +62,18 @@ TEST_CASE("paired bootstrap: the full-set scores are score_captions' and a syste
   } else {
     CHECK(p.metrics.size() == 3);
   }
-  for (const MetricComparison& m : p.metrics) {
+  for (const MetricDifference& m : p.metrics) {
     CHECK(m.difference == doctest::Approx(m.candidate - m.baseline));
     CHECK(m.low <= m.high);
   }
   CHECK(p.better + p.worse + p.equal == 4);
   // The same seed draws the same image sets.
-  const PairedBootstrap again = paired_bootstrap(stats_a, stats_b, 300, 7);
+  const Comparison again = paired_bootstrap(stats_a, stats_b, 300, 7);
   CHECK(metric(again, "CIDEr").low == metric(p, "CIDEr").low);
   CHECK(metric(again, "Bleu_4").high == metric(p, "Bleu_4").high);
 
-  const PairedBootstrap self = paired_bootstrap(stats_a, stats_a, 100, 1);
-  for (const MetricComparison& m : self.metrics) {
+  const Comparison self = paired_bootstrap(stats_a, stats_a, 100, 1);
+  for (const MetricDifference& m : self.metrics) {
     CHECK(m.difference == 0);
     CHECK(m.low == 0);
     CHECK(m.high == 0);
@@ -91,8 +91,8 @@ TEST_CASE("paired bootstrap: a resampled corpus BLEU is the corpus BLEU of the i
                                                       {"a man rides a red bike today"}};
   const ImageScoreStats cand = image_score_stats({"a black dog runs on the grass", "x"}, refs);
   const ImageScoreStats base = image_score_stats({"x", "a man rides a red bike today"}, refs);
-  const PairedBootstrap p = paired_bootstrap(base, cand, 2000, 3);
-  const MetricComparison& b4 = metric(p, "Bleu_4");
+  const Comparison p = paired_bootstrap(base, cand, 2000, 3);
+  const MetricDifference& b4 = metric(p, "Bleu_4");
   CHECK(b4.difference == doctest::Approx(0).epsilon(1e-9));
   CHECK(b4.low == doctest::Approx(-1).epsilon(1e-6));  // the second image twice: 0 - 1
   CHECK(b4.high == doctest::Approx(1).epsilon(1e-6));   // the first twice
@@ -106,8 +106,8 @@ TEST_CASE("paired bootstrap: the interval of a known mean difference is the norm
   std::vector<double> base(400, 0.5), cand(400, 0.5);
   for (int i = 0; i < 400; ++i)
     if (i % 10 < 3) cand[i] = 1.5;
-  const PairedBootstrap p = paired_bootstrap(cider_only(base), cider_only(cand), 20000, 11);
-  const MetricComparison& c = metric(p, "CIDEr");
+  const Comparison p = paired_bootstrap(cider_only(base), cider_only(cand), 20000, 11);
+  const MetricDifference& c = metric(p, "CIDEr");
   CHECK(c.difference == doctest::Approx(0.3));
   CHECK(c.low == doctest::Approx(0.255).epsilon(0.02));
   CHECK(c.high == doctest::Approx(0.345).epsilon(0.02));
@@ -115,13 +115,13 @@ TEST_CASE("paired bootstrap: the interval of a known mean difference is the norm
   CHECK(p.better == 120);
   CHECK(p.equal == 280);
   // A 90% interval is narrower: 0.3 -+ 1.645 x 0.0229 = [0.262, 0.338].
-  const PairedBootstrap p90 = paired_bootstrap(cider_only(base), cider_only(cand), 20000, 11, 0.9);
+  const Comparison p90 = paired_bootstrap(cider_only(base), cider_only(cand), 20000, 11, 0.9);
   CHECK(metric(p90, "CIDEr").low == doctest::Approx(0.262).epsilon(0.02));
   CHECK(metric(p90, "CIDEr").high == doctest::Approx(0.338).epsilon(0.02));
   // No difference on average: the interval straddles 0 and about half the draws are at or below it.
   std::vector<double> mixed(400, 0.5);
   for (int i = 0; i < 400; ++i) mixed[i] = i % 2 ? 1.0 : 0.0;
-  const PairedBootstrap level = paired_bootstrap(cider_only(base), cider_only(mixed), 5000, 5);
+  const Comparison level = paired_bootstrap(cider_only(base), cider_only(mixed), 5000, 5);
   CHECK(metric(level, "CIDEr").low < 0);
   CHECK(metric(level, "CIDEr").high > 0);
   CHECK(metric(level, "CIDEr").share_not_above_zero == doctest::Approx(0.5).epsilon(0.1));

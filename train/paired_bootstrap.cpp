@@ -3,9 +3,11 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <map>
 #include <random>
 
 #include "sat/error.hpp"
+#include "train/evaluate.hpp"
 #include "train/ptb_tokenizer.hpp"
 
 namespace sat {
@@ -70,8 +72,8 @@ void check_stats(const ImageScoreStats& s, const char* which) {
 
 }  // namespace
 
-PairedBootstrap paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
-                                 uint64_t seed, double confidence) {
+Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
+                            uint64_t seed, double confidence) {
   check_stats(baseline, "baseline");
   check_stats(candidate, "candidate");
   const int n = baseline.images();
@@ -84,7 +86,7 @@ PairedBootstrap paired_bootstrap(const ImageScoreStats& baseline, const ImageSco
   const bool meteor = !baseline.meteor.empty() && !candidate.meteor.empty();
   const std::vector<std::string> names = {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr"};
 
-  PairedBootstrap out;
+  Comparison out;
   out.images = n;
   out.resamples = resamples;
   out.seed = seed;
@@ -109,8 +111,8 @@ PairedBootstrap paired_bootstrap(const ImageScoreStats& baseline, const ImageSco
     const double tail = (1 - confidence) / 2;
     const int lo = std::clamp((int)std::floor(tail * resamples), 0, resamples - 1);
     const int hi = std::clamp((int)std::ceil((1 - tail) * resamples) - 1, 0, resamples - 1);
-    MetricComparison c;
-    c.name = names[m];
+    MetricDifference c;
+    c.metric = names[m];
     c.baseline = all_a[m];
     c.candidate = all_b[m];
     c.difference = all_b[m] - all_a[m];
@@ -126,31 +128,53 @@ PairedBootstrap paired_bootstrap(const ImageScoreStats& baseline, const ImageSco
   return out;
 }
 
-nlohmann::json PairedBootstrap::to_json() const {
-  nlohmann::json j = {{"images", images},       {"resamples", resamples},       {"seed", seed},
-                      {"confidence", confidence}, {"cider_d_images_better", better}, {"cider_d_images_worse", worse},
-                      {"cider_d_images_equal", equal}};
-  for (const MetricComparison& c : metrics)
-    j["metrics"][c.name] = {{"baseline", c.baseline}, {"candidate", c.candidate}, {"difference", c.difference},
-                            {"low", c.low},           {"high", c.high},           {"share_not_above_zero", c.share_not_above_zero}};
+Comparison compare_results_files(const std::string& results_path, const std::string& baseline_path,
+                                 const CaptionSet& refs, int resamples, uint64_t seed) {
+  const MatchedResults candidate = match_results(load_results(results_path), refs, results_path);
+  const MatchedResults baseline = match_results(load_results(baseline_path), refs, baseline_path);
+  std::map<int, int> baseline_at;
+  for (size_t k = 0; k < baseline.images.size(); ++k) baseline_at[baseline.images[k]] = (int)k;
+  std::vector<std::string> baseline_hyps;
+  for (int image : candidate.images) {
+    auto it = baseline_at.find(image);
+    if (it == baseline_at.end())
+      throw Error(baseline_path + ": has no caption for image " + refs.images[image].file_name + " of " + results_path);
+    baseline_hyps.push_back(baseline.hyps[it->second]);
+  }
+  if (baseline.images.size() != candidate.images.size())
+    throw Error(baseline_path + ": captions " + std::to_string(baseline.images.size()) + " images, " + results_path +
+                " " + std::to_string(candidate.images.size()) + ": a paired comparison needs the same images");
+  return paired_bootstrap(image_score_stats(baseline_hyps, candidate.refs),
+                          image_score_stats(candidate.hyps, candidate.refs), resamples, seed);
+}
+
+nlohmann::json comparison_json(const Comparison& c) {
+  nlohmann::json j = {{"images", c.images},         {"resamples", c.resamples},
+                      {"seed", c.seed},             {"confidence", c.confidence},
+                      {"cider_d_images_better", c.better}, {"cider_d_images_worse", c.worse},
+                      {"cider_d_images_equal", c.equal}};
+  for (const MetricDifference& m : c.metrics)
+    j["metrics"][m.metric] = {{"baseline", m.baseline}, {"candidate", m.candidate},
+                              {"difference", m.difference}, {"low", m.low},
+                              {"high", m.high},         {"share_not_above_zero", m.share_not_above_zero}};
   return j;
 }
 
-std::string PairedBootstrap::table() const {
+std::string comparison_table(const Comparison& c) {
   char buf[256];
   std::snprintf(buf, sizeof buf,
                 "paired bootstrap: %d images drawn again %d times (seed %llu); the candidate minus the baseline\n",
-                images, resamples, (unsigned long long)seed);
+                c.images, c.resamples, (unsigned long long)c.seed);
   std::string s = buf;
   std::snprintf(buf, sizeof buf, "%-8s %9s %10s %11s   %-22s %s\n", "metric", "baseline", "candidate", "difference",
-                (std::to_string((int)std::lround(confidence * 100)) + "% interval").c_str(), "resamples <= 0");
+                (std::to_string((int)std::lround(c.confidence * 100)) + "% interval").c_str(), "resamples <= 0");
   s += buf;
-  for (const MetricComparison& c : metrics) {
-    std::snprintf(buf, sizeof buf, "%-8s %9.4f %10.4f %+11.4f   [%+.4f, %+.4f]       %.4f\n", c.name.c_str(), c.baseline,
-                  c.candidate, c.difference, c.low, c.high, c.share_not_above_zero);
+  for (const MetricDifference& m : c.metrics) {
+    std::snprintf(buf, sizeof buf, "%-8s %9.4f %10.4f %+11.4f   [%+.4f, %+.4f]       %.4f\n", m.metric.c_str(),
+                  m.baseline, m.candidate, m.difference, m.low, m.high, m.share_not_above_zero);
     s += buf;
   }
-  std::snprintf(buf, sizeof buf, "CIDEr-D per image: %d higher, %d lower, %d the same\n", better, worse, equal);
+  std::snprintf(buf, sizeof buf, "CIDEr-D per image: %d higher, %d lower, %d the same\n", c.better, c.worse, c.equal);
   return s + buf;
 }
 

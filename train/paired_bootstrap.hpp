@@ -11,8 +11,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "datasets/coco.hpp"
 #include "train/meteor.hpp"
 #include "train/metrics.hpp"
+#include "train/sat/scores.hpp"
 
 namespace sat {
 
@@ -28,30 +30,22 @@ struct ImageScoreStats {
 ImageScoreStats image_score_stats(const std::vector<std::string>& hyps,
                                   const std::vector<std::vector<std::string>>& refs);
 
-struct MetricComparison {
-  std::string name;                  // Bleu_4, METEOR, ROUGE_L, CIDEr
-  double baseline = 0, candidate = 0;  // on all the images
-  double difference = 0;             // candidate - baseline on all the images
-  double low = 0, high = 0;          // the interval of the resampled differences (percentiles)
-  double share_not_above_zero = 0;   // the share of resamples whose difference is <= 0
-};
-
-struct PairedBootstrap {
-  int images = 0, resamples = 0;
-  uint64_t seed = 0;
-  double confidence = 0.95;
-  std::vector<MetricComparison> metrics;
-  int better = 0, worse = 0, equal = 0;  // images whose CIDEr-D the candidate raises, lowers, leaves
-  nlohmann::json to_json() const;
-  std::string table() const;
-};
+// The results as the public API gives them (sat/scores.hpp: Comparison, MetricDifference), as JSON and as the table
+// sat eval prints.
+nlohmann::json comparison_json(const Comparison& c);
+std::string comparison_table(const Comparison& c);
 
 // The limits sat eval enforces.
 constexpr int kMaxBootstrapResamples = 1000000;
 
 // Both statistics are of the same images in the same order (else an Error). Resamples in [1, kMaxBootstrapResamples],
 // confidence in (0, 1). The draws depend only on the seed and the number of images.
-PairedBootstrap paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
-                                 uint64_t seed, double confidence = 0.95);
+Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
+                            uint64_t seed, double confidence = 0.95);
+
+// Two COCO results files of the same images (in any order; each result must name an image of `refs`, once) compared:
+// errors name the file at fault.
+Comparison compare_results_files(const std::string& results_path, const std::string& baseline_path,
+                                 const CaptionSet& refs, int resamples, uint64_t seed);
 
 }  // namespace sat

@@ -2,6 +2,7 @@
 #include "train/sat/scores.hpp"
 
 #include "train/evaluate.hpp"
+#include "train/paired_bootstrap.hpp"
 #include "train/trainer.hpp"
 
 namespace sat {
@@ -48,6 +49,14 @@ Scores score_files(const std::vector<std::string>& image_ids, const std::vector<
     entries.push_back({number ? nlohmann::json(std::stoll(id)) : nlohmann::json(id), captions[i]});
   }
   return to_public(score_results(entries, load_caption_set(references, "", ""), "results"));
+}
+
+Comparison compare_files(const std::string& results, const std::string& baseline, const std::string& references,
+                         int resamples, uint64_t seed) {
+  if (resamples < 1 || resamples > kMaxBootstrapResamples)
+    throw Error("compare: resamples must be in [1, " + std::to_string(kMaxBootstrapResamples) + "], got " +
+                std::to_string(resamples));
+  return compare_results_files(results, baseline, load_caption_set(references, "", ""), resamples, seed);
 }
 
 }  // namespace sat

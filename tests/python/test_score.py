@@ -98,3 +98,28 @@ def test_score_errors(files):
         sat.score(["a dog"], refs)  # no image names
     with pytest.raises(ValueError, match="b.jpg"):
         sat.score({"b.jpg": "x"}, {"a.jpg": ["x"]})
+
+
+def test_compare_same_numbers_as_sat_eval(files, sat_bin, tmp_path):
+    results, refs, captions, _ = files
+    other = tmp_path / "other.json"  # the same images in another order, one caption changed
+    other.write_text(json.dumps([{"image_id": k, "caption": "a woman walks a dog" if k == "c.jpg" else v}
+                                 for k, v in reversed(list(captions.items()))]))
+    out = subprocess.run([sat_bin, "eval", "--results", str(other), "--baseline", str(results), "--refs", str(refs),
+                          "--resamples", "300", "--seed", "4", "--json"], check=True, capture_output=True, text=True)
+    cli = json.loads(out.stdout)
+    c = sat.compare(other, results, refs, resamples=300, seed=4)
+    assert c == cli
+    assert c["images"] == 3 and c["cider_d_images_equal"] == 2
+    assert c["metrics"]["CIDEr"]["candidate"] == pytest.approx(sat.score(other, refs)["CIDEr"], abs=1e-9)
+    assert c["metrics"]["CIDEr"]["baseline"] == pytest.approx(sat.score(results, refs)["CIDEr"], abs=1e-9)
+    same = sat.compare(results, results, refs)
+    assert all(m["difference"] == m["low"] == m["high"] == 0 for m in same["metrics"].values())
+    with pytest.raises(sat.Error, match="a paired comparison needs the same images"):
+        short = tmp_path / "short.json"
+        short.write_text(json.dumps([{"image_id": "a.jpg", "caption": "a dog"}]))
+        sat.compare(short, results, refs)
+    with pytest.raises(sat.Error, match="resamples must be in"):
+        sat.compare(other, results, refs, resamples=0)
+    with pytest.raises(TypeError):
+        sat.compare({"a.jpg": "a dog"}, results, refs)

@@ -1,5 +1,4 @@
 #include <cstdio>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "tools/cli/commands.hpp"
@@ -9,31 +8,6 @@
 #include "train/trainer.hpp"
 
 namespace sat {
-
-namespace {
-
-// The paired bootstrap of a results file against a baseline results file of the same images (in any order).
-PairedBootstrap compare_results(const std::string& baseline_path, const std::string& results_path,
-                                const CaptionSet& refs, int resamples, uint64_t seed) {
-  const MatchedResults candidate = match_results(load_results(results_path), refs, results_path);
-  const MatchedResults baseline = match_results(load_results(baseline_path), refs, baseline_path);
-  std::map<int, int> baseline_at;
-  for (size_t k = 0; k < baseline.images.size(); ++k) baseline_at[baseline.images[k]] = (int)k;
-  std::vector<std::string> baseline_hyps;
-  for (int image : candidate.images) {
-    auto it = baseline_at.find(image);
-    if (it == baseline_at.end())
-      throw Error(baseline_path + ": has no caption for image " + refs.images[image].file_name + " of " + results_path);
-    baseline_hyps.push_back(baseline.hyps[it->second]);
-  }
-  if (baseline.images.size() != candidate.images.size())
-    throw Error(baseline_path + ": captions " + std::to_string(baseline.images.size()) + " images, " + results_path +
-                " " + std::to_string(candidate.images.size()) + ": a paired comparison needs the same images");
-  return paired_bootstrap(image_score_stats(baseline_hyps, candidate.refs),
-                          image_score_stats(candidate.hyps, candidate.refs), resamples, seed);
-}
-
-}  // namespace
 
 void add_eval_commands(CLI::App& app) {
   struct GroundArgs {
@@ -105,8 +79,8 @@ void add_eval_commands(CLI::App& app) {
       if (e->refs.empty()) throw CLI::RequiredError("--refs (with --results)");
       CaptionSet refs = load_caption_set(e->refs, e->images, e->split);
       if (!e->baseline.empty()) {
-        const PairedBootstrap comparison = compare_results(e->baseline, e->results, refs, e->resamples, e->seed);
-        std::printf("%s", e->json ? (comparison.to_json().dump(2) + "\n").c_str() : comparison.table().c_str());
+        const Comparison c = compare_results_files(e->results, e->baseline, refs, e->resamples, e->seed);
+        std::printf("%s", e->json ? (comparison_json(c).dump(2) + "\n").c_str() : comparison_table(c).c_str());
         return;
       }
       scores = score_results(load_results(e->results), refs, e->results);

@@ -95,6 +95,30 @@ py::dict to_python(const sat::Scores& s) {
   return d;
 }
 
+py::dict to_python(const sat::Comparison& c) {
+  py::dict d;  // the keys `sat eval --baseline --json` prints
+  d["images"] = c.images;
+  d["resamples"] = c.resamples;
+  d["seed"] = c.seed;
+  d["confidence"] = c.confidence;
+  d["cider_d_images_better"] = c.better;
+  d["cider_d_images_worse"] = c.worse;
+  d["cider_d_images_equal"] = c.equal;
+  py::dict metrics;
+  for (const sat::MetricDifference& m : c.metrics) {
+    py::dict one;
+    one["baseline"] = m.baseline;
+    one["candidate"] = m.candidate;
+    one["difference"] = m.difference;
+    one["low"] = m.low;
+    one["high"] = m.high;
+    one["share_not_above_zero"] = m.share_not_above_zero;
+    metrics[m.metric.c_str()] = one;
+  }
+  d["metrics"] = metrics;
+  return d;
+}
+
 // Every call into the library: the arguments are C++ values already, so the GIL is released for all of it.
 class PyCaptioner {
  public:
@@ -261,5 +285,17 @@ PYBIND11_MODULE(_sat, m) {
         return to_python(s);
       },
       py::arg("image_ids"), py::arg("captions"), py::arg("references"));
+  m.def(
+      "compare_files",
+      [](const std::string& results, const std::string& baseline, const std::string& references, int resamples,
+         uint64_t seed) {
+        sat::Comparison c;
+        {
+          py::gil_scoped_release release;
+          c = sat::compare_files(results, baseline, references, resamples, seed);
+        }
+        return to_python(c);
+      },
+      py::arg("results"), py::arg("baseline"), py::arg("references"), py::arg("resamples"), py::arg("seed"));
   m.def("models_dir", &sat::Captioner::models_dir);
 }

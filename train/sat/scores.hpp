@@ -7,6 +7,7 @@
 // Part of libsat.so (link sat::sat); problems with the input throw sat::Error with a one-line message.
 #pragma once
 #include <array>
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -36,5 +37,28 @@ SAT_API Scores score_files(const std::string& results, const std::string& refere
 // its extension, or a COCO image id: digits only).
 SAT_API Scores score_files(const std::vector<std::string>& image_ids, const std::vector<std::string>& captions,
                            const std::string& references);
+
+// Is one results file better than another of the same images, or is the difference the luck of which images were
+// scored? The paired bootstrap: the image set drawn again with replacement `resamples` times, both files scored on
+// each draw (docs/metrics.md). One row per metric: Bleu_4, METEOR (when computed), ROUGE_L, CIDEr.
+struct MetricDifference {
+  std::string metric;
+  double baseline = 0, candidate = 0;  // on all the images
+  double difference = 0;               // candidate - baseline on all the images
+  double low = 0, high = 0;            // the 95% interval of the resampled differences (percentiles)
+  double share_not_above_zero = 0;     // the share of draws whose difference is <= 0
+};
+struct Comparison {
+  int images = 0, resamples = 0;
+  uint64_t seed = 0;
+  double confidence = 0.95;
+  std::vector<MetricDifference> metrics;
+  int better = 0, worse = 0, equal = 0;  // images whose CIDEr-D the candidate raises, lowers, leaves
+};
+
+// `sat eval --results RESULTS --baseline BASELINE --refs REFERENCES`: the two files must caption the same images (in
+// any order), else sat::Error naming the file. The draws depend only on the seed and the number of images.
+SAT_API Comparison compare_files(const std::string& results, const std::string& baseline,
+                                 const std::string& references, int resamples = 2000, uint64_t seed = 1);
 
 }  // namespace sat

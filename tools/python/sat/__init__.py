@@ -24,7 +24,7 @@ from ._sat import Error
 from .results import Candidate, Caption, Object
 from .plot import attention_overlay, show_attention, show_attention_grid
 
-__all__ = ["Captioner", "Caption", "Candidate", "Object", "Error", "score", "models_dir", "default_model",
+__all__ = ["Captioner", "Caption", "Candidate", "Object", "Error", "score", "compare", "models_dir", "default_model",
            "show_attention", "show_attention_grid", "attention_overlay"]
 
 Path = Union[str, "os.PathLike[str]"]
@@ -188,6 +188,22 @@ def _reference_list(refs: Any, name: str) -> List[str]:
         if not isinstance(r, str):
             raise TypeError(f"{name}: reference captions are str, got {type(r).__name__}")
     return list(refs)
+
+
+def compare(results: Path, baseline: Path, references: Path, resamples: int = 2000, seed: int = 1) -> Dict:
+    """Is `results` better than `baseline` (two COCO results files of the same images), or is the difference the luck
+    of which images were scored? The paired bootstrap, as `sat eval --results R --baseline B --refs F --json` prints
+    it: the image set drawn again `resamples` times, and for each metric (Bleu_4, METEOR, ROUGE_L, CIDEr) in
+    "metrics": baseline, candidate, difference, the 95% interval of the resampled differences (low, high) and the
+    share of draws not ahead (share_not_above_zero); with how many images' CIDEr-D rose, fell or stayed."""
+    for name, value in (("results", results), ("baseline", baseline), ("references", references)):
+        if not _is_path(value):
+            raise TypeError(f"{name}: expected a file path, got {type(value).__name__}")
+    if isinstance(resamples, bool) or not isinstance(resamples, int):
+        raise TypeError(f"resamples: expected an int, got {type(resamples).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TypeError("seed: expected a non-negative int")
+    return _sat.compare_files(os.fspath(results), os.fspath(baseline), os.fspath(references), resamples, seed)
 
 
 def score(results, references) -> Dict[str, float]:
