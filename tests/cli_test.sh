@@ -217,6 +217,19 @@ assert p["cider_d_images_better"] + p["cider_d_images_worse"] + p["cider_d_image
 assert same["cider_d_images_equal"] == 150, same
 EOF
   fail "eval --baseline"
+# eval --intervals: each metric's 95% bootstrap interval holds its value, alike from a results file and from the model
+"$SAT" eval --results "$WORK/greedy.json" --refs "$WORK/val" --intervals --resamples 300 --json >"$WORK/iv_results.json" \
+  && "$SAT" eval --model "$WORK/compact.sat" --data "$WORK/val" --beam 1 --intervals --resamples 300 --json >"$WORK/iv_model.json" \
+  && "$SAT" eval --results "$WORK/greedy.json" --refs "$WORK/val" --intervals | grep -qE '^  CIDEr +[0-9.]+  \[[0-9.]+, [0-9.]+\]$' \
+  && python3 - "$WORK/iv_results.json" "$WORK/iv_model.json" <<'EOF' \
+  && pass "eval --intervals: each metric inside its interval, the same from the results file and the model" ||
+import json, sys
+a, b = (json.load(open(f)) for f in sys.argv[1:])
+assert a["intervals"] == b["intervals"] and a["intervals"]["resamples"] == 300, (a, b)
+for name, m in a["intervals"]["metrics"].items():
+    assert m["low"] <= a[name] <= m["high"] and m["low"] < m["high"], (name, m, a[name])
+EOF
+  fail "eval --intervals"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); json.dump(r[1:], open(sys.argv[2], "w"))' \
   "$WORK/greedy.json" "$WORK/greedy_short.json"
 expect_error "eval --baseline of other images" "^sat: $WORK/greedy_short.json: has no caption for image .* of $WORK/diverse_stored.json" \

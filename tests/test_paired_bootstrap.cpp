@@ -127,6 +127,32 @@ TEST_CASE("paired bootstrap: the interval of a known mean difference is the norm
   CHECK(metric(level, "CIDEr").share_not_above_zero == doctest::Approx(0.5).epsilon(0.1));
 }
 
+TEST_CASE("bootstrap intervals of one system: the normal approximation's for a known mean, the full-set value inside") {
+  // 400 images scoring 1.5 (30%) or 0.5: mean 0.8, standard error sqrt(0.21 / 400) = 0.0229, so the 95% interval
+  // is 0.8 -+ 0.0449.
+  std::vector<double> per_image(400, 0.5);
+  for (int i = 0; i < 400; ++i)
+    if (i % 10 < 3) per_image[i] = 1.5;
+  const std::vector<MetricInterval> v = score_intervals(cider_only(per_image), 20000, 3);
+  REQUIRE(v.size() == 3);  // no METEOR statistics: Bleu_4, ROUGE_L, CIDEr
+  CHECK(v[2].metric == "CIDEr");
+  CHECK(v[2].value == doctest::Approx(0.8));
+  CHECK(v[2].low == doctest::Approx(0.755).epsilon(0.01));
+  CHECK(v[2].high == doctest::Approx(0.845).epsilon(0.01));
+  // Real captions: every metric's full-set value lies in its interval, and the values are score_captions'.
+  const auto refs = small_refs();
+  const std::vector<std::string> hyps = {"a brown dog is running", "a man rides a bicycle down the street",
+                                         "two kids are swimming in the water", "a woman is sitting on a bench"};
+  const CaptionScores s = score_captions(hyps, refs);
+  for (const MetricInterval& m : score_intervals(image_score_stats(hyps, refs), 500, 1)) {
+    CHECK(m.low <= m.value);
+    CHECK(m.value <= m.high);
+    if (m.metric == "CIDEr") CHECK(m.value == doctest::Approx(s.cider_d).epsilon(1e-12));
+    if (m.metric == "Bleu_4") CHECK(m.value == doctest::Approx(s.bleu[3]).epsilon(1e-12));
+  }
+  CHECK(error_of([&] { score_intervals(cider_only({}), 10, 1); }) == "paired bootstrap: the set has no images");
+}
+
 TEST_CASE("paired bootstrap: mismatched systems and bad settings are errors") {
   const ImageScoreStats three = cider_only({0.1, 0.2, 0.3}), two = cider_only({0.1, 0.2});
   CHECK(error_of([&] { paired_bootstrap(three, two, 10, 1); }) ==

@@ -70,7 +70,54 @@ void check_stats(const ImageScoreStats& s, const char* which) {
     throw Error(std::string("paired bootstrap: the ") + which + "'s statistics differ in number of images");
 }
 
+void check_settings(int resamples, double confidence) {
+  if (resamples < 1 || resamples > kMaxBootstrapResamples)
+    throw Error("paired bootstrap: resamples must be in [1, " + std::to_string(kMaxBootstrapResamples) + "]");
+  if (!(confidence > 0 && confidence < 1)) throw Error("paired bootstrap: the confidence must be in (0, 1)");
+}
+
+const std::vector<std::string> kMetricNames = {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr"};
+
+// One draw: counts[i] = how many times image i is drawn, n draws uniformly with replacement.
+void draw_images(std::mt19937_64& rng, std::vector<int>& counts) {
+  const size_t n = counts.size();
+  std::fill(counts.begin(), counts.end(), 0);
+  for (size_t k = 0; k < n; ++k) ++counts[(size_t)(((unsigned __int128)rng() * n) >> 64)];
+}
+
+// The central `confidence` share of the values: its lowest and highest (percentiles of the sorted values).
+std::pair<double, double> central_interval(std::vector<double>& values, double confidence) {
+  std::sort(values.begin(), values.end());
+  const int n = (int)values.size();
+  const double tail = (1 - confidence) / 2;
+  const int lo = std::clamp((int)std::floor(tail * n), 0, n - 1);
+  const int hi = std::clamp((int)std::ceil((1 - tail) * n) - 1, 0, n - 1);
+  return {values[lo], values[hi]};
+}
+
 }  // namespace
+
+std::vector<MetricInterval> score_intervals(const ImageScoreStats& stats, int resamples, uint64_t seed,
+                                            double confidence) {
+  check_stats(stats, "set");
+  check_settings(resamples, confidence);
+  const std::vector<double> all = as_list(corpus_scores(stats, std::vector<int>(stats.images(), 1)));
+  std::mt19937_64 rng(seed);
+  std::vector<std::vector<double>> drawn(kMetricNames.size());
+  std::vector<int> counts(stats.images());
+  for (int r = 0; r < resamples; ++r) {
+    draw_images(rng, counts);
+    const std::vector<double> v = as_list(corpus_scores(stats, counts));
+    for (size_t m = 0; m < v.size(); ++m) drawn[m].push_back(v[m]);
+  }
+  std::vector<MetricInterval> out;
+  for (size_t m = 0; m < kMetricNames.size(); ++m) {
+    if (kMetricNames[m] == "METEOR" && stats.meteor.empty()) continue;
+    const auto [low, high] = central_interval(drawn[m], confidence);
+    out.push_back({kMetricNames[m], all[m], low, high});
+  }
+  return out;
+}
 
 Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
                             uint64_t seed, double confidence) {
@@ -80,11 +127,8 @@ Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreSta
   if (candidate.images() != n)
     throw Error("paired bootstrap: the baseline has " + std::to_string(n) + " images, the candidate " +
                 std::to_string(candidate.images()));
-  if (resamples < 1 || resamples > kMaxBootstrapResamples)
-    throw Error("paired bootstrap: resamples must be in [1, " + std::to_string(kMaxBootstrapResamples) + "]");
-  if (!(confidence > 0 && confidence < 1)) throw Error("paired bootstrap: the confidence must be in (0, 1)");
+  check_settings(resamples, confidence);
   const bool meteor = !baseline.meteor.empty() && !candidate.meteor.empty();
-  const std::vector<std::string> names = {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr"};
 
   Comparison out;
   out.images = n;
@@ -95,29 +139,25 @@ Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreSta
   const std::vector<double> all_b = as_list(corpus_scores(candidate, std::vector<int>(n, 1)));
 
   std::mt19937_64 rng(seed);
-  std::vector<std::vector<double>> differences(names.size());
+  std::vector<std::vector<double>> differences(kMetricNames.size());
   std::vector<int> counts(n);
   for (int r = 0; r < resamples; ++r) {
-    std::fill(counts.begin(), counts.end(), 0);
-    for (int k = 0; k < n; ++k) ++counts[(size_t)(((unsigned __int128)rng() * (unsigned)n) >> 64)];
+    draw_images(rng, counts);
     const std::vector<double> a = as_list(corpus_scores(baseline, counts));
     const std::vector<double> b = as_list(corpus_scores(candidate, counts));
-    for (size_t m = 0; m < names.size(); ++m) differences[m].push_back(b[m] - a[m]);
+    for (size_t m = 0; m < kMetricNames.size(); ++m) differences[m].push_back(b[m] - a[m]);
   }
-  for (size_t m = 0; m < names.size(); ++m) {
-    if (names[m] == "METEOR" && !meteor) continue;
+  for (size_t m = 0; m < kMetricNames.size(); ++m) {
+    if (kMetricNames[m] == "METEOR" && !meteor) continue;
     std::vector<double>& d = differences[m];
-    std::sort(d.begin(), d.end());
-    const double tail = (1 - confidence) / 2;
-    const int lo = std::clamp((int)std::floor(tail * resamples), 0, resamples - 1);
-    const int hi = std::clamp((int)std::ceil((1 - tail) * resamples) - 1, 0, resamples - 1);
+    const auto [low, high] = central_interval(d, confidence);
     MetricDifference c;
-    c.metric = names[m];
+    c.metric = kMetricNames[m];
     c.baseline = all_a[m];
     c.candidate = all_b[m];
     c.difference = all_b[m] - all_a[m];
-    c.low = d[lo];
-    c.high = d[hi];
+    c.low = low;
+    c.high = high;
     c.share_not_above_zero = (double)(std::upper_bound(d.begin(), d.end(), 0.0) - d.begin()) / resamples;
     out.metrics.push_back(c);
   }
@@ -146,6 +186,30 @@ Comparison compare_results_files(const std::string& results_path, const std::str
                 " " + std::to_string(candidate.images.size()) + ": a paired comparison needs the same images");
   return paired_bootstrap(image_score_stats(baseline_hyps, candidate.refs),
                           image_score_stats(candidate.hyps, candidate.refs), resamples, seed);
+}
+
+std::vector<MetricInterval> result_intervals(const std::vector<ResultEntry>& results, const CaptionSet& refs,
+                                             const std::string& path, int resamples, uint64_t seed) {
+  const MatchedResults m = match_results(results, refs, path);
+  return score_intervals(image_score_stats(m.hyps, m.refs), resamples, seed);
+}
+
+nlohmann::json intervals_json(const std::vector<MetricInterval>& intervals, int resamples, uint64_t seed) {
+  nlohmann::json j = {{"resamples", resamples}, {"seed", seed}, {"confidence", 0.95}};
+  for (const MetricInterval& m : intervals) j["metrics"][m.metric] = {{"low", m.low}, {"high", m.high}};
+  return j;
+}
+
+std::string intervals_text(const std::vector<MetricInterval>& intervals, int resamples, uint64_t seed) {
+  char buf[160];
+  std::snprintf(buf, sizeof buf, "95%% intervals over the images drawn again %d times (seed %llu):\n", resamples,
+                (unsigned long long)seed);
+  std::string s = buf;
+  for (const MetricInterval& m : intervals) {
+    std::snprintf(buf, sizeof buf, "  %-8s %.4f  [%.4f, %.4f]\n", m.metric.c_str(), m.value, m.low, m.high);
+    s += buf;
+  }
+  return s;
 }
 
 nlohmann::json comparison_json(const Comparison& c) {

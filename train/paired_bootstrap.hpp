@@ -12,6 +12,7 @@
 #include <nlohmann/json.hpp>
 
 #include "datasets/coco.hpp"
+#include "train/evaluate.hpp"
 #include "train/meteor.hpp"
 #include "train/metrics.hpp"
 #include "train/sat/scores.hpp"
@@ -29,6 +30,23 @@ struct ImageScoreStats {
 // Raw captions and references in, tokenized as score_captions tokenizes them.
 ImageScoreStats image_score_stats(const std::vector<std::string>& hyps,
                                   const std::vector<std::vector<std::string>>& refs);
+
+// One system's scores with the interval they would range over had other images of the same kind been scored: each
+// metric on the full set (value) and the central `confidence` share of its values over `resamples` draws of the
+// images with replacement (low, high).
+struct MetricInterval {
+  std::string metric;
+  double value = 0, low = 0, high = 0;
+};
+std::vector<MetricInterval> score_intervals(const ImageScoreStats& stats, int resamples, uint64_t seed,
+                                            double confidence = 0.95);
+
+// The intervals of a results file's scores (each result naming an image of `refs`, once; errors name `path`), as
+// JSON ({"Bleu_4": {"low", "high"}, ...} with resamples, seed, confidence) and as the lines sat eval prints.
+std::vector<MetricInterval> result_intervals(const std::vector<ResultEntry>& results, const CaptionSet& refs,
+                                             const std::string& path, int resamples, uint64_t seed);
+nlohmann::json intervals_json(const std::vector<MetricInterval>& intervals, int resamples, uint64_t seed);
+std::string intervals_text(const std::vector<MetricInterval>& intervals, int resamples, uint64_t seed);
 
 // The results as the public API gives them (sat/scores.hpp: Comparison, MetricDifference), as JSON and as the table
 // sat eval prints.

@@ -44,7 +44,7 @@ void add_eval_commands(CLI::App& app) {
     int resamples = 2000;
     uint64_t seed = 1;
     SearchFlags search;
-    bool json = false, record = false;
+    bool json = false, record = false, intervals = false;
   };
   auto e = std::make_shared<EvalArgs>();
   auto* ev = app.add_subcommand(
@@ -64,9 +64,12 @@ void add_eval_commands(CLI::App& app) {
   ev->add_option("--baseline", e->baseline,
                  "With --results: another results file for the same images; prints the paired bootstrap of the "
                  "results against it (each metric's difference and its 95% interval over image sets drawn again)");
-  ev->add_option("--resamples", e->resamples, "With --baseline: how many image sets are drawn")
+  ev->add_flag("--intervals", e->intervals,
+              "Also print each metric's 95% interval over image sets drawn again with replacement (the bootstrap: "
+              "how much the score owes to which images were scored)");
+  ev->add_option("--resamples", e->resamples, "With --baseline or --intervals: how many image sets are drawn")
       ->check(CLI::Range(1, kMaxBootstrapResamples));
-  ev->add_option("--seed", e->seed, "With --baseline: the draws' seed");
+  ev->add_option("--seed", e->seed, "With --baseline or --intervals: the draws' seed");
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
   ev->add_flag("--record", e->record,
@@ -74,6 +77,7 @@ void add_eval_commands(CLI::App& app) {
                "prints them; the file is replaced atomically)");
   ev->callback([e] {
     CaptionScores scores;
+    std::vector<MetricInterval> intervals;
     if (!e->results.empty()) {
       if (e->record) throw CLI::ValidationError("--record", "stores a model's scores: use it with --model and --data");
       if (e->refs.empty()) throw CLI::RequiredError("--refs (with --results)");
@@ -83,7 +87,9 @@ void add_eval_commands(CLI::App& app) {
         std::printf("%s", e->json ? (comparison_json(c).dump(2) + "\n").c_str() : comparison_table(c).c_str());
         return;
       }
-      scores = score_results(load_results(e->results), refs, e->results);
+      const std::vector<ResultEntry> entries = load_results(e->results);
+      scores = score_results(entries, refs, e->results);
+      if (e->intervals) intervals = result_intervals(entries, refs, e->results, e->resamples, e->seed);
     } else {
       if (!e->baseline.empty()) throw CLI::ValidationError("--baseline", "compares two results files: use it with --results");
       if (e->data.empty()) throw CLI::RequiredError("--data (or --results with --refs)");
@@ -101,6 +107,11 @@ void add_eval_commands(CLI::App& app) {
         scores = caption_and_score(*model, set, search, &results);
       }
       if (!e->results_out.empty()) write_file_atomic(e->results_out, results.dump(1) + "\n");
+      if (e->intervals) {
+        std::vector<ResultEntry> entries;
+        for (const auto& r : results) entries.push_back({r.at("image_id"), r.at("caption").get<std::string>()});
+        intervals = result_intervals(entries, set, "the captions", e->resamples, e->seed);
+      }
       if (e->record) {  // a fresh copy: the flags above only set this run's search
         auto stored = CaptionModel::load(e->model);
         stored->info["scores"] = scores.to_json();
@@ -108,10 +119,14 @@ void add_eval_commands(CLI::App& app) {
         stored->save(e->model);
       }
     }
-    if (e->json)
-      std::printf("%s\n", scores.to_json().dump(2).c_str());
-    else
+    if (e->json) {
+      nlohmann::json j = scores.to_json();
+      if (e->intervals) j["intervals"] = intervals_json(intervals, e->resamples, e->seed);
+      std::printf("%s\n", j.dump(2).c_str());
+    } else {
       std::printf("%s", scores.table().c_str());
+      if (e->intervals) std::printf("%s", intervals_text(intervals, e->resamples, e->seed).c_str());
+    }
   });
 }
 
