@@ -226,8 +226,13 @@ EOF
 import json, sys
 a, b = (json.load(open(f)) for f in sys.argv[1:])
 assert a["intervals"] == b["intervals"] and a["intervals"]["resamples"] == 300, (a, b)
+rare = a["objects"]["rare"]  # the synthetic scenes show none of the rarer objects: no share of them is drawn
+value = dict(a, rarer_false=rare["false_mentions"])
+assert rare["photos"] == 0 and "rarer_named" not in a["intervals"]["metrics"], a["intervals"]
+assert {"Bleu_4", "ROUGE_L", "CIDEr", "rarer_false"} <= set(a["intervals"]["metrics"]), a["intervals"]
 for name, m in a["intervals"]["metrics"].items():
-    assert m["low"] <= a[name] <= m["high"] and m["low"] < m["high"], (name, m, a[name])
+    assert m["low"] <= value[name] <= m["high"], (name, m, value[name])
+    assert name.startswith("rarer_") or m["low"] < m["high"], (name, m)
 EOF
   fail "eval --intervals"
 python3 -c 'import json,sys; r=json.load(open(sys.argv[1])); json.dump(r[1:], open(sys.argv[2], "w"))' \

@@ -27,6 +27,7 @@ ImageScoreStats image_score_stats(const std::vector<std::string>& hyps,
   for (size_t i = 0; i < h.size(); ++i) s.rouge_l.push_back(rouge_l(h[i], r[i]));
   s.cider_d = corpus_cider_d(h, r).per_image;
   if (meteor_available()) s.meteor = image_meteor_stats(h, r);
+  for (size_t i = 0; i < h.size(); ++i) s.rarer_objects.push_back(object_table_of_tokens({h[i]}, {r[i]}).rare);
   return s;
 }
 
@@ -34,13 +35,14 @@ namespace {
 
 // One system's corpus scores over a multiset of its images (counts[i]: how many times image i was drawn).
 struct CorpusScores {
-  double bleu4 = 0, meteor = -1, rouge_l = 0, cider_d = 0;
+  double bleu4 = 0, meteor = -1, rouge_l = 0, cider_d = 0, rarer_named = 0, rarer_false = 0;
 };
 
 CorpusScores corpus_scores(const ImageScoreStats& s, const std::vector<int>& counts) {
   BleuResult bleu;
   MeteorStats meteor;
   double rouge = 0, cider = 0;
+  ObjectRow rarer;
   int64_t drawn = 0;
   for (size_t i = 0; i < counts.size(); ++i) {
     const int c = counts[i];
@@ -52,21 +54,31 @@ CorpusScores corpus_scores(const ImageScoreStats& s, const std::vector<int>& cou
     }
     rouge += c * s.rouge_l[i];
     cider += c * s.cider_d[i];
+    if (!s.rarer_objects.empty()) {
+      rarer.photos += c * s.rarer_objects[i].photos;
+      rarer.named += c * s.rarer_objects[i].named;
+      rarer.false_mentions += c * s.rarer_objects[i].false_mentions;
+    }
   }
   CorpusScores out;
   out.bleu4 = bleu_from_counts(bleu).bleu[3];
   if (!s.meteor.empty()) out.meteor = meteor.score(MeteorParams{});
   out.rouge_l = rouge / (double)drawn;
   out.cider_d = cider / (double)drawn;
+  out.rarer_named = rarer.recall();
+  out.rarer_false = rarer.false_mentions;
   return out;
 }
 
-std::vector<double> as_list(const CorpusScores& s) { return {s.bleu4, s.meteor, s.rouge_l, s.cider_d}; }
+std::vector<double> as_list(const CorpusScores& s) {
+  return {s.bleu4, s.meteor, s.rouge_l, s.cider_d, s.rarer_named, s.rarer_false};
+}
 
 void check_stats(const ImageScoreStats& s, const char* which) {
   const size_t n = s.cider_d.size();
   if (n == 0) throw Error(std::string("paired bootstrap: the ") + which + " has no images");
-  if (s.bleu.size() != n || s.rouge_l.size() != n || (!s.meteor.empty() && s.meteor.size() != n))
+  if (s.bleu.size() != n || s.rouge_l.size() != n || (!s.meteor.empty() && s.meteor.size() != n) ||
+      (!s.rarer_objects.empty() && s.rarer_objects.size() != n))
     throw Error(std::string("paired bootstrap: the ") + which + "'s statistics differ in number of images");
 }
 
@@ -76,7 +88,16 @@ void check_settings(int resamples, double confidence) {
   if (!(confidence > 0 && confidence < 1)) throw Error("paired bootstrap: the confidence must be in (0, 1)");
 }
 
-const std::vector<std::string> kMetricNames = {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr"};
+const std::vector<std::string> kMetricNames = {"Bleu_4", "METEOR", "ROUGE_L", "CIDEr", "rarer_named", "rarer_false"};
+
+// Whether metric m is drawn for these statistics: METEOR needs its statistics, the object rows theirs.
+bool has_metric(const ImageScoreStats& s, size_t m) {
+  if (kMetricNames[m] == "METEOR") return !s.meteor.empty();
+  if (kMetricNames[m] == "rarer_named")  // a share of the photos showing a rarer object: none, no share
+    return std::any_of(s.rarer_objects.begin(), s.rarer_objects.end(), [](const ObjectRow& r) { return r.photos > 0; });
+  if (kMetricNames[m] == "rarer_false") return !s.rarer_objects.empty();
+  return true;
+}
 
 // One draw: counts[i] = how many times image i is drawn, n draws uniformly with replacement.
 void draw_images(std::mt19937_64& rng, std::vector<int>& counts) {
@@ -112,7 +133,7 @@ std::vector<MetricInterval> score_intervals(const ImageScoreStats& stats, int re
   }
   std::vector<MetricInterval> out;
   for (size_t m = 0; m < kMetricNames.size(); ++m) {
-    if (kMetricNames[m] == "METEOR" && stats.meteor.empty()) continue;
+    if (!has_metric(stats, m)) continue;
     const auto [low, high] = central_interval(drawn[m], confidence);
     out.push_back({kMetricNames[m], all[m], low, high});
   }
@@ -128,7 +149,6 @@ Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreSta
     throw Error("paired bootstrap: the baseline has " + std::to_string(n) + " images, the candidate " +
                 std::to_string(candidate.images()));
   check_settings(resamples, confidence);
-  const bool meteor = !baseline.meteor.empty() && !candidate.meteor.empty();
 
   Comparison out;
   out.images = n;
@@ -148,7 +168,7 @@ Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreSta
     for (size_t m = 0; m < kMetricNames.size(); ++m) differences[m].push_back(b[m] - a[m]);
   }
   for (size_t m = 0; m < kMetricNames.size(); ++m) {
-    if (kMetricNames[m] == "METEOR" && !meteor) continue;
+    if (!has_metric(baseline, m) || !has_metric(candidate, m)) continue;
     std::vector<double>& d = differences[m];
     const auto [low, high] = central_interval(d, confidence);
     MetricDifference c;
@@ -206,7 +226,7 @@ std::string intervals_text(const std::vector<MetricInterval>& intervals, int res
                 (unsigned long long)seed);
   std::string s = buf;
   for (const MetricInterval& m : intervals) {
-    std::snprintf(buf, sizeof buf, "  %-8s %.4f  [%.4f, %.4f]\n", m.metric.c_str(), m.value, m.low, m.high);
+    std::snprintf(buf, sizeof buf, "  %-11s %.4f  [%.4f, %.4f]\n", m.metric.c_str(), m.value, m.low, m.high);
     s += buf;
   }
   return s;
@@ -230,11 +250,11 @@ std::string comparison_table(const Comparison& c) {
                 "paired bootstrap: %d images drawn again %d times (seed %llu); the candidate minus the baseline\n",
                 c.images, c.resamples, (unsigned long long)c.seed);
   std::string s = buf;
-  std::snprintf(buf, sizeof buf, "%-8s %9s %10s %11s   %-22s %s\n", "metric", "baseline", "candidate", "difference",
+  std::snprintf(buf, sizeof buf, "%-11s %9s %10s %11s   %-22s %s\n", "metric", "baseline", "candidate", "difference",
                 (std::to_string((int)std::lround(c.confidence * 100)) + "% interval").c_str(), "resamples <= 0");
   s += buf;
   for (const MetricDifference& m : c.metrics) {
-    std::snprintf(buf, sizeof buf, "%-8s %9.4f %10.4f %+11.4f   [%+.4f, %+.4f]       %.4f\n", m.metric.c_str(),
+    std::snprintf(buf, sizeof buf, "%-11s %9.4f %10.4f %+11.4f   [%+.4f, %+.4f]       %.4f\n", m.metric.c_str(),
                   m.baseline, m.candidate, m.difference, m.low, m.high, m.share_not_above_zero);
     s += buf;
   }

@@ -15,6 +15,7 @@
 #include "train/evaluate.hpp"
 #include "train/meteor.hpp"
 #include "train/metrics.hpp"
+#include "train/object_mentions.hpp"
 #include "train/sat/scores.hpp"
 
 namespace sat {
@@ -25,12 +26,16 @@ struct ImageScoreStats {
   std::vector<MeteorStats> meteor;   // empty: METEOR not available here
   std::vector<double> rouge_l;
   std::vector<double> cider_d;
+  std::vector<ObjectRow> rarer_objects;  // per image, the object table's pooled rarer groups (photos, named, false)
   int images() const { return (int)cider_d.size(); }
 };
 // Raw captions and references in, tokenized as score_captions tokenizes them.
 ImageScoreStats image_score_stats(const std::vector<std::string>& hyps,
                                   const std::vector<std::vector<std::string>>& refs);
 
+// The metrics drawn: Bleu_4, METEOR (when both have its statistics), ROUGE_L, CIDEr, and from the object table
+// rarer_named (the share of the rarer objects' photos whose caption names them; left out when no image shows one) and
+// rarer_false (captions naming a rarer object no reference names, a count over the images drawn).
 // One system's scores with the interval they would range over had other images of the same kind been scored: each
 // metric on the full set (value) and the central `confidence` share of its values over `resamples` draws of the
 // images with replacement (low, high).
