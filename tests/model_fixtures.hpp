@@ -22,6 +22,12 @@ inline void build_tiny_model(CaptionModel& m, const std::vector<std::vector<std:
   m.build();
 }
 
+// n photos of build_tiny_model's input (3 planes of 32x32 each), every value drawn from N(0, 1).
+inline std::vector<float> random_tiny_photos(Rng& rng, int n) {
+  std::vector<float> planes((size_t)n * 3 * 32 * 32);
+  for (auto& v : planes) v = (float)rng.normal();
+  return planes;
+}
 
 // beam, length norm and no-repeat always; the consensus weight, memory candidates and diversity when given;
 // candidates > 0: every candidate the search considered, not only the kept one.

@@ -382,8 +382,7 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
   Rng rng(9);
   m.init(rng);
   const int n = 6, D = m.encoder_config.feature_dim();
-  std::vector<float> planes((size_t)n * 3 * 32 * 32);
-  for (auto& v : planes) v = (float)rng.normal();
+  const std::vector<float> planes = random_tiny_photos(rng, n);
   Mat F = m.encode(planes, n);
   const auto plain = m.search_kept(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}));
   const auto lists = beam_search_nbest(*m.decoder, F, n, 4, m.max_len, 0.5, 0);

@@ -164,8 +164,7 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
   Rng rng(11);
   m.init(rng);
   const int n = 40, D = m.encoder_config.feature_dim();
-  std::vector<float> planes((size_t)n * 3 * 32 * 32);
-  for (auto& v : planes) v = (float)rng.normal();
+  const std::vector<float> planes = random_tiny_photos(rng, n);
   const Mat F = m.encode(planes, n);
 
   // The memory as build_caption_memory makes it: unit-length pooled keys, the projection learned from them, the

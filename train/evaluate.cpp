@@ -54,15 +54,20 @@ std::string CaptionScores::table() const {
   return s + buf + objects.text();
 }
 
-CaptionScores score_captions(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs) {
+TokenizedCaptions tokenize_for_scoring(const std::vector<std::string>& hyps,
+                                       const std::vector<std::vector<std::string>>& refs) {
   if (hyps.size() != refs.size()) throw Error("scoring: hypotheses and references differ in number");
-  std::vector<Tokens> h(hyps.size());
-  std::vector<std::vector<Tokens>> r(hyps.size());
+  TokenizedCaptions t{std::vector<Tokens>(hyps.size()), std::vector<std::vector<Tokens>>(hyps.size())};
 #pragma omp parallel for schedule(dynamic, 64)
   for (size_t i = 0; i < hyps.size(); ++i) {
-    h[i] = ptb_tokenize(hyps[i]);
-    for (auto& ref : refs[i]) r[i].push_back(ptb_tokenize(ref));
+    t.hyps[i] = ptb_tokenize(hyps[i]);
+    for (auto& ref : refs[i]) t.refs[i].push_back(ptb_tokenize(ref));
   }
+  return t;
+}
+
+CaptionScores score_captions(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs) {
+  const auto [h, r] = tokenize_for_scoring(hyps, refs);
   CaptionScores s;
   s.images = (int)hyps.size();
   s.objects = object_table_of_tokens(h, r);

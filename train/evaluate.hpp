@@ -25,6 +25,15 @@ struct CaptionScores {
   std::string table() const;                                // aligned, one metric per line, then the object table
 };
 
+// Captions and their references tokenized as the toolkit's PTBTokenizer step does (in parallel), the input every
+// metric reads; differing counts are an error.
+struct TokenizedCaptions {
+  std::vector<Tokens> hyps;
+  std::vector<std::vector<Tokens>> refs;
+};
+TokenizedCaptions tokenize_for_scoring(const std::vector<std::string>& hyps,
+                                       const std::vector<std::vector<std::string>>& refs);
+
 // Raw text in; tokenization as the toolkit's PTBTokenizer step. The object table is made from the same tokens.
 CaptionScores score_captions(const std::vector<std::string>& hyps, const std::vector<std::vector<std::string>>& refs);
 

@@ -8,20 +8,12 @@
 
 #include "sat/error.hpp"
 #include "train/evaluate.hpp"
-#include "train/ptb_tokenizer.hpp"
 
 namespace sat {
 
 ImageScoreStats image_score_stats(const std::vector<std::string>& hyps,
                                   const std::vector<std::vector<std::string>>& refs) {
-  if (hyps.size() != refs.size()) throw Error("scoring: hypotheses and references differ in number");
-  std::vector<Tokens> h(hyps.size());
-  std::vector<std::vector<Tokens>> r(hyps.size());
-#pragma omp parallel for schedule(dynamic, 64)
-  for (size_t i = 0; i < hyps.size(); ++i) {
-    h[i] = ptb_tokenize(hyps[i]);
-    for (auto& ref : refs[i]) r[i].push_back(ptb_tokenize(ref));
-  }
+  const auto [h, r] = tokenize_for_scoring(hyps, refs);
   ImageScoreStats s;
   s.bleu = image_bleu_stats(h, r);
   for (size_t i = 0; i < h.size(); ++i) s.rouge_l.push_back(rouge_l(h[i], r[i]));
