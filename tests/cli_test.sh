@@ -847,6 +847,33 @@ assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kep
   same_from_tags_cache_and_photos "$WORK/tags_ev.sat" tags_ev &&
   pass "the detector's evidence in reranking: stored, shown, in each candidate's total; the same captions from cache and photos" ||
   fail "the detector's evidence in reranking"
+# the captions' relevance (the CCA's word side): stored and shown; each candidate's total has R x its relevance, a
+# cosine; the same captions from the cache as from the photos; a memory rebuilt keeps the detector's evidence
+"$SAT" model set "$WORK/tags_cca.sat" --out "$WORK/tags_rel.sat" --relevance-weight 2 --object-evidence 3 >/dev/null &&
+  "$SAT" model info "$WORK/tags_rel.sat" | grep -q "^the captions' relevance weighs in reranking: weight 2 " &&
+  "$SAT" caption "$WORK/val/images/$(head -n 1 "$WORK/val_names.txt")" --model "$WORK/tags_rel.sat" --beam 3 --candidates 3 --json |
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)[0]
+c = d["candidates"]
+assert all(-1 <= x["relevance"] <= 1 for x in c), c
+assert all(abs(x["total"] - (x["score"] + 5 * x["agreement"] + 3 * x["object_evidence"] + 2 * x["relevance"])) < 1e-6 for x in c), c
+kept = [x for x in c if x["chosen"]]
+assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kept[0]["caption"] == d["caption"], c' &&
+  same_from_tags_cache_and_photos "$WORK/tags_rel.sat" tags_rel &&
+  "$SAT" model memory "$WORK/tags_rel.sat" --data "$WORK/val" --split "$WORK/val_names.txt" \
+    --features "$WORK/rn_raw_tags.feat" --neighbours 3 --cca 2 --out "$WORK/tags_rel_again.sat" >/dev/null &&
+  "$SAT" model info "$WORK/tags_rel_again.sat" > "$WORK/tags_rel_again.txt" &&
+  grep -q "^the detector's evidence weighs in reranking: weight 3," "$WORK/tags_rel_again.txt" &&
+  ! grep -q "relevance" "$WORK/tags_rel_again.txt" &&
+  pass "the captions' relevance in reranking: stored, shown, in each candidate's total; the same captions from cache and photos; a rebuilt memory keeps the evidence" ||
+  fail "the captions' relevance in reranking"
+expect_error "relevance without the word side of a key projection" \
+  "^sat: $WORK/tags_mem.sat: has no word side in its caption memory's key projection for --relevance-weight (sat model memory --cca builds one)$" \
+  "$SAT" caption "$WORK/val/images/$(head -n 1 "$WORK/val_names.txt")" --model "$WORK/tags_mem.sat" --relevance-weight 1
+expect_error "model set --relevance-weight without the word side" \
+  "^sat: $WORK/tags_mem.sat: has no word side in its caption memory's key projection for --relevance-weight" \
+  "$SAT" model set "$WORK/tags_mem.sat" --out "$WORK/never.sat" --relevance-weight 1
 expect_error "an object weight for a model without object channels" \
   "^sat: caption memory: the model has no object channels to weight in its keys$" \
   "$SAT" model memory "$WORK/rn3_t1/model.sat" --data "$WORK/val" --split "$WORK/val_names.txt" \

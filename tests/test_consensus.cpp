@@ -736,6 +736,12 @@ TEST_CASE("search options: resolved against the model in one place, unset fields
   CHECK(error_of_options(bad, OptionSpelling::command_line) ==
         "m.sat: has no caption memory for --neighbours (sat model memory builds one)");
   bad = {};
+  bad.relevance_weight = 1.0;
+  CHECK(error_of_options(bad, OptionSpelling::command_line) ==
+        "m.sat: has no caption memory for --relevance-weight (sat model memory builds one)");
+  bad.relevance_weight = 101.0;
+  CHECK(error_of_options(bad, OptionSpelling::library) == "relevance_weight must be in [0, 100]");
+  bad = {};
   bad.beam = 3;  // the stored two groups do not divide three rows
   CHECK(error_of_options(bad, OptionSpelling::library) == "beam groups must divide the beam size (3); got 2");
   bad.beam = 1;  // greedy: no groups to check
@@ -766,6 +772,11 @@ TEST_CASE("search options: resolved against the model in one place, unset fields
   CHECK(reranking.consensus.weight == 5.0);
   CHECK(reranking.consensus.neighbours == 3);
   CHECK(reranking.consensus.memory_candidates == 2);
+  SearchOptions relevance;  // a memory without a key projection has no word side
+  relevance.relevance_weight = 0.5;
+  CHECK(error_of_options(relevance, OptionSpelling::library) ==
+        "m.sat: has no word side in its caption memory's key projection for relevance_weight (sat model memory --cca "
+        "builds one)");
   with_memory.neighbours = 4;
   CHECK(error_of_options(with_memory, OptionSpelling::command_line) ==
         "m.sat: its caption memory holds 3 photos: --neighbours 4 is more");
@@ -814,4 +825,12 @@ TEST_CASE("consensus: the detector's evidence weighs in the totals, with or with
   CHECK(list.candidates[1].total == doctest::Approx(-1.2 + 0.2 + 0.7));
   CHECK(list.candidates[2].total == doctest::Approx(-1.3 + 1.0 - 0.2));
   CHECK(list.chosen == 0);
+  // and the captions' relevance: + relevance_weight x relevance
+  list.candidates[0].relevance = -0.5, list.candidates[1].relevance = 0.4, list.candidates[2].relevance = 0.1;
+  s.relevance_weight = 2;
+  choose_by_totals(list, s);
+  CHECK(list.candidates[0].total == doctest::Approx(-1.0 + 1.8 - 1.0));
+  CHECK(list.candidates[1].total == doctest::Approx(-1.2 + 0.2 + 0.7 + 0.8));
+  CHECK(list.candidates[2].total == doctest::Approx(-1.3 + 1.0 - 0.2 + 0.2));
+  CHECK(list.chosen == 1);
 }

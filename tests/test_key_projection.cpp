@@ -107,6 +107,82 @@ TEST_CASE("key projection: a key channel that counts a word's captions has canon
   }
 }
 
+namespace {
+
+// Pearson correlation of two equally long lists.
+double correlation(const std::vector<double>& a, const std::vector<double>& b) {
+  const Eigen::Map<const Eigen::VectorXd> x(a.data(), (int64_t)a.size()), y(b.data(), (int64_t)b.size());
+  const Eigen::VectorXd xc = x.array() - x.mean(), yc = y.array() - y.mean();
+  return xc.dot(yc) / std::sqrt(xc.squaredNorm() * yc.squaredNorm());
+}
+
+}  // namespace
+
+TEST_CASE("key projection: the word side is CCA's other half: a photo's captions land where its key does") {
+  // Each photo's 5 captions are one sentence, so a caption stands for its photo's whole bag of words, and the
+  // projected caption is the photo's canonical variate on the word side.
+  Rng rng(13);
+  const int n = 400, D = 6;
+  Mat keys(n, D);
+  std::vector<std::vector<std::string>> captions;
+  std::vector<bool> dog(n);
+  for (int i = 0; i < n; ++i) {
+    dog[i] = rng.integer(0, 1) == 1;
+    const std::string sentence = std::string(dog[i] ? "a dog" : "a cat") + (rng.integer(0, 1) ? " runs" : " sits");
+    captions.push_back(std::vector<std::string>(5, sentence));
+    for (int d = 0; d < D; ++d) keys(i, d) = (float)rng.normal();
+    keys(i, 3) = dog[i] ? 1.f : 0.f;
+  }
+  KeyProjectionOptions o;
+  o.dims = 2;
+  o.regularization = 1e-6;
+  o.power = 0;
+  o.min_photos = 1;
+  const KeyProjection p = learn_key_projection(keys, captions, o);
+  REQUIRE(p.has_word_side());
+  CHECK(p.vocabulary == std::vector<std::string>{"a", "cat", "dog", "runs", "sits"});
+  CHECK(p.word_map.rows() == 5);
+  CHECK(p.word_map.cols() == 2);
+  CHECK(p.word_center.size() == 2);
+  CHECK(p.word_map.row(0).norm() == 0);  // "a" is in every photo: no information, inverse document frequency 0
+  CHECK(word_side_problem(p).empty());
+  // Along the first direction the two variates agree (correlation 1) and each has unit variance (power 0).
+  std::vector<double> key_side, word_side;
+  for (int i = 0; i < n; ++i) {
+    key_side.push_back(((keys.row(i) - p.center) * p.map)(0));
+    word_side.push_back(project_caption(p, split_words(captions[i][0]))(0));
+  }
+  CHECK(correlation(key_side, word_side) == doctest::Approx(p.correlations[0]).epsilon(1e-4));
+  CHECK(p.correlations[0] == doctest::Approx(1.0).epsilon(1e-4));
+  const Eigen::Map<const Eigen::VectorXd> w(word_side.data(), n);
+  CHECK(w.mean() == doctest::Approx(0.0).scale(1.0));  // the centre is the mean photo's bag
+  CHECK((w.array() - w.mean()).square().mean() == doctest::Approx(1.0).epsilon(1e-3));
+  // A word outside the vocabulary counts for nothing; a word said twice counts once.
+  CHECK(project_caption(p, {"dog", "dog", "zebra"}) == project_caption(p, {"dog"}));
+
+  // Relevance: with the weaker direction scaled down (power 4), every photo's own animal fits it better than the other.
+  o.power = 4;
+  const KeyProjection q = learn_key_projection(keys, captions, o);
+  int right = 0;
+  for (int i = 0; i < n; ++i) {
+    const Vec key = (keys.row(i) - q.center) * q.map;
+    const std::vector<double> r = caption_relevances(q, key.data(), {{"a", "dog", "runs"}, {"a", "cat", "runs"}});
+    right += dog[i] ? r[0] > r[1] : r[1] > r[0];
+  }
+  CHECK(right == n);
+  // Damage that a file could carry.
+  KeyProjection bad = q;
+  std::swap(bad.vocabulary[1], bad.vocabulary[2]);
+  CHECK(word_side_problem(bad) == "its word side's vocabulary is not sorted without repeats (word 2)");
+  bad = q;
+  bad.word_map.conservativeResize(4, 2);
+  CHECK(word_side_problem(bad) ==
+        "its word side has 5 words, a 4 x 2 map and a centre of 2 (expected one row per word and 2 columns)");
+  bad = q;
+  bad.word_center(1) = std::nanf("");
+  CHECK(word_side_problem(bad) == "its word side holds a value that is not a finite number");
+}
+
 TEST_CASE("key projection: photos whose captions share words become nearest, where the raw keys mix them") {
   Rng rng(5);
   const TopicPhotos photos = topic_photos(600, 24, 6, rng);
@@ -200,6 +276,8 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
 
   m.memory = memory;
   m.consensus = {5, 20.0};
+  m.consensus.relevance_weight = 2;
+  REQUIRE(memory->weighs_relevance());
   const std::string path = dir.file("cca.sat");
   m.save(path);
   auto loaded = CaptionModel::load(path);
@@ -211,8 +289,31 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
   CHECK(loaded->memory->projection.map == memory->projection.map);  // float32: exact
   CHECK(loaded->memory->projection.center == memory->projection.center);
   CHECK(loaded->memory->keys.cols() == 3);
-  const auto before = m.search_kept(F, n, search_with(m, 4, 0.5, 0, {}, {}, {}));
-  const auto after = loaded->search_kept(F, n, search_with(*loaded, 4, 0.5, 0, {}, {}, {}));
+  // The word side: the vocabulary and centre exactly, the map within float16's rounding.
+  const KeyProjection& words = loaded->memory->projection;
+  CHECK(loaded->consensus.relevance_weight == 2);
+  CHECK(words.vocabulary == memory->projection.vocabulary);
+  CHECK(words.word_center == memory->projection.word_center);
+  REQUIRE(words.word_map.rows() == memory->projection.word_map.rows());
+  CHECK((words.word_map - memory->projection.word_map).cwiseAbs().maxCoeff() <=
+        1e-3f * memory->projection.word_map.cwiseAbs().maxCoeff());
+  // A search weighing relevance: each candidate's is its words' cosine with the photo's key, and the total has it.
+  const std::vector<CandidateList> lists = loaded->search(F, n, search_with(*loaded, 4, 0.5, 0, {}, {}, {}, 4));
+  for (int i = 0; i < n; ++i) {
+    std::vector<Tokens> said;
+    for (auto& c : lists[i].candidates) said.push_back(loaded->vocab.decode(c.hypothesis.tokens));
+    const std::vector<double> want = caption_relevances(words, queries.row(i).data(), said);
+    for (size_t k = 0; k < said.size(); ++k) {
+      const Candidate& c = lists[i].candidates[k];
+      CHECK(c.relevance == doctest::Approx(want[k]).epsilon(1e-3));
+      CHECK(c.total == doctest::Approx(c.hypothesis.score + 20 * c.agreement + 2 * c.relevance));
+    }
+  }
+  m.consensus.relevance_weight = 0;  // the keys alone (the stored map is float16, the relevance a little different)
+  SearchOptions keys_alone;
+  keys_alone.beam = 4, keys_alone.length_norm = 0.5, keys_alone.relevance_weight = 0;
+  const auto before = m.search_kept(F, n, resolve_search(m, keys_alone, "m"));
+  const auto after = loaded->search_kept(F, n, resolve_search(*loaded, keys_alone, "loaded"));
   for (int i = 0; i < n; ++i) CHECK(before[i].tokens == after[i].tokens);
 
   auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
@@ -252,4 +353,33 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
           tf.tensors.emplace(kMemoryKeys, std::move(wrong));
         }) == dir.file("p6.sat") + ": caption memory vectors have " + std::to_string(D) +
                   " values, its key projection 3");
+  CHECK(damaged("w1.sat", [](TensorFile& tf) {
+          tf.tensors.erase(kMemoryWordMap);
+          tf.half.erase(kMemoryWordMap);
+        }) == dir.file("w1.sat") + ": caption memory's key projection has a vocabulary but not the tensors "
+                                   "'memory.word_map' (words x dims) and 'memory.word_center' (1 x dims)");
+  auto header_projection = [](TensorFile& tf, const std::function<void(nlohmann::json&)>& change) {
+    auto c = nlohmann::json::parse(tf.metadata["consensus"]);
+    change(c);
+    tf.metadata["consensus"] = c.dump();
+  };
+  CHECK(damaged("w2.sat", [&](TensorFile& tf) {
+          header_projection(tf, [](nlohmann::json& c) { c["key_projection"].erase("vocabulary"); });
+        }) == dir.file("w2.sat") + ": caption memory's key projection has word-side tensors but no \"vocabulary\" in "
+                                   "its header");
+  CHECK(damaged("w3.sat", [&](TensorFile& tf) {
+          header_projection(tf, [](nlohmann::json& c) {
+            auto& v = c["key_projection"]["vocabulary"];
+            std::swap(v[0], v[1]);
+          });
+        }) == dir.file("w3.sat") + ": caption memory's key projection: its word side's vocabulary is not sorted "
+                                   "without repeats (word 1)");
+  CHECK(damaged("w4.sat", [&](TensorFile& tf) {  // a memory built before the word side, with relevance asked of it
+          header_projection(tf, [](nlohmann::json& c) { c["key_projection"].erase("vocabulary"); });
+          tf.tensors.erase(kMemoryWordMap), tf.half.erase(kMemoryWordMap), tf.tensors.erase(kMemoryWordCenter);
+        }) == dir.file("w4.sat") + ": consensus relevance_weight needs the word side of a key projection, and the "
+                                   "caption memory has none");
+  CHECK(damaged("w5.sat", [&](TensorFile& tf) {
+          header_projection(tf, [](nlohmann::json& c) { c["relevance_weight"] = 101; });
+        }) == dir.file("w5.sat") + ": consensus relevance_weight must be in [0, 100]");
 }

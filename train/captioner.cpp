@@ -30,6 +30,7 @@ SearchOptions search_options(const CaptionOptions& options) {
   o.memory_candidates = options.memory_candidates;
   o.object_evidence = options.object_evidence;
   o.evidence_threshold = options.evidence_threshold;
+  o.relevance_weight = options.relevance_weight;
   o.beam_groups = options.beam_groups;
   o.diversity = options.diversity;
   o.include = options.include;
@@ -158,6 +159,7 @@ std::vector<CaptionResult> Captioner::Impl::caption_planes(const std::vector<flo
       one.score = c.hypothesis.score;
       one.agreement = c.agreement;
       one.evidence = c.evidence;
+      one.relevance = c.relevance;
       one.total = c.total;
       one.chosen = k == list.chosen;
       one.memory_photo = c.memory_photo;
@@ -281,6 +283,7 @@ ModelInfo Captioner::info() const {
   info.memory_candidates = m.consensus.memory_candidates;
   info.object_evidence = m.consensus.object_evidence;
   info.evidence_threshold = m.consensus.evidence_threshold;
+  info.relevance_weight = m.consensus.relevance_weight;
   info.beam_groups = m.beam_diversity.groups;
   info.diversity = m.beam_diversity.penalty;
   info.attention = m.decoder_config.attention;

@@ -186,6 +186,8 @@ void CaptionMemory::prepare(int D, const std::string& source) {
     if (keys.cols() != projection.map.cols())
       fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, its key projection " +
                        std::to_string(projection.map.cols()));
+    if (const std::string problem = word_side_problem(projection); !problem.empty())
+      fail(source, "caption memory's key projection: " + problem);
   } else if (keys.cols() != D) {
     fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, the model's grid has " +
                      std::to_string(D));

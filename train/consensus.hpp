@@ -46,6 +46,8 @@ struct CaptionMemory {
   KeyProjection projection;
   KeyProjectionOptions projection_options;  // what it was learned with (shown by sat model info)
   bool projected() const { return projection.map.size() > 0; }
+  // Whether the projection has its word side: what a caption's relevance (ConsensusSettings::relevance_weight) needs.
+  bool weighs_relevance() const { return projected() && projection.has_word_side(); }
   // Per memory photo, its captions as memory_caption() gives them (words joined by single spaces).
   std::vector<std::vector<std::string>> captions;
 
@@ -92,6 +94,10 @@ struct ConsensusSettings {
   // evidence_threshold). 0: off. Applies with or without a caption memory.
   double object_evidence = 0;
   double evidence_threshold = 0.15;
+  // The caption's relevance to the photo (a memory whose key projection has its word side, weighs_relevance): each
+  // candidate's total gains relevance_weight x the cosine of the photo's projected key with the candidate's
+  // projected words (train/key_projection.hpp: caption_relevances). 0: off.
+  double relevance_weight = 0;
 };
 
 // A reference caption as the memory keeps it: PTB-tokenized and lowercased as coco-caption scores it, words joined

@@ -26,6 +26,9 @@ namespace sat {
 constexpr const char* kMemoryKeys = "memory.keys";  // the caption memory's vectors (train/consensus.hpp)
 constexpr const char* kMemoryKeyCenter = "memory.key_center";  // its key projection, if any (train/key_projection.hpp)
 constexpr const char* kMemoryKeyMap = "memory.key_map";
+// The projection's word side, if any (KeyProjection::word_map, float16, and word_center, float32).
+constexpr const char* kMemoryWordMap = "memory.word_map";
+constexpr const char* kMemoryWordCenter = "memory.word_center";
 
 struct CaptionModel {
   EncoderConfig encoder_config;

@@ -94,6 +94,7 @@ TensorFile CaptionModel::to_tensor_file() const {
   if (memory) {  // consensus reranking: the training photos' pooled grid vectors (float16) and their captions
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
+    if (consensus.relevance_weight > 0) settings["relevance_weight"] = consensus.relevance_weight;  // absent: 0
     if (memory->pooling != KeyPooling::mean)
       settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
     if (memory->object_weight != 1.f) {  // absent: 1 (the object channels as the grid has them)
@@ -116,6 +117,18 @@ TensorFile CaptionModel::to_tensor_file() const {
       Param key_map(kMemoryKeyMap, {map.rows(), map.cols()}, false);
       std::copy(map.data(), map.data() + map.size(), key_map.value.begin());
       tf.tensors.emplace(kMemoryKeyMap, std::move(key_map));
+      if (memory->projection.has_word_side()) {  // absent: no caption relevance
+        settings["key_projection"]["vocabulary"] = memory->projection.vocabulary;
+        const Mat& words = memory->projection.word_map;
+        Param word_map(kMemoryWordMap, {words.rows(), words.cols()}, false);
+        std::copy(words.data(), words.data() + words.size(), word_map.value.begin());
+        tf.tensors.emplace(kMemoryWordMap, std::move(word_map));
+        tf.half.insert(kMemoryWordMap);
+        const Vec& word_center = memory->projection.word_center;
+        Param wc(kMemoryWordCenter, {1, word_center.size()}, false);
+        std::copy(word_center.data(), word_center.data() + word_center.size(), wc.value.begin());
+        tf.tensors.emplace(kMemoryWordCenter, std::move(wc));
+      }
     }
     tf.metadata["consensus"] = settings.dump();
     tf.metadata["memory_captions"] = nlohmann::json(memory->captions).dump();
@@ -142,6 +155,26 @@ void CaptionModel::save(const std::string& path) const {
 
 namespace {
 
+// A two-dimensional tensor of floats (float32, or float16 left mapped or converted) into `out` (a Mat, or a Vec from a
+// 1 x n tensor); false when it is absent, quantized or not two-dimensional.
+template <typename Matrix>
+bool read_float_matrix(const TensorFile& tf, const char* name, Matrix& out) {
+  const auto* shape = tf.shape_of(name);
+  if (!shape || shape->size() != 2 || tf.quantized.count(name)) return false;
+  const int64_t rows = (*shape)[0], cols = (*shape)[1];
+  if constexpr (Matrix::RowsAtCompileTime == 1) {
+    if (rows != 1) return false;
+  }
+  if (auto h = tf.mapped_half.find(name); h != tf.mapped_half.end()) {
+    out.resize(rows, cols);  // row-major, as stored
+    h->second.to_floats(out.data());
+    return true;
+  }
+  if (!tf.tensors.count(name)) return false;
+  out = Eigen::Map<const Mat>(tf.tensors.at(name).value.data(), rows, cols);
+  return true;
+}
+
 // A caption memory's key projection (train/key_projection.hpp): its settings from the header's "consensus" object,
 // its centre and map from the float32 tensors; errors name the file.
 void read_key_projection(const TensorFile& tf, const nlohmann::json& kp, const std::string& path,
@@ -167,6 +200,19 @@ void read_key_projection(const TensorFile& tf, const nlohmann::json& kp, const s
   memory.projection.center = Eigen::Map<const Vec>(c.data(), (int64_t)c.size());
   memory.projection.map =
       Eigen::Map<const Mat>(tf.tensors.at(kMemoryKeyMap).value.data(), (*map_shape)[0], (*map_shape)[1]);
+  // The word side (caption relevance), in memories built since: a vocabulary in the header and two tensors.
+  const bool has_tensors = tf.shape_of(kMemoryWordMap) || tf.shape_of(kMemoryWordCenter);
+  if (!kp.contains("vocabulary")) {
+    if (has_tensors)
+      fail(path, "caption memory's key projection has word-side tensors but no \"vocabulary\" in its header");
+    return;
+  }
+  memory.projection.vocabulary = kp.at("vocabulary").get<std::vector<std::string>>();
+  if (!read_float_matrix(tf, kMemoryWordMap, memory.projection.word_map) ||
+      !read_float_matrix(tf, kMemoryWordCenter, memory.projection.word_center) ||
+      memory.projection.word_map.size() == 0)
+    fail(path, "caption memory's key projection has a vocabulary but not the tensors '" + std::string(kMemoryWordMap) +
+                   "' (words x dims) and '" + kMemoryWordCenter + "' (1 x dims)");
 }
 
 }  // namespace
@@ -280,6 +326,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       m->consensus.neighbours = settings.at("neighbours").get<int>();
       m->consensus.weight = settings.at("weight").get<double>();
       m->consensus.memory_candidates = settings.value("memory_candidates", 0);
+      m->consensus.relevance_weight = settings.value("relevance_weight", 0.0);
       memory->pooling = parse_key_pooling(settings.value("key_pooling", std::string("mean")));
       memory->object_weight = settings.value("key_object_weight", 1.f);
       memory->object_channels = settings.value("key_object_channels", m->encoder_config.object_channels);
@@ -298,6 +345,10 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
                      std::to_string(m->consensus.memory_candidates));
     if (!(m->consensus.weight >= 0 && m->consensus.weight <= kMaxConsensusWeight))
       fail(path, "consensus weight must be in [0, " + std::to_string((int)kMaxConsensusWeight) + "]");
+    if (!(m->consensus.relevance_weight >= 0 && m->consensus.relevance_weight <= kMaxRelevanceWeight))
+      fail(path, "consensus relevance_weight must be in [0, " + std::to_string((int)kMaxRelevanceWeight) + "]");
+    if (m->consensus.relevance_weight > 0 && !memory->weighs_relevance())
+      fail(path, "consensus relevance_weight needs the word side of a key projection, and the caption memory has none");
     if (memory->object_channels != m->encoder_config.object_channels)
       fail(path, "caption memory keys weight " + std::to_string(memory->object_channels) +
                      " object channels, the model's grid has " + std::to_string(m->encoder_config.object_channels));

@@ -17,14 +17,16 @@ namespace {
 // The options' names in errors, as each kind of front end spells them.
 struct OptionNames {
   const char *beam, *length_norm, *no_repeat_ngram, *consensus_weight, *neighbours, *memory_candidates,
-      *object_evidence, *evidence_threshold, *beam_groups, *diversity, *include, *candidates;
+      *object_evidence, *evidence_threshold, *relevance_weight, *beam_groups, *diversity, *include, *candidates;
 };
-constexpr OptionNames kLibraryNames{"beam",          "length_norm",     "no_repeat_ngram",  "consensus_weight",
-                                    "neighbours",    "memory_candidates", "object_evidence", "evidence_threshold",
-                                    "beam_groups",   "diversity",       "include",          "candidates"};
+constexpr OptionNames kLibraryNames{"beam",          "length_norm",       "no_repeat_ngram",  "consensus_weight",
+                                    "neighbours",    "memory_candidates", "object_evidence",  "evidence_threshold",
+                                    "relevance_weight", "beam_groups",    "diversity",        "include",
+                                    "candidates"};
 constexpr OptionNames kFlagNames{"--beam",          "--length-norm",       "--no-repeat",        "--consensus-weight",
                                  "--neighbours",    "--memory-candidates", "--object-evidence",  "--evidence-threshold",
-                                 "--beam-groups",   "--diversity",         "--include",          "--candidates"};
+                                 "--relevance-weight", "--beam-groups",    "--diversity",        "--include",
+                                 "--candidates"};
 
 std::string in_range(const char* name, int lo, int hi) {
   return std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
@@ -66,6 +68,7 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
   s.consensus.memory_candidates = options.memory_candidates.value_or(model.consensus.memory_candidates);
   s.consensus.object_evidence = options.object_evidence.value_or(model.consensus.object_evidence);
   s.consensus.evidence_threshold = options.evidence_threshold.value_or(model.consensus.evidence_threshold);
+  s.consensus.relevance_weight = options.relevance_weight.value_or(model.consensus.relevance_weight);
   s.diversity = BeamDiversity{options.beam_groups.value_or(model.beam_diversity.groups),
                               options.diversity.value_or(model.beam_diversity.penalty)};
   s.candidates = options.candidates;
@@ -92,6 +95,14 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
   if (s.consensus.object_evidence > 0 && model.encoder_config.object_channels == 0)
     fail(model_name, std::string("has no object channels for ") + name.object_evidence +
                          " (its encoder reads no detector: sat train --objects)");
+  if (!(s.consensus.relevance_weight >= 0 && s.consensus.relevance_weight <= kMaxRelevanceWeight))
+    throw Error(in_range(name.relevance_weight, 0, (int)kMaxRelevanceWeight));
+  if (s.consensus.relevance_weight > 0) {
+    require_memory(model, model_name, name.relevance_weight, 0);
+    if (!model.memory->weighs_relevance())
+      fail(model_name, std::string("has no word side in its caption memory's key projection for ") +
+                           name.relevance_weight + " (sat model memory --cca builds one)");
+  }
   if (s.candidates < 0 || s.candidates > kMaxBeam) throw Error(in_range(name.candidates, 0, kMaxBeam));
   if (s.beam > 1) check_diversity(s.diversity, s.beam);
   if (!options.include.empty()) s.include = word_to_include(model, options.include, model_name, name.include);
@@ -148,6 +159,13 @@ void weigh_object_evidence(CandidateList& list, const std::vector<double>& peaks
   for (auto& c : list.candidates) c.evidence = object_evidence(vocab.decode(c.hypothesis.tokens), peaks, threshold);
 }
 
+void weigh_relevance(CandidateList& list, const CaptionMemory& memory, const float* key, const Vocab& vocab) {
+  std::vector<Tokens> words;
+  for (auto& c : list.candidates) words.push_back(vocab.decode(c.hypothesis.tokens));
+  const std::vector<double> relevance = caption_relevances(memory.projection, key, words);
+  for (size_t k = 0; k < list.candidates.size(); ++k) list.candidates[k].relevance = relevance[k];
+}
+
 void choose_by_totals(CandidateList& list, const ConsensusSettings& s) {
   std::vector<double> scores, agree;
   for (auto& c : list.candidates) {
@@ -156,7 +174,7 @@ void choose_by_totals(CandidateList& list, const ConsensusSettings& s) {
   }
   std::vector<double> totals = consensus_totals(scores, agree, s.weight);  // agreements 0 without the memory
   for (size_t k = 0; k < list.candidates.size(); ++k) {
-    totals[k] += s.object_evidence * list.candidates[k].evidence;
+    totals[k] += s.object_evidence * list.candidates[k].evidence + s.relevance_weight * list.candidates[k].relevance;
     list.candidates[k].total = totals[k];
   }
   list.chosen = best_total(totals);
@@ -164,18 +182,31 @@ void choose_by_totals(CandidateList& list, const ConsensusSettings& s) {
 
 namespace {
 
-// Whether a search of these settings reranks its candidates: by the caption memory, the detector's evidence or both.
+// Whether a search of these settings reranks its candidates: by the caption memory, the detector's evidence, the
+// captions' relevance, or several.
 bool by_memory(const CaptionModel& model, const SearchSettings& s) {
   return model.memory && s.consensus.weight > 0;
 }
 bool by_evidence(const SearchSettings& s) {
   return s.consensus.object_evidence > 0;
 }
+bool by_relevance(const CaptionModel& model, const SearchSettings& s) {
+  return model.memory && s.consensus.relevance_weight > 0;
+}
+bool reranks(const CaptionModel& model, const SearchSettings& s) {
+  return by_memory(model, s) || by_evidence(s) || by_relevance(model, s);
+}
+// Whether the search needs each photo's memory key: for its nearest memory photos or its captions' relevance.
+bool needs_keys(const CaptionModel& model, const SearchSettings& s) {
+  return by_memory(model, s) || by_relevance(model, s);
+}
 
-// Reranks one image's candidates (grid: its L x D rows) as the settings say, the memory's nearest photos `photos`.
+// Reranks one image's candidates (grid: its L x D rows) as the settings say, the memory's nearest photos `photos`
+// and its memory key `key` (nullptr when neither the memory nor relevance reranks).
 void rerank(CaptionModel& model, CandidateList& list, const Mat& grid, const std::vector<int>& photos,
-            const SearchSettings& s) {
+            const float* key, const SearchSettings& s) {
   if (by_memory(model, s)) set_agreements(list, *model.memory, photos, model.vocab);
+  if (by_relevance(model, s)) weigh_relevance(list, *model.memory, key, model.vocab);
   if (by_evidence(s)) {
     const EncoderConfig& e = model.encoder_config;
     weigh_object_evidence(list,
@@ -242,21 +273,21 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
       return beam_search_nbest(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, s.diversity);
     });
   }
-  const bool memory = s.beam > 1 && by_memory(model, s), evidence = s.beam > 1 && by_evidence(s);
-  const Mat keys = memory ? model.memory->key_vectors(F, n) : Mat();
+  const bool reranked = s.beam > 1 && reranks(model, s), memory = reranked && by_memory(model, s);
+  const Mat keys = reranked && needs_keys(model, s) ? model.memory->key_vectors(F, n) : Mat();
   const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
     CandidateList& list = out[i];
-    list = candidate_list(std::move(found[i]), memory || evidence);
-    if (!memory && !evidence) continue;
+    list = candidate_list(std::move(found[i]), reranked);
+    if (!reranked) continue;
     std::vector<int> photos;
     if (memory) {
       photos = model.memory->nearest(keys.row(i).data(), s.consensus.neighbours);
       if (s.consensus.memory_candidates > 0)
         add_memory_candidates(model, list, F.middleRows(i * L, L), photos, s.consensus.memory_candidates, s);
     }
-    rerank(model, list, F.middleRows(i * L, L), photos, s);
+    rerank(model, list, F.middleRows(i * L, L), photos, keys.size() ? keys.row(i).data() : nullptr, s);
   }
   return out;
 }
@@ -267,8 +298,8 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
   std::vector<std::vector<Hypothesis>> found = over_decoders(model, [&](auto& dec) {
     return beam_search_including(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, words);
   });
-  const bool memory = by_memory(model, s), evidence = by_evidence(s);
-  const Mat keys = memory ? model.memory->key_vectors(F, n) : Mat();
+  const bool reranked = reranks(model, s), memory = by_memory(model, s);
+  const Mat keys = needs_keys(model, s) ? model.memory->key_vectors(F, n) : Mat();
   const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
@@ -276,10 +307,11 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
       throw Error("no caption says '" + model.vocab.words[s.include] + "' within " + std::to_string(model.max_len) +
                   " words");
     CandidateList& list = out[i];
-    list = candidate_list(std::move(found[i]), memory || evidence);
-    if (memory || evidence)
+    list = candidate_list(std::move(found[i]), reranked);
+    const float* key = keys.size() ? keys.row(i).data() : nullptr;
+    if (reranked)
       rerank(model, list, F.middleRows(i * L, L),
-             memory ? model.memory->nearest(keys.row(i).data(), s.consensus.neighbours) : std::vector<int>(), s);
+             memory ? model.memory->nearest(key, s.consensus.neighbours) : std::vector<int>(), key, s);
   }
   return out;
 }
@@ -288,7 +320,7 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
 
 std::vector<CandidateList> CaptionModel::search(const Mat& F, int n, const SearchSettings& settings) {
   if (settings.include >= 0) return search_including(*this, F, n, settings);
-  const bool reranked = settings.beam > 1 && (by_memory(*this, settings) || by_evidence(settings));
+  const bool reranked = settings.beam > 1 && reranks(*this, settings);
   if (!reranked && settings.candidates == 0) return search_kept_only(*this, F, n, settings);
   return search_every_candidate(*this, F, n, settings);
 }

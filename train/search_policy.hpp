@@ -20,6 +20,8 @@ constexpr double kMaxConsensusWeight = 1000;
 constexpr int kMaxMemoryCandidates = 1000;
 // The largest weight of the detector's evidence in reranking (ConsensusSettings::object_evidence).
 constexpr double kMaxObjectEvidence = 100;
+// The largest weight of a caption's relevance in reranking (ConsensusSettings::relevance_weight).
+constexpr double kMaxRelevanceWeight = 100;
 
 // What a front end (the CLI's flags, the library's CaptionOptions, the server's query) asks of a search. Every unset
 // field takes the model's stored setting (chosen on dev data: sat model set, sat model memory).
@@ -32,6 +34,7 @@ struct SearchOptions {
   std::optional<int> memory_candidates;    // the captions of the M nearest memory photos join the candidates
   std::optional<double> object_evidence;   // the detector's evidence in reranking (a model with object channels)
   std::optional<double> evidence_threshold;  // and the peak above which naming an object gains
+  std::optional<double> relevance_weight;  // the caption's relevance by the memory's CCA (its word side)
   std::optional<int> beam_groups;          // diverse beam search (1: plain beam search)
   std::optional<double> diversity;         // and its penalty
   std::string include;                     // a word every caption must say (constrained beam search); "": none
@@ -57,7 +60,7 @@ struct SearchSettings {
 
 // The settings `options` ask of `model`, or an Error saying what is wrong with them: a value out of range, a setting
 // the model cannot use (reranking without a caption memory, more neighbours than it holds, the detector's evidence
-// without object channels, beam groups that do not
+// without object channels, relevance without a memory projection's word side, beam groups that do not
 // divide the beam), a word to include that is not one word or that the model cannot say. Errors about the model
 // name `model_name` (its file) and each option as `spelling` spells it. The one place search options are checked.
 SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& options, const std::string& model_name,
@@ -70,7 +73,10 @@ struct Candidate {
   Hypothesis hypothesis;
   double agreement = 0;   // consensus reranking: CIDEr-D against the nearest memory photos' captions (else 0)
   double evidence = 0;    // the detector's evidence for the objects it names (object_evidence; 0 when not used)
-  double total = 0;       // score + weight x agreement + object weight x evidence (the score when nothing reranks)
+  double relevance = 0;   // the cosine of its words with the photo in the memory's CCA space (0 when not used)
+  // score + weight x agreement + object weight x evidence + relevance weight x relevance (the score when nothing
+  // reranks)
+  double total = 0;
   int memory_photo = -1;  // a caption of this memory photo (ConsensusSettings::memory_candidates); -1: the search's
 };
 
@@ -78,11 +84,12 @@ struct Candidate {
 // candidate; beam search every caption it finished (when SearchSettings::candidates > 0 or reranking needs them;
 // else only the one it keeps); constrained search the captions that say the word. With reranking each candidate
 // carries its agreement with the nearest memory photos' captions (and with the detector's evidence weighed, its
-// evidence) and total = score + weight x agreement + object weight x evidence decides.
+// evidence; with relevance weighed, its relevance) and total = score + weight x agreement + object weight x evidence
+// + relevance weight x relevance decides.
 struct CandidateList {
   std::vector<Candidate> candidates;
   int chosen = 0;
-  bool reranked = false;  // the totals decide: the caption memory, the detector's evidence or both
+  bool reranked = false;  // the totals decide: the caption memory, the detector's evidence, relevance or several
   const Hypothesis& kept() const { return candidates[chosen].hypothesis; }
   // What a listing of the first n shows: their indices and, after them, the kept one's wherever it ranks.
   std::vector<int> shown(int n) const {
@@ -96,8 +103,10 @@ struct CandidateList {
 // The detector's evidence for each candidate (object_evidence: peaks per object group, object_group_peaks).
 void weigh_object_evidence(CandidateList& list, const std::vector<double>& peaks, double threshold,
                            const Vocab& vocab);
-// Each candidate's total, score + weight x agreement + object_evidence x evidence, and the list's choice: the first of
-// the best totals.
+// Each candidate's relevance to a photo whose projected key is `key` (caption_relevances over the memory's projection).
+void weigh_relevance(CandidateList& list, const CaptionMemory& memory, const float* key, const Vocab& vocab);
+// Each candidate's total, score + weight x agreement + object_evidence x evidence + relevance_weight x relevance, and
+// the list's choice: the first of the best totals.
 void choose_by_totals(CandidateList& list, const ConsensusSettings& settings);
 
 }  // namespace sat

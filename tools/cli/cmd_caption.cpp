@@ -1,6 +1,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <dirent.h>
 #include <nlohmann/json.hpp>
 
@@ -43,22 +44,27 @@ std::vector<std::string> expand_inputs(const std::vector<std::string>& inputs) {
 }
 
 // The first `shown` candidates (and the kept one, wherever it ranks), one per line under the image's caption.
-// weighs_evidence: the search weighed the detector's evidence (a column of each candidate's).
-void print_candidates(const CaptionModel& model, const CandidateList& list, int shown, bool weighs_evidence) {
-  const bool evidence = list.reranked && weighs_evidence;
-  const char* header = !list.reranked ? "  #  log p    score  caption"
-                       : evidence     ? "  #  log p    score   agree objects   total  caption"
-                                      : "  #  log p    score   agree   total  caption";
-  std::printf("%s\n", header);
+// `weighed`: what the search weighed (the detector's evidence and the captions' relevance each get a column when it
+// weighed them).
+void print_candidates(const CaptionModel& model, const CandidateList& list, int shown,
+                      const ConsensusSettings& weighed) {
+  const bool evidence = list.reranked && weighed.object_evidence > 0;
+  const bool relevance = list.reranked && weighed.relevance_weight > 0;
+  std::string header = "  #  log p    score";
+  if (list.reranked) header += std::string("   agree") + (evidence ? " objects" : "") + (relevance ? "  relev" : "") +
+                               "   total";
+  std::printf("%s  caption\n", header.c_str());
   for (int k : list.shown(shown)) {
     const auto& c = list.candidates[k];
     const std::string words = join_words(model.vocab.decode(c.hypothesis.tokens));
     const char mark = k == list.chosen ? '*' : ' ';
-    char objects[16] = "";
-    if (evidence) std::snprintf(objects, sizeof objects, " %7.3f", c.evidence);
+    char columns[32] = "";
+    if (evidence) std::snprintf(columns, sizeof columns, " %7.3f", c.evidence);
+    if (relevance)
+      std::snprintf(columns + std::strlen(columns), sizeof columns - std::strlen(columns), " %6.3f", c.relevance);
     if (list.reranked)
       std::printf("%c%2d %7.3f %7.3f %7.3f%s %7.3f  %s%s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score,
-                  c.agreement, objects, c.total, words.c_str(),
+                  c.agreement, columns, c.total, words.c_str(),
                   c.memory_photo >= 0 ? ("  [memory photo " + std::to_string(c.memory_photo) + "]").c_str() : "");
     else
       std::printf("%c%2d %7.3f %7.3f  %s\n", mark, k + 1, c.hypothesis.logprob, c.hypothesis.score, words.c_str());
@@ -76,7 +82,8 @@ std::string objects_text(const std::vector<DetectedObject>& found) {
   return out.empty() ? "none" : out;
 }
 
-nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& list, int shown, bool weighs_evidence) {
+nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& list, int shown,
+                               const ConsensusSettings& weighed) {
   nlohmann::json out = nlohmann::json::array();
   for (int k : list.shown(shown)) {
     const auto& c = list.candidates[k];
@@ -86,7 +93,8 @@ nlohmann::json candidates_json(const CaptionModel& model, const CandidateList& l
                           {"score", c.hypothesis.score},
                           {"chosen", k == list.chosen}};
     if (list.reranked) one["agreement"] = c.agreement, one["total"] = c.total;
-    if (list.reranked && weighs_evidence) one["object_evidence"] = c.evidence;
+    if (list.reranked && weighed.object_evidence > 0) one["object_evidence"] = c.evidence;
+    if (list.reranked && weighed.relevance_weight > 0) one["relevance"] = c.relevance;
     if (c.memory_photo >= 0) one["memory_photo"] = c.memory_photo;
     out.push_back(one);
   }
@@ -132,6 +140,10 @@ void SearchFlags::add_to(CLI::App* command) {
                     "The detector's evidence: the peak above which naming an object gains, below which it costs "
                     "(default: the model's)")
       ->check(CLI::Range(0.0, 1.0));
+  add_search_option(command, "--relevance-weight", options.relevance_weight,
+                    "Beam search: each candidate's total also gains R x the cosine of its words with the image in the "
+                    "caption memory's CCA space (needs a memory built with --cca; 0: off; default: the model's)")
+      ->check(CLI::Range(0.0, kMaxRelevanceWeight));
   add_search_option(command, "--beam-groups", options.beam_groups,
                     "Diverse beam search: the beam split into G groups that the diversity penalty keeps apart (G "
                     "divides the beam; 1: plain beam search; default: the model's)")
@@ -243,7 +255,7 @@ void add_caption_commands(CLI::App& app) {
         if (a->json) {
           nlohmann::json one = {{"file", good[i]}, {"caption", caption}};
           if (a->candidates > 0)
-            one["candidates"] = candidates_json(*model, lists[i], a->candidates, search.consensus.object_evidence > 0);
+            one["candidates"] = candidates_json(*model, lists[i], a->candidates, search.consensus);
           if (a->objects) one["objects"] = objects_to_json(objects[i]);
           out.push_back(one);
           continue;
@@ -254,7 +266,7 @@ void add_caption_commands(CLI::App& app) {
           std::printf("%s\t%s\n", good[i].c_str(), caption.c_str());
         if (a->objects) std::printf("  objects: %s\n", objects_text(objects[i]).c_str());
         if (a->candidates > 0)
-          print_candidates(*model, lists[i], a->candidates, search.consensus.object_evidence > 0);
+          print_candidates(*model, lists[i], a->candidates, search.consensus);
       }
       std::fflush(stdout);
       if (bar) {

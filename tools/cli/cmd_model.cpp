@@ -51,6 +51,14 @@ std::string evidence_text(const CaptionModel& m) {
   return text;
 }
 
+// "; the captions' relevance weighed ..." when the model weighs it in reranking, else nothing
+std::string relevance_text(const CaptionModel& m) {
+  if (m.consensus.relevance_weight <= 0) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, "; the captions' relevance weighed %g", m.consensus.relevance_weight);
+  return text;
+}
+
 // "; consensus reranking ..." when the model has a caption memory, else nothing
 std::string consensus_text(const CaptionModel& m) {
   if (!m.memory) return evidence_text(m);
@@ -63,7 +71,7 @@ std::string consensus_text(const CaptionModel& m) {
       m.consensus.memory_candidates > 0
           ? (", the " + std::to_string(m.consensus.memory_candidates) + " nearest's captions as candidates").c_str()
           : "");
-  return text + evidence_text(m);
+  return text + evidence_text(m) + relevance_text(m);
 }
 
 // "; no N-word phrase repeated" when the search blocks repeats, else nothing
@@ -86,7 +94,8 @@ nlohmann::json key_projection_json(const CaptionMemory& memory) {
           {"dims", memory.projection.map.cols()},
           {"power", memory.projection_options.power},
           {"regularization", memory.projection_options.regularization},
-          {"words", memory.projection.words}};
+          {"words", memory.projection.words},
+          {"word_side", memory.projection.has_word_side()}};
 }
 
 nlohmann::json model_summary(const std::string& path) {
@@ -142,6 +151,7 @@ nlohmann::json model_summary(const std::string& path) {
           {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
                                                         {"neighbours", m->consensus.neighbours},
                                                         {"consensus_weight", m->consensus.weight},
+                                                        {"relevance_weight", m->consensus.relevance_weight},
                                                         {"memory_candidates", m->consensus.memory_candidates},
                                                         {"key_pooling", key_pooling_name(m->memory->pooling)},
                                                         {"key_object_weight", m->memory->object_weight},
@@ -218,6 +228,10 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
         from_memory > 0
             ? ("; the " + std::to_string(from_memory) + " nearest photos' captions join the beam's candidates").c_str()
             : "");
+    if (c["relevance_weight"].get<double>() > 0)
+      std::printf("the captions' relevance weighs in reranking: weight %g (the cosine of a caption's words with the "
+                  "photo in the memory's CCA space)\n",
+                  c["relevance_weight"].get<double>());
   }
   if (!s["object_evidence"].is_null())
     std::printf(
@@ -349,6 +363,7 @@ struct SetArgs {
   int memory_candidates = -1;    // < 0: unchanged
   double object_evidence = -1;   // < 0: unchanged
   double evidence_threshold = -1;  // < 0: unchanged
+  double relevance_weight = -1;  // < 0: unchanged
   int neighbours = 0;            // 0: unchanged
   int beam_groups = 0;           // 0: unchanged
   double diversity = -1;         // < 0: unchanged
@@ -358,10 +373,11 @@ struct SetArgs {
 void set_search_settings(const SetArgs& a) {
   if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.decoder_precision.empty() &&
       a.consensus_weight < 0 && a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 &&
-      a.diversity < 0 && a.object_evidence < 0 && a.evidence_threshold < 0)
+      a.diversity < 0 && a.object_evidence < 0 && a.evidence_threshold < 0 && a.relevance_weight < 0)
     throw CLI::RequiredError(
         "--length-norm, --beam, --no-repeat, --encoder-precision, --decoder-precision, --consensus-weight, "
-        "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --beam-groups or --diversity");
+        "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --relevance-weight, "
+        "--beam-groups or --diversity");
   std::optional<PrecisionChoice> precision;
   if (!a.precision.empty()) precision = parse_precision(a.precision);
   std::optional<ProductPrecision> decoder_precision;
@@ -382,6 +398,10 @@ void set_search_settings(const SetArgs& a) {
     fail(a.in, "has no object channels for --object-evidence (its encoder reads no detector: sat train --objects)");
   if (a.object_evidence >= 0) m->consensus.object_evidence = a.object_evidence;
   if (a.evidence_threshold >= 0) m->consensus.evidence_threshold = a.evidence_threshold;
+  if (a.relevance_weight > 0 && !(m->memory && m->memory->weighs_relevance()))
+    fail(a.in, "has no word side in its caption memory's key projection for --relevance-weight (sat model memory "
+               "--cca builds one)");
+  if (a.relevance_weight >= 0) m->consensus.relevance_weight = a.relevance_weight;
   if (precision) {
     if (!m->encoder_config.pretrained()) fail(a.in, "has no pretrained encoder (--encoder-precision is for those)");
     if (*precision == PrecisionChoice::int8 && m->encoder_int8_ranges.empty())
@@ -457,6 +477,10 @@ void add_model_set(CLI::App& model) {
   set->add_option("--evidence-threshold", a->evidence_threshold,
                   "The detector's evidence: the peak above which naming an object gains, below which it costs")
       ->check(CLI::Range(0.0, 1.0));
+  set->add_option("--relevance-weight", a->relevance_weight,
+                  "Each beam candidate's total also gains R x the cosine of its words with the photo in the caption "
+                  "memory's CCA space (0: off; needs a memory built with --cca); choose it on dev data")
+      ->check(CLI::Range(0.0, kMaxRelevanceWeight));
   set->add_option("--beam-groups", a->beam_groups,
                   "Diverse beam search: the beam in G groups kept apart by the "
                   "diversity penalty (G divides the beam; 1: plain beam search)")
@@ -503,7 +527,12 @@ void write_caption_memory(const MemoryArgs& mem) {
   built->prepare(m->encoder_config.feature_dim(), mem.split);
   built->ready();  // what building the scorer throws, before the file is written
   m->memory = built;
+  // What reads the memory starts afresh (its relevance off: chosen on dev data for a memory); the detector's evidence,
+  // which does not read it, stays as set.
+  const ConsensusSettings before = m->consensus;
   m->consensus = {mem.neighbours, mem.weight};
+  m->consensus.object_evidence = before.object_evidence;
+  m->consensus.evidence_threshold = before.evidence_threshold;
   m->info["caption_memory"] = command_line();
   m->save(mem.out);
   size_t captions = 0;

@@ -84,6 +84,7 @@ bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
          a.consensus_weight == b.consensus_weight && a.memory_candidates == b.memory_candidates &&
          a.object_evidence == b.object_evidence && a.evidence_threshold == b.evidence_threshold &&
+         a.relevance_weight == b.relevance_weight &&
          a.beam_groups == b.beam_groups && a.diversity == b.diversity && a.attention == b.attention &&
          a.candidates == b.candidates && a.include == b.include && a.objects == b.objects &&
          a.object_threshold == b.object_threshold;
@@ -203,6 +204,8 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       if ((bad = number(key, value, 0, (int)kMaxObjectEvidence, x)).empty()) out.object_evidence = x;
     } else if (key == "evidence_threshold") {
       if ((bad = number(key, value, 0, 1, x)).empty()) out.evidence_threshold = x;
+    } else if (key == "relevance_weight") {
+      if ((bad = number(key, value, 0, (int)kMaxRelevanceWeight, x)).empty()) out.relevance_weight = x;
     } else if (key == "beam_groups") {
       if ((bad = whole_number(key, value, 1, kMaxBeam, n)).empty()) out.beam_groups = n;
     } else if (key == "diversity") {
@@ -224,7 +227,8 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
     } else {
       return "unknown parameter '" + key +
              "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, object_evidence, "
-             "evidence_threshold, beam_groups, diversity, candidates, include, attention, objects, object_threshold)";
+             "evidence_threshold, relevance_weight, beam_groups, diversity, candidates, include, attention, objects, "
+             "object_threshold)";
     }
     if (!bad.empty()) return bad;
   }
@@ -260,6 +264,7 @@ std::string caption_json(const CaptionResult& r, bool attention, bool objects) {
                   {"agreement", c.agreement}, {"total", c.total},  {"chosen", c.chosen}};
       if (c.memory_photo >= 0) one["memory_photo"] = c.memory_photo;
       if (c.evidence != 0) one["object_evidence"] = c.evidence;
+      if (c.relevance != 0) one["relevance"] = c.relevance;
       list.push_back(std::move(one));
     }
     j["candidates"] = std::move(list);

@@ -72,6 +72,7 @@ py::dict to_python(sat::CaptionResult&& r, int rows, int cols) {
     one["score"] = c.score;
     one["agreement"] = c.agreement;
     one["object_evidence"] = c.evidence;
+    one["relevance"] = c.relevance;
     one["total"] = c.total;
     one["chosen"] = c.chosen;
     one["memory_photo"] = c.memory_photo;
@@ -187,6 +188,7 @@ class PyCaptioner {
     d["memory_candidates"] = i.memory_candidates;
     d["object_evidence"] = i.object_evidence;
     d["evidence_threshold"] = i.evidence_threshold;
+    d["relevance_weight"] = i.relevance_weight;
     d["beam_groups"] = i.beam_groups;
     d["diversity"] = i.diversity;
     d["attention"] = i.attention;
@@ -233,6 +235,7 @@ PYBIND11_MODULE(_sat, m) {
       .def_readwrite("memory_candidates", &sat::CaptionOptions::memory_candidates)
       .def_readwrite("object_evidence", &sat::CaptionOptions::object_evidence)
       .def_readwrite("evidence_threshold", &sat::CaptionOptions::evidence_threshold)
+      .def_readwrite("relevance_weight", &sat::CaptionOptions::relevance_weight)
       .def_readwrite("beam_groups", &sat::CaptionOptions::beam_groups)
       .def_readwrite("diversity", &sat::CaptionOptions::diversity)
       .def_readwrite("include", &sat::CaptionOptions::include)

@@ -57,6 +57,10 @@ struct CaptionOptions {
   // in [0, 1]); see `sat model set --object-evidence`
   std::optional<double> object_evidence;
   std::optional<double> evidence_threshold;
+  // Each beam candidate's total also gains relevance_weight x the caption's relevance to the image: the cosine of
+  // the two in the caption memory's CCA space (0: off; at most 100; the model's memory needs the word side of its key
+  // projection, see `sat model memory --cca`); see `sat model set --relevance-weight`
+  std::optional<double> relevance_weight;
   // Diverse beam search: the beam in beam_groups groups (dividing the beam; 1: plain beam search), a later group
   // paying diversity (log p units, in [0, 100]) for each earlier group's row that took the same word at that step
   std::optional<int> beam_groups;
@@ -97,7 +101,10 @@ struct CaptionCandidate {
   double score = 0;       // what the beam ranks by: logprob / (words + 1)^length_norm
   double agreement = 0;   // consensus reranking: CIDEr-D against the nearest training photos' captions (else 0)
   double evidence = 0;    // the detector's evidence for the objects it names (CaptionOptions::object_evidence)
-  double total = 0;       // score + consensus weight x agreement + object_evidence x evidence: the kept one's is highest
+  double relevance = 0;   // its words' relevance to the image (CaptionOptions::relevance_weight; else 0)
+  // score + consensus weight x agreement + object_evidence x evidence + relevance_weight x relevance: the kept one's
+  // is highest
+  double total = 0;
   bool chosen = false;    // the caption returned
   int memory_photo = -1;  // a caption of this memory photo (CaptionOptions::memory_candidates); -1: the beam's
 };
@@ -140,6 +147,7 @@ struct ModelInfo {
   int memory_candidates = 0;      // how many nearest memory photos' captions join the beam's candidates (0: none)
   double object_evidence = 0;     // the detector's evidence in reranking: its weight (0: off) and threshold
   double evidence_threshold = 0;
+  double relevance_weight = 0;    // the captions' relevance in reranking: its weight (0: off)
   int beam_groups = 1;            // diverse beam search's groups (1: plain beam search)
   double diversity = 0;           // and its penalty
   std::string attention;          // "soft", "local", "hard" or "none"

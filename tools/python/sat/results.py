@@ -14,7 +14,9 @@ class Candidate:
     score: float        # what the beam ranks by: logprob / (words + 1) ** length_norm
     agreement: float    # consensus reranking: CIDEr-D against the nearest training photos' captions (else 0)
     object_evidence: float  # the detector's evidence for the objects it names (caption(..., object_evidence=V))
-    total: float        # score + consensus weight * agreement + V * object_evidence: the kept one's is the highest
+    relevance: float    # its words' relevance to the image (caption(..., relevance_weight=R); else 0)
+    total: float        # score + consensus weight * agreement + V * object_evidence + R * relevance: the kept one's
+    # is the highest
     chosen: bool        # the caption returned
     memory_photo: int   # -1: from the beam; else a caption of this caption-memory photo
 
