@@ -50,6 +50,22 @@ case $cmd in
   eval)
     model=$(arg --model "$@")
     if [[ "$*" == *--record* ]]; then exit 0; fi
+    # the captions' relevance (step 8): R = 0.5 gains 0.02 CIDEr-D beyond chance; 1 gains more with more false
+    # mentions; 2 more still, within chance; 4 less than 0.5 ($RELEVANCE_LOW: CIDEr-D's interval from there for all)
+    relevance=$(arg --relevance-weight "$@")
+    if [ -n "$relevance" ]; then
+      : >"$(arg --results-out "$@")"
+      case $relevance in 0) c=0.5 f=10 ;; 0.5) c=0.52 f=9 ;; 1) c=0.53 f=11 ;; 2) c=0.54 f=10 ;; *) c=0.51 f=10 ;; esac
+      printf '{"Bleu_4": 0.3, "CIDEr": %s,\n "objects": {"rare": {"false_mentions": %s}}}\n' "$c" "$f"
+      exit 0
+    fi
+    if [ -n "$(arg --baseline "$@")" ]; then
+      r=$(basename "$(arg --results "$@")" .json) r=${r#relevance_} low=${RELEVANCE_LOW:-0.004}
+      [ "$r" = 2 ] && low=-0.001
+      printf '{\n  "metrics": {\n    "Bleu_4": {\n      "high": 0.002,\n      "low": -0.003\n    },\n'
+      printf '    "CIDEr": {\n      "high": 0.03,\n      "low": %s\n    }\n  }\n}\n' "$low"
+      exit 0
+    fi
     # the detector's evidence: 0.36 with 9 false mentions at weight 4, threshold 0.15; 0.37 but 12 at 8, 0.1; else
     # 0.34 (without it 0.35, 10)
     if [[ "$*" == *"--object-evidence 0 --json"* ]]; then echo '{"Bleu_4": 0.35, "objects": {"rare": {"false_mentions": 10}}}'; exit 0; fi
@@ -84,7 +100,9 @@ case $cmd in
         choice=$(sed -n 's/^set --decoder-precision \([a-z0-9]*\)$/\1/p' "$1" | tail -n 1)
         choice=${choice:-f32} in_use=f32
         [ "$choice" = bf16 ] && [ "${NATIVE_BF16:-1}" = 1 ] && in_use=bf16
-        echo "{\"decoder_precision\": \"$choice\", \"decoder_precision_in_use\": \"$in_use\"}" ;;
+        word_side=false
+        grep -q "keys by CCA" "$1" && word_side=true
+        echo "{\"decoder_precision\": \"$choice\", \"decoder_precision_in_use\": \"$in_use\", \"word_side\": $word_side}" ;;
       *) echo "sat: unknown model subcommand $sub" >&2; exit 1 ;;
     esac ;;
   *) echo "sat: unknown command $cmd" >&2; exit 1 ;;
@@ -195,6 +213,7 @@ run env TUNE_MOST= CCA=0 || fail "CCA=0 failed"
 grep -q "^memory of ../shared/data/flickr8k/train.txt from runs/w/block3_unit_21_448.feat$" "$repo/models/flickr8k.sat" ||
   fail "CCA=0 did not ship a memory whose keys are as pooled"
 grep -q -- "--object-evidence" "$scratch/calls" && fail "a model without the objects was scored with the detector's evidence"
+grep -q -- "--relevance-weight" "$scratch/calls" && fail "a memory without CCA (no word side) was scored with the captions' relevance"
 # OBJECTS=4 BASE=MODEL: stages 1-2b are not run; two members read the detector's tags over that model's encoder (copied
 # first), from a cache with them; the model they start from is left out of the choice; their ensemble wins and ships.
 rm -rf "$repo/runs" "$scratch/calls"
@@ -262,6 +281,14 @@ grep -q "^set --decoder-precision bf16$" "$repo/models/flickr8k.sat" || fail "st
 [ "$(grep -n -e "^set --decoder-precision" -e "^set --object-evidence" -e "^int8 ranges" "$repo/models/flickr8k.sat" | cut -d' ' -f2 | tr '\n' ' ')" = "--object-evidence --decoder-precision ranges " ] ||
   fail "step 7 is not between the evidence and the int8 ranges: $(cat "$repo/models/flickr8k.sat")"
 [ -e "$repo/models/flickr8k.sat.bf16" ] && fail "step 7 left its temporary file"
+# the captions' relevance (step 8): 0.5, the best CIDEr-D beyond chance without more false mentions, after step 7
+grep -q "^set --relevance-weight 0.5$" "$repo/models/flickr8k.sat" ||
+  fail "step 8 did not set the relevance weight 0.5: $(grep relevance "$repo/models/flickr8k.sat" || true)"
+[ "$(grep -c -- "^eval --results runs/w/relevance_[0-9.]*.json --baseline runs/w/relevance_0.json --refs ../shared/data/flickr8k/captions.csv" "$scratch/calls")" = 4 ] ||
+  fail "step 8 did not compare each relevance weight with the paired bootstrap"
+[ "$(grep -n -e "^set --decoder-precision" -e "^set --relevance-weight" "$repo/models/flickr8k.sat" | cut -d' ' -f2 | tr '\n' ' ')" = "--decoder-precision --relevance-weight " ] ||
+  fail "step 8 did not follow step 7"
+[ -e "$repo/models/flickr8k.sat.relevance" ] && fail "step 8 left its temporary file"
 # step 7 alone: no change where bf16 loses more than 0.002, where the CPU lacks it, or where the decoder has it already
 step7() {  # model-file-text env...: runs decoder_precision_stage on a model with that text, prints what it became
   local m=$scratch/step7.sat
@@ -280,6 +307,21 @@ grep -q "^eval" "$scratch/calls" && fail "step 7 scored the decoder on a CPU wit
   fail "step 7 changed a decoder that searches in bf16 already"
 [ "$(step7 "a model" BF16_SCORE=0.1985)" = "$(printf 'a model\nset --decoder-precision bf16')" ] ||
   fail "step 7 did not keep bf16 within 0.002"
+# step 8 alone: no change where no weight's gain is beyond chance, or where the memory has no word side
+step8() {  # model-file-text env...: runs relevance_stage on a model with that text, prints what it became
+  local m=$scratch/step8.sat
+  echo "$1" >"$m"
+  shift
+  (cd "$repo" && env "$@" bash -c 'sat=$SAT data=$0 work=$1; source tools/flickr8k-choose.sh; relevance_stage F "$2" >/dev/null' \
+    "$scratch/shared/data/flickr8k" "$scratch" "$m") || fail "step 8 alone failed"
+  [ -e "$m.relevance" ] && fail "step 8 alone left its temporary file"
+  cat "$m"
+}
+[ "$(step8 "memory, keys by CCA onto 8 directions" RELEVANCE_LOW=-0.001)" = "memory, keys by CCA onto 8 directions" ] ||
+  fail "step 8 kept a relevance weight whose gain is within chance"
+: >"$scratch/calls"
+[ "$(step8 "memory of pooled keys")" = "memory of pooled keys" ] || fail "step 8 changed a memory without a word side"
+grep -q "^eval" "$scratch/calls" && fail "step 8 scored a memory without a word side"
 # TUNE4 must be the unit the cache holds, and needs OBJECTS
 rm -rf "$repo/runs" "$scratch/calls"
 if run env TUNE_MOST= OBJECTS=4 BASE=models/flickr8k.sat MEMBERS=0 TUNE4=block3/unit_20; then fail "TUNE4 at another unit ran"; fi

@@ -110,6 +110,10 @@ check_error object_evidence 400 -X POST --data-binary @"$PHOTO" "$URL/caption?ob
 grep -q 'has no object channels for object_evidence' "$WORK/object_evidence.body" && pass "object_evidence on a model that reads no detector: named" ||
   fail "object_evidence: $(cat "$WORK/object_evidence.body")"
 check_error bad_evidence_threshold 400 -X POST --data-binary @"$PHOTO" "$URL/caption?evidence_threshold=2"
+check_error relevance_weight 400 -X POST --data-binary @"$PHOTO" "$URL/caption?relevance_weight=1"
+grep -q 'has no caption memory for relevance_weight' "$WORK/relevance_weight.body" && pass "relevance_weight without a caption memory: named" ||
+  fail "relevance_weight: $(cat "$WORK/relevance_weight.body")"
+check_error bad_relevance_weight 400 -X POST --data-binary @"$PHOTO" "$URL/caption?relevance_weight=101"
 check_error bad_groups 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam=3&beam_groups=2"
 grep -q 'beam groups must divide the beam size (3)' "$WORK/bad_groups.body" && pass "beam_groups that do not divide the beam: named" ||
   fail "bad_groups: $(cat "$WORK/bad_groups.body")"

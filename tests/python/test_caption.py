@@ -77,6 +77,8 @@ def test_attention_candidates_and_options(synth, repo, sat_bin):
     assert greedy.text == json.loads(out.stdout)[0]["caption"] != c.text  # the option reached the search
     forced = synth.caption(scene, include="circle")
     assert "circle" in forced.words
+    with pytest.raises(sat.Error, match="has no caption memory for relevance_weight"):
+        synth.caption(scene, relevance_weight=1)
 
 
 def test_objects(repo, shared):
@@ -86,6 +88,25 @@ def test_objects(repo, shared):
     names = [o.name for o in c.objects]
     assert "person" in names and "dog" in names
     assert all(0 <= o.x <= 1 and 0 <= o.y <= 1 and 0.3 <= o.score <= 1 for o in c.objects)
+
+
+def test_reranking_terms(repo, shared):
+    """Each candidate's total is score + consensus weight x agreement + evidence weight x evidence + relevance weight x
+    relevance, as the model stores them or as asked."""
+    if not (shared / "models" / "centernet_mobilenetv3").is_dir() or not (shared / "models" / "resnet_v2_101").is_dir():
+        pytest.skip("the detector and ResNet weights are not in ../shared/models")
+    model = sat.Captioner(repo / "models" / "flickr8k.sat")
+    info = model.info
+    assert info["relevance_weight"] > 0 and info["consensus_weight"] > 0 and info["object_evidence"] > 0
+    for asked in (None, 3.0):
+        c = model.caption(repo / "examples" / "dog_and_man.jpg", candidates=5, attention=False,
+                          relevance_weight=asked)
+        r = info["relevance_weight"] if asked is None else asked
+        for k in c.candidates:
+            assert -1 <= k.relevance <= 1
+            assert k.total == pytest.approx(k.score + info["consensus_weight"] * k.agreement +
+                                            info["object_evidence"] * k.object_evidence + r * k.relevance)
+        assert max(c.candidates, key=lambda k: k.total).text == c.text
 
 
 def test_encode(synth, repo):
