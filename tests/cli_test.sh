@@ -865,11 +865,11 @@ assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kep
     --features "$WORK/rn_raw_tags.feat" --neighbours 3 --cca 2 --out "$WORK/tags_rel_again.sat" >/dev/null &&
   "$SAT" model info "$WORK/tags_rel_again.sat" > "$WORK/tags_rel_again.txt" &&
   grep -q "^the detector's evidence weighs in reranking: weight 3," "$WORK/tags_rel_again.txt" &&
-  ! grep -q "relevance" "$WORK/tags_rel_again.txt" &&
+  ! grep -q "^the captions' relevance weighs" "$WORK/tags_rel_again.txt" &&
   pass "the captions' relevance in reranking: stored, shown, in each candidate's total; the same captions from cache and photos; a rebuilt memory keeps the evidence" ||
   fail "the captions' relevance in reranking"
 expect_error "relevance without the word side of a key projection" \
-  "^sat: $WORK/tags_mem.sat: has no word side in its caption memory's key projection for --relevance-weight (sat model memory --cca builds one)$" \
+  "^sat: $WORK/tags_mem.sat: has no word side in its caption memory's key projection for --relevance-weight \(sat model memory --cca builds one\)$" \
   "$SAT" caption "$WORK/val/images/$(head -n 1 "$WORK/val_names.txt")" --model "$WORK/tags_mem.sat" --relevance-weight 1
 expect_error "model set --relevance-weight without the word side" \
   "^sat: $WORK/tags_mem.sat: has no word side in its caption memory's key projection for --relevance-weight" \
