@@ -510,6 +510,9 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
   softmax_rows(C.probs);
   const double eps = batch.label_smoothing;
   if (eps < 0 || eps >= 1) throw Error("decoder: label smoothing must be in [0, 1)");
+  if (!batch.word_weight.empty() && (int64_t)batch.word_weight.size() != C.probs.cols())
+    throw Error("decoder: " + std::to_string(batch.word_weight.size()) + " word weights for a vocabulary of " +
+                std::to_string(C.probs.cols()));
   for (int t = 0; t < T; ++t) {
     for (int b = 0; b < B; ++b) {
       if (batch.mask[(size_t)b * T + t] == 0) continue;
@@ -519,6 +522,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
       ce -= lp;
       double trained = -lp;  // this token's term of the objective backward differentiates
       if (eps > 0) trained = -(1 - eps) * lp - eps * (double)C.probs.row(r).array().max(1e-30f).log().mean();
+      if (!batch.word_weight.empty()) trained *= batch.word_weight[y];
       wce += (batch.row_weight.empty() ? 1.0 : batch.row_weight[b]) * trained;
       logp_caption[b] += lp;
       if (hard) logp_step[(size_t)b * T + t] = lp;
@@ -559,7 +563,7 @@ DecoderLoss Decoder::forward(const Mat& F, const CaptionBatch& batch, float pena
     if (training) baseline = 0.9f * baseline + 0.1f * (float)mean_logp;
   }
   loss.cross_entropy = loss.tokens ? ce / loss.tokens : 0;
-  loss.weighted = !batch.row_weight.empty();
+  loss.weighted = !batch.row_weight.empty() || !batch.word_weight.empty();
   loss.smoothed = eps > 0;
   loss.trained_cross_entropy = loss.tokens ? wce / loss.tokens : 0;
   loss.penalty = score_ ? penalty_weight * (1.f - C.alpha_sum.array()).square().mean() : 0.0;
@@ -673,6 +677,7 @@ void Decoder::backward(DecoderCache& C, Mat* dF) {
     for (int b = 0; b < B; ++b) {
       float m = batch.mask[(size_t)b * T + t] * inv_tokens;
       if (!batch.row_weight.empty()) m *= batch.row_weight[b];
+      if (!batch.word_weight.empty()) m *= batch.word_weight[batch.target[(size_t)b * T + t]];
       const int64_t r = (int64_t)t * B + b;
       dlogits.row(r) *= m;
       if (eps > 0) {  // target (1 - eps) on the word, eps / V on every word

@@ -73,6 +73,10 @@ struct CaptionBatch {
   // label_smoothing spread evenly over the whole vocabulary. 0: the reference word alone. The reported loss stays
   // the plain cross-entropy.
   float label_smoothing = 0;
+  // Per vocabulary word, a factor on the cross-entropy of the tokens whose target it is, in the gradient (a
+  // class-weighted loss: words that matter and are rare can count for more). Empty: 1 for every word. The reported
+  // loss stays the plain cross-entropy.
+  std::vector<float> word_weight;
   // Per row, the feature grid it reads (the captions of one image share its grid, which is then stored, projected
   // and differentiated once). Empty: row b reads grid b.
   std::vector<int> grid;

@@ -361,6 +361,45 @@ TEST_CASE("decoder: label smoothing's gradient matches finite differences of its
   }
 }
 
+TEST_CASE("decoder: word weights scale each token's cross-entropy by its target word's weight, gradient included") {
+  for (const char* attention : {"soft", "none"}) {
+    CAPTURE(attention);
+    Rng rng(17);
+    DecoderConfig cfg = small_config(0.f, false, "additive", attention);
+    Decoder dec(cfg);
+    dec.init(rng);
+    Mat F = random_features(3, cfg, rng);
+    CaptionBatch cb = small_batch();
+    DecoderCache cache;
+    const DecoderLoss plain = dec.forward(F, cb, 0.f, false, nullptr, cache);
+    cb.word_weight.assign(cfg.vocab_size, 1.f);
+    const DecoderLoss ones = dec.forward(F, cb, 0.f, false, nullptr, cache);
+    CHECK(ones.trained_cross_entropy == doctest::Approx(plain.cross_entropy));  // all 1: the plain objective
+    for (int w = 0; w < cfg.vocab_size; ++w) cb.word_weight[w] = 0.5f + 0.25f * (float)(w % 5);
+    const DecoderLoss loss = dec.forward(F, cb, 0.f, false, nullptr, cache);
+    CHECK(loss.weighted);
+    CHECK(loss.cross_entropy == plain.cross_entropy);  // the reported loss stays the plain one
+    double expected = 0;
+    int tokens = 0;
+    for (int t = 0; t < cb.T; ++t)
+      for (int b = 0; b < cb.B; ++b) {
+        if (cb.mask[(size_t)b * cb.T + t] == 0) continue;
+        const int y = cb.target[(size_t)b * cb.T + t];
+        expected += cb.word_weight[y] * -std::log((double)cache.probs((int64_t)t * cb.B + b, y));
+        ++tokens;
+      }
+    CHECK(loss.trained_cross_entropy == doctest::Approx(expected / tokens).epsilon(1e-5));
+    cb.label_smoothing = 0.1f;  // with label smoothing and row weights too, all apply
+    cb.row_weight = {0.7f, -1.3f, 2.0f};
+    check_gradients(
+        dec, F, cache, [&](const Mat& G) { return dec.forward(G, cb, 0.f, false, nullptr, cache).total(); }, true);
+    cb.word_weight.resize(3);
+    CHECK_THROWS_WITH_AS(dec.forward(F, cb, 0.f, false, nullptr, cache),
+                         ("decoder: 3 word weights for a vocabulary of " + std::to_string(cfg.vocab_size)).c_str(),
+                         Error);
+  }
+}
+
 TEST_CASE("decoder: the attention penalty is lambda * mean (1 - sum_t alpha)^2 and vanishes with lambda 0") {
   Rng rng(3);
   DecoderConfig cfg = small_config(0);

@@ -44,6 +44,7 @@ json TrainOptions::to_json() const {
           {"clip", clip},
           {"penalty", penalty},
           {"label_smoothing", label_smoothing},
+          {"object_word_weight", object_word_weight},
           {"patience", patience},
           {"val_limit", val_limit},
           {"encoder", encoder},
@@ -134,6 +135,7 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.mirror_features = j.value("mirror_features", std::string());
     o.mirror_prob = j.value("mirror_prob", 0.5f);
     o.label_smoothing = j.value("label_smoothing", 0.f);
+    o.object_word_weight = j.value("object_word_weight", 1.f);
     o.tune_from = j.value("tune_from", std::string());
     o.tune_lr = j.value("tune_lr", 1e-4f);
     o.attention = j.value("attention", std::string("soft"));
@@ -463,6 +465,7 @@ std::optional<StepResult> cross_entropy_share(TrainRun& run, StepBuffers& buf, c
       cb.row_seed.push_back(row_seed(b.seed, r));
     }
     cb.label_smoothing = opt.label_smoothing;
+    cb.word_weight = run.word_weight;
     cb.norm_tokens = global_tokens;
     cb.norm_rows = (int)caps.size();
     if (model.decoder_config.hard()) {

@@ -85,6 +85,9 @@ struct TrainOptions {
   float lr = 1e-3f, lr_decay = 0.9f, clip = 5.f, penalty = 1.f;
   // Cross-entropy training: the target puts this much probability evenly over the vocabulary (0: off).
   float label_smoothing = 0;
+  // Cross-entropy training: the tokens whose target is a word of the rarer object groups (the object table's groups
+  // but person and dog, train/object_mentions.hpp) count this many times in the gradient (1: as any other).
+  float object_word_weight = 1;
   int patience = 4;
   int val_limit = 0;  // validate on at most this many images (0: all)
   int checkpoint_every = 100;

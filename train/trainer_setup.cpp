@@ -11,6 +11,7 @@
 #include "datasets/io.hpp"
 #include "datasets/json_checks.hpp"
 #include "train/extract.hpp"
+#include "train/object_mentions.hpp"
 #include "train/progress.hpp"
 #include "train/trainer_steps.hpp"
 #include "vision/image.hpp"
@@ -189,6 +190,10 @@ void settle_options(TrainRun& run, const ResumeOverrides& more) {
   run.self_critical = opt.objective == "cider";
   const bool self_critical = run.self_critical;
   if (!(opt.label_smoothing >= 0 && opt.label_smoothing < 1)) throw Error("train: --label-smoothing must be in [0, 1)");
+  if (!(opt.object_word_weight > 0 && opt.object_word_weight <= 100))
+    throw Error("train: --object-word-weight must be in (0, 100]");
+  if (self_critical && opt.object_word_weight != 1)
+    throw Error("train: --object-word-weight is for cross-entropy training, not --objective cider");
   if (self_critical && opt.label_smoothing > 0)
     throw Error("train: --label-smoothing is for cross-entropy training, not --objective cider");
   if (self_critical && opt.scst_samples < 2)
@@ -597,8 +602,20 @@ TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const 
   run.best_path = join_path(opt.out, "model.sat");
   run.n_images = (int)run.train_set.images.size();
   run.steps_per_epoch = (run.n_images + opt.batch_images - 1) / opt.batch_images;
+  run.word_weight = object_word_weights(run.model->vocab, opt.object_word_weight);
   return run;
 }
 
+std::vector<float> object_word_weights(const Vocab& vocab, float object_weight) {
+  if (object_weight == 1) return {};
+  std::vector<float> out(vocab.size(), 1.f);
+  for (const ObjectGroup& g : object_groups())
+    if (g.rare)
+      for (const std::string& w : g.words)
+        if (vocab.contains(w)) out[vocab.id(w)] = object_weight;
+  return out;
+}
+
 }  // namespace trainer
+
 }  // namespace sat

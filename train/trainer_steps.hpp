@@ -74,6 +74,7 @@ struct TrainRun {
   std::vector<std::vector<int>> mirrored_caption_ids;
   std::vector<std::vector<std::string>> language_texts;  // --language-captions, read before the photos' set-up
   std::unique_ptr<CiderDScorer> cider;  // self-critical reward: CIDEr-D with the training split's document frequencies
+  std::vector<float> word_weight;  // per vocabulary word, its tokens' weight in the cross-entropy (empty: all 1)
 
   std::string ckpt_path, best_path;
   int n_images = 0, steps_per_epoch = 0;
@@ -83,6 +84,11 @@ struct TrainRun {
 // resume_path continued; every check of the options, the model built or loaded and the data read.
 TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const ResumeOverrides& more,
                     Collective& ranks);
+
+// The cross-entropy's weight of each word of `vocab` (CaptionBatch::word_weight): `object_weight` for the single
+// words of the rarer object groups (object_groups(), ObjectGroup::rare), 1 for the rest; empty when object_weight
+// is 1.
+std::vector<float> object_word_weights(const Vocab& vocab, float object_weight);
 
 // sat train --language-captions (train/language_pretraining.cpp): a fresh run's new decoder trained as a language
 // model for opt.language_epochs epochs on the file's captions (text only; words outside the vocabulary read as <unk>),

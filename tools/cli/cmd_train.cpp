@@ -231,6 +231,10 @@ void add_train_command(CLI::App& app) {
                   "Cross-entropy training: put this much of the target's "
                   "probability evenly over the vocabulary instead of on the reference word (0: off; 0.1 is usual)")
       ->capture_default_str();
+  cmd->add_option("--object-word-weight", o->object_word_weight,
+                  "Cross-entropy training: the words of the rarer object groups (the object table's, but person and "
+                  "dog: ball, horse, boat, car, ...) count this many times in the loss (1: as any other word)")
+      ->capture_default_str();
   cmd->add_option("--penalty", o->penalty, "Doubly stochastic attention penalty weight lambda")
       ->capture_default_str()
       ->check(kNotNegative);
