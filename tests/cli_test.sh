@@ -610,6 +610,12 @@ printf '{"1": [["a dog runs"]], "2": 7}' >"$WORK/bad_refs.json"
 expect_error "--language-captions of a malformed reference file" "^sat: $WORK/bad_refs.json: \"2\" is not an array of captions" \
   "$SAT" train --data "$WORK/train" --val-data "$WORK/val" --encoder "$ENC" --encoder-size 96 --cut mixed2 \
     --features "$WORK/pre/features.feat" --val-features "$WORK/val.feat" --language-captions "$WORK/bad_refs.json" --out "$WORK/bad_lm"
+"$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" --object-word-weight 3 \
+    --out "$WORK/pre_oww" --epochs 1 --val-limit 20 >"$WORK/oww.log" 2>&1 &&
+  "$SAT" model info "$WORK/pre_oww/model.sat" | grep -q -- "--object-word-weight 3" &&
+  pass "train with --object-word-weight" || fail "object word weight: $(tail -2 "$WORK/oww.log")"
+expect_error "an object word weight of 0" "^sat: train: --object-word-weight must be in \(0, 100\]" \
+  "$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" --object-word-weight 0 --out "$WORK/bad_oww"
 expect_error "label smoothing of 1" "^sat: train: --label-smoothing must be in \[0, 1\)" \
   "$SAT" train --init-from "$WORK/pre/model.sat" --data "$WORK/val" --features "$WORK/val.feat" --label-smoothing 1 --out "$WORK/bad_smooth"
 expect_error "label smoothing with self-critical training" "^sat: train: --label-smoothing is for cross-entropy training" \

@@ -7,6 +7,7 @@
 #include "train/evaluate.hpp"
 #include "train/object_mentions.hpp"
 #include "train/ptb_tokenizer.hpp"
+#include "train/trainer_steps.hpp"
 #include "vision/detector.hpp"
 
 using namespace sat;
@@ -211,4 +212,15 @@ TEST_CASE("objects: the detector's evidence per group, read from a grid's object
   CHECK_THROWS_AS(object_group_peaks(Mat::Zero(3, own + 10), own, 4.f, classes), Error);
   CHECK_THROWS_AS(object_group_peaks(grid, own, 0.f, classes), Error);
   CHECK_THROWS_AS(object_evidence(ptb_tokenize("a dog"), {0.5}, 0.1), Error);
+}
+
+TEST_CASE("objects: the rarer groups' words get the trainer's object word weight, other words 1") {
+  const Vocab vocab = Vocab::from_words({"<pad>", "<start>", "<end>", "<unk>", "a", "dog", "ball", "horse", "man",
+                                         "grass", "surfer", "dirt"},
+                                        "test");
+  CHECK(trainer::object_word_weights(vocab, 1.f).empty());  // 1: no weights at all
+  const std::vector<float> w = trainer::object_word_weights(vocab, 3.f);
+  REQUIRE(w.size() == vocab.words.size());
+  for (const char* rarer : {"ball", "horse", "surfer"}) CHECK(w[vocab.id(rarer)] == 3.f);
+  for (const char* other : {"<end>", "a", "dog", "man", "grass", "dirt"}) CHECK(w[vocab.id(other)] == 1.f);
 }
