@@ -307,15 +307,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       fail(path, "caption memory is incomplete (it needs the tensor '" + std::string(kMemoryKeys) +
                      "' and the header's \"memory_captions\" and \"consensus\")");
     auto memory = std::make_shared<CaptionMemory>();
-    const std::vector<int64_t>& keys_shape = *tf.shape_of(kMemoryKeys);
-    if (keys_shape.size() != 2 || tf.quantized.count(kMemoryKeys))
+    if (!read_float_matrix(tf, kMemoryKeys, memory->keys))
       fail(path, "tensor '" + std::string(kMemoryKeys) + "' must be photos x channels of floats");
-    if (auto h = tf.mapped_half.find(kMemoryKeys); h != tf.mapped_half.end()) {
-      memory->keys.resize(keys_shape[0], keys_shape[1]);  // row-major, as stored
-      h->second.to_floats(memory->keys.data());
-    } else {
-      memory->keys = Eigen::Map<const Mat>(tf.tensors.at(kMemoryKeys).value.data(), keys_shape[0], keys_shape[1]);
-    }
     try {
       try {
         memory->captions = parse_caption_lists(tf.metadata.at("memory_captions"));
