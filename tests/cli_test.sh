@@ -853,6 +853,35 @@ assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kep
   same_from_tags_cache_and_photos "$WORK/tags_ev.sat" tags_ev &&
   pass "the detector's evidence in reranking: stored, shown, in each candidate's total; the same captions from cache and photos" ||
   fail "the detector's evidence in reranking"
+# the neighbours' captions in the objects' evidence: stored and shown; each candidate's total is as with the evidence
+# alone, its evidence now mixed with the nearest memory photos' captions; the same captions from the cache as from the
+# photos
+"$SAT" model set "$WORK/tags_ev.sat" --out "$WORK/tags_nev.sat" --neighbour-evidence 0.75 >/dev/null &&
+  "$SAT" model info "$WORK/tags_nev.sat" | grep -q "^the detector's evidence weighs in reranking: weight 3, the peak above which naming an object gains 0.2; 0.75 of it from the nearest memory photos' captions$" &&
+  "$SAT" caption "$WORK/val/images/$(head -n 1 "$WORK/val_names.txt")" --model "$WORK/tags_nev.sat" --beam 3 --candidates 3 --json |
+  python3 -c '
+import json, sys
+d = json.load(sys.stdin)[0]
+c = d["candidates"]
+assert all(abs(x["total"] - (x["score"] + 5 * x["agreement"] + 3 * x["object_evidence"])) < 1e-6 for x in c), c
+kept = [x for x in c if x["chosen"]]
+assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kept[0]["caption"] == d["caption"], c' &&
+  same_from_tags_cache_and_photos "$WORK/tags_nev.sat" tags_nev &&
+  "$SAT" model set "$WORK/tags_nev.sat" --out "$WORK/tags_nev0.sat" --neighbour-evidence 0 >/dev/null &&
+  "$SAT" eval --model "$WORK/tags_nev0.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
+    --results-out "$WORK/tags_nev0.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/tags_ev.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
+    --results-out "$WORK/tags_ev_again.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/tags_nev0.json" "$WORK/tags_ev_again.json" &&
+  pass "the neighbours' captions in the objects' evidence: stored, shown, in each candidate's total; the same captions from cache and photos; 0 is the evidence alone" ||
+  fail "the neighbours' captions in the objects' evidence"
+expect_error "model set --neighbour-evidence without a caption memory" \
+  "^sat: $WORK/rn3_tags/model.sat: has no caption memory for --neighbour-evidence \(sat model memory builds one\)$" \
+  "$SAT" model set "$WORK/rn3_tags/model.sat" --out "$WORK/never.sat" --neighbour-evidence 0.5
+expect_error "caption --neighbour-evidence without a caption memory, with the evidence on" \
+  "^sat: $WORK/rn3_tags/model.sat: has no caption memory for --neighbour-evidence \(sat model memory builds one\)$" \
+  "$SAT" caption "$WORK/val/images/$(head -n 1 "$WORK/val_names.txt")" --model "$WORK/rn3_tags/model.sat" \
+    --object-evidence 2 --neighbour-evidence 0.5
 # the captions' relevance (the CCA's word side): stored and shown; each candidate's total has R x its relevance, a
 # cosine; the same captions from the cache as from the photos; a memory rebuilt keeps the detector's evidence
 "$SAT" model set "$WORK/tags_cca.sat" --out "$WORK/tags_rel.sat" --relevance-weight 2 --object-evidence 3 >/dev/null &&

@@ -114,6 +114,9 @@ check_error relevance_weight 400 -X POST --data-binary @"$PHOTO" "$URL/caption?r
 grep -q 'has no caption memory for relevance_weight' "$WORK/relevance_weight.body" && pass "relevance_weight without a caption memory: named" ||
   fail "relevance_weight: $(cat "$WORK/relevance_weight.body")"
 check_error bad_relevance_weight 400 -X POST --data-binary @"$PHOTO" "$URL/caption?relevance_weight=101"
+check_error bad_neighbour_evidence 400 -X POST --data-binary @"$PHOTO" "$URL/caption?neighbour_evidence=1.5"
+grep -q 'neighbour_evidence must be a number in \[0, 1\]' "$WORK/bad_neighbour_evidence.body" &&
+  pass "neighbour_evidence out of range: named" || fail "bad_neighbour_evidence: $(cat "$WORK/bad_neighbour_evidence.body")"
 check_error bad_groups 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam=3&beam_groups=2"
 grep -q 'beam groups must divide the beam size (3)' "$WORK/bad_groups.body" && pass "beam_groups that do not divide the beam: named" ||
   fail "bad_groups: $(cat "$WORK/bad_groups.body")"

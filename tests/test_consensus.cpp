@@ -742,6 +742,12 @@ TEST_CASE("search options: resolved against the model in one place, unset fields
   bad.relevance_weight = 101.0;
   CHECK(error_of_options(bad, OptionSpelling::library) == "relevance_weight must be in [0, 100]");
   bad = {};
+  bad.neighbour_evidence = 1.5;
+  CHECK(error_of_options(bad, OptionSpelling::command_line) == "--neighbour-evidence must be in [0, 1]");
+  CHECK(error_of_options(bad, OptionSpelling::library) == "neighbour_evidence must be in [0, 1]");
+  bad.neighbour_evidence = 0.5;  // read only with the detector's evidence on: nothing to check without it
+  CHECK(error_of_options(bad, OptionSpelling::library) == "(no error)");
+  bad = {};
   bad.beam = 3;  // the stored two groups do not divide three rows
   CHECK(error_of_options(bad, OptionSpelling::library) == "beam groups must divide the beam size (3); got 2");
   bad.beam = 1;  // greedy: no groups to check
@@ -832,5 +838,65 @@ TEST_CASE("consensus: the detector's evidence weighs in the totals, with or with
   CHECK(list.candidates[0].total == doctest::Approx(-1.0 + 1.8 - 1.0));
   CHECK(list.candidates[1].total == doctest::Approx(-1.2 + 0.2 + 0.7 + 0.8));
   CHECK(list.candidates[2].total == doctest::Approx(-1.3 + 1.0 - 0.2 + 0.2));
+  CHECK(list.chosen == 1);
+}
+
+TEST_CASE("consensus: the neighbours' captions in the objects' evidence: their shares, mixed with the peaks") {
+  Rng rng(5);
+  CaptionMemory memory = random_memory(3, 4, rng, [](int i) {
+    switch (i) {
+      case 0: return std::vector<std::string>{"a man rides a horse", "a horse in a field", "a man on a dirt bike"};
+      case 1: return std::vector<std::string>{"a dog catches a ball"};
+      default: return std::vector<std::string>{"two dogs play", "a dog runs"};
+    }
+  });
+  memory.prepare(4, "mem");
+  auto group = [](const std::string& name) {
+    for (size_t g = 0; g < object_groups().size(); ++g)
+      if (object_groups()[g].name == name) return g;
+    FAIL("no group " << name);
+    return size_t(0);
+  };
+  // photos 0 and 2: five captions, two name the horse, one the motorcycle ("dirt bike"), two a dog, none a ball
+  const std::vector<double> shares = memory.object_shares({0, 2});
+  REQUIRE(shares.size() == object_groups().size());
+  CHECK(shares[group("horse")] == doctest::Approx(2.0 / 5));
+  CHECK(shares[group("motorcycle")] == doctest::Approx(1.0 / 5));
+  CHECK(shares[group("bicycle")] == 0.0);  // the phrase's "bike" names no bicycle
+  CHECK(shares[group("dog")] == doctest::Approx(2.0 / 5));
+  CHECK(shares[group("ball")] == 0.0);
+  CHECK(shares[group("person")] == doctest::Approx(2.0 / 5));  // "a man" twice
+  CHECK(memory.object_shares({1})[group("ball")] == doctest::Approx(1.0));
+  CHECK(memory.object_shares({}) == std::vector<double>(object_groups().size(), 0.0));
+
+  std::vector<double> peaks(object_groups().size(), 0.0);
+  peaks[group("horse")] = 0.1, peaks[group("ball")] = 0.6;
+  const std::vector<double> mixed = mixed_object_evidence(peaks, shares, 0.75);
+  CHECK(mixed[group("horse")] == doctest::Approx(0.25 * 0.1 + 0.75 * 0.4));
+  CHECK(mixed[group("ball")] == doctest::Approx(0.25 * 0.6));
+  CHECK(mixed_object_evidence(peaks, shares, 0.0) == peaks);
+  CHECK(mixed_object_evidence(peaks, shares, 1.0) == shares);
+  CHECK_THROWS_WITH(mixed_object_evidence(peaks, {0.5}, 0.5), doctest::Contains("one caption share per object group"));
+  CHECK_THROWS_WITH(mixed_object_evidence(peaks, shares, 1.5), doctest::Contains("in [0, 1]"));
+  // In the choice: "a man rides a horse" gains where the neighbours name the horse, though the detector barely saw it.
+  const Vocab vocab = Vocab::from_words({"<pad>", "<start>", "<end>", "<unk>", "a", "man", "rides", "horse", "ball"},
+                                        "test");
+  CandidateList list;
+  for (const auto& [text, score] : std::vector<std::pair<std::string, double>>{{"a man rides a ball", -1.0},
+                                                                               {"a man rides a horse", -1.1}}) {
+    Candidate c;
+    for (const std::string& w : ptb_tokenize(text)) c.hypothesis.tokens.push_back(vocab.id(w));
+    c.hypothesis.score = score;
+    list.candidates.push_back(c);
+  }
+  list.reranked = true;
+  ConsensusSettings s;
+  s.object_evidence = 2, s.evidence_threshold = 0.15;
+  weigh_object_evidence(list, peaks, s.evidence_threshold, vocab);  // the peaks alone: the ball wins
+  choose_by_totals(list, s);
+  CHECK(list.chosen == 0);
+  weigh_object_evidence(list, mixed, s.evidence_threshold, vocab);  // with the neighbours' captions: the horse
+  CHECK(list.candidates[1].evidence == doctest::Approx(mixed[group("person")] + mixed[group("horse")] - 0.3));
+  choose_by_totals(list, s);
   CHECK(list.chosen == 1);
 }

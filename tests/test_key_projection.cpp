@@ -277,6 +277,7 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
   m.memory = memory;
   m.consensus = {5, 20.0};
   m.consensus.relevance_weight = 2;
+  m.consensus.neighbour_evidence = 0.75;
   REQUIRE(memory->weighs_relevance());
   const std::string path = dir.file("cca.sat");
   m.save(path);
@@ -292,6 +293,7 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
   // The word side: the vocabulary and centre exactly, the map within float16's rounding.
   const KeyProjection& words = loaded->memory->projection;
   CHECK(loaded->consensus.relevance_weight == 2);
+  CHECK(loaded->consensus.neighbour_evidence == 0.75);
   CHECK(words.vocabulary == memory->projection.vocabulary);
   CHECK(words.word_center == memory->projection.word_center);
   REQUIRE(words.word_map.rows() == memory->projection.word_map.rows());
@@ -382,4 +384,7 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
   CHECK(damaged("w5.sat", [&](TensorFile& tf) {
           header_projection(tf, [](nlohmann::json& c) { c["relevance_weight"] = 101; });
         }) == dir.file("w5.sat") + ": consensus relevance_weight must be in [0, 100]");
+  CHECK(damaged("w6.sat", [&](TensorFile& tf) {
+          header_projection(tf, [](nlohmann::json& c) { c["neighbour_evidence"] = 1.5; });
+        }) == dir.file("w6.sat") + ": consensus neighbour_evidence must be in [0, 1]");
 }

@@ -138,6 +138,8 @@ finish() {  # features: the last steps (consensus reranking, from that cache; in
   decoder_precision_stage "$1" models/flickr8k.sat "$precision"
   # the captions' relevance in the memory's CCA space, where its gain in CIDEr-D is more than chance (step 8)
   [ "$memory" = 1 ] && relevance_stage "$1" models/flickr8k.sat "$precision"
+  # the nearest memory photos' captions in the objects' evidence, where they name more of the rarer objects (step 9)
+  [ "$memory" = 1 ] && [ "$objects" != 0 ] && neighbour_evidence_stage "$1" models/flickr8k.sat "$precision"
   # the ranges --encoder-precision int8 needs, from 64 training photos in float32 (the model's choice stays as set)
   "$sat" model calibrate models/flickr8k.sat --data "$data" --split "$data/train.txt" --photos 64 --out models/flickr8k.sat
   exit 0

@@ -30,6 +30,7 @@ SearchOptions search_options(const CaptionOptions& options) {
   o.memory_candidates = options.memory_candidates;
   o.object_evidence = options.object_evidence;
   o.evidence_threshold = options.evidence_threshold;
+  o.neighbour_evidence = options.neighbour_evidence;
   o.relevance_weight = options.relevance_weight;
   o.beam_groups = options.beam_groups;
   o.diversity = options.diversity;
@@ -283,6 +284,7 @@ ModelInfo Captioner::info() const {
   info.memory_candidates = m.consensus.memory_candidates;
   info.object_evidence = m.consensus.object_evidence;
   info.evidence_threshold = m.consensus.evidence_threshold;
+  info.neighbour_evidence = m.consensus.neighbour_evidence;
   info.relevance_weight = m.consensus.relevance_weight;
   info.beam_groups = m.beam_diversity.groups;
   info.diversity = m.beam_diversity.penalty;

@@ -7,6 +7,7 @@
 #include <numeric>
 
 #include "datasets/json_checks.hpp"
+#include "train/object_mentions.hpp"
 #include "train/ptb_tokenizer.hpp"
 
 namespace sat {
@@ -265,6 +266,20 @@ std::vector<Tokens> CaptionMemory::caption_words(int photo) const {
   std::vector<Tokens> out;
   for (auto& c : captions[photo]) out.push_back(split_words(c));
   return out;
+}
+
+std::vector<double> CaptionMemory::object_shares(const std::vector<int>& photos) const {
+  std::vector<double> shares(object_groups().size(), 0.0);
+  int captions_seen = 0;
+  for (int p : photos)
+    for (const Tokens& words : caption_words(p)) {
+      const std::vector<bool> named = objects_named(words);
+      for (size_t g = 0; g < named.size(); ++g) shares[g] += named[g];
+      ++captions_seen;
+    }
+  if (captions_seen > 0)
+    for (double& s : shares) s /= captions_seen;
+  return shares;
 }
 
 Mat mean_grid_vectors(const Mat& F, int N) {

@@ -76,6 +76,9 @@ struct CaptionMemory {
                                  const std::vector<int>& leave_out) const;
   // Memory photo i's captions as words.
   std::vector<Tokens> caption_words(int photo) const;
+  // For each group of object_groups() (train/object_mentions.hpp), the share of the captions of `photos` that name
+  // it (0 for no photos): how often people named the object in the photos nearest this one.
+  std::vector<double> object_shares(const std::vector<int>& photos) const;
 
  private:
   std::shared_future<std::shared_ptr<const CiderDScorer>> cider_;  // invalid until prepare()
@@ -94,6 +97,10 @@ struct ConsensusSettings {
   // evidence_threshold). 0: off. Applies with or without a caption memory.
   double object_evidence = 0;
   double evidence_threshold = 0.15;
+  // The nearest memory photos' captions in the objects' evidence (needs the memory; read only with object_evidence
+  // on): each group's evidence is (1 - neighbour_evidence) x its detector peak + neighbour_evidence x the share of
+  // those photos' captions that name it (CaptionMemory::object_shares). 0: the peak alone; 1: the captions alone.
+  double neighbour_evidence = 0;
   // The caption's relevance to the photo (a memory whose key projection has its word side, weighs_relevance): each
   // candidate's total gains relevance_weight x the cosine of the photo's projected key with the candidate's
   // projected words (train/key_projection.hpp: caption_relevances). 0: off.

@@ -95,6 +95,7 @@ TensorFile CaptionModel::to_tensor_file() const {
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
     if (consensus.relevance_weight > 0) settings["relevance_weight"] = consensus.relevance_weight;  // absent: 0
+    if (consensus.neighbour_evidence > 0) settings["neighbour_evidence"] = consensus.neighbour_evidence;  // absent: 0
     if (memory->pooling != KeyPooling::mean)
       settings["key_pooling"] = key_pooling_name(memory->pooling);  // absent: mean
     if (memory->object_weight != 1.f) {  // absent: 1 (the object channels as the grid has them)
@@ -320,6 +321,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       m->consensus.weight = settings.at("weight").get<double>();
       m->consensus.memory_candidates = settings.value("memory_candidates", 0);
       m->consensus.relevance_weight = settings.value("relevance_weight", 0.0);
+      m->consensus.neighbour_evidence = settings.value("neighbour_evidence", 0.0);
       memory->pooling = parse_key_pooling(settings.value("key_pooling", std::string("mean")));
       memory->object_weight = settings.value("key_object_weight", 1.f);
       memory->object_channels = settings.value("key_object_channels", m->encoder_config.object_channels);
@@ -342,6 +344,8 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       fail(path, "consensus relevance_weight must be in [0, " + std::to_string((int)kMaxRelevanceWeight) + "]");
     if (m->consensus.relevance_weight > 0 && !memory->weighs_relevance())
       fail(path, "consensus relevance_weight needs the word side of a key projection, and the caption memory has none");
+    if (!(m->consensus.neighbour_evidence >= 0 && m->consensus.neighbour_evidence <= 1))
+      fail(path, "consensus neighbour_evidence must be in [0, 1]");
     if (memory->object_channels != m->encoder_config.object_channels)
       fail(path, "caption memory keys weight " + std::to_string(memory->object_channels) +
                      " object channels, the model's grid has " + std::to_string(m->encoder_config.object_channels));

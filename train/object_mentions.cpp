@@ -141,6 +141,16 @@ double object_evidence(const Tokens& words, const std::vector<double>& peaks, do
   return sum;
 }
 
+std::vector<double> mixed_object_evidence(const std::vector<double>& peaks, const std::vector<double>& shares,
+                                          double weight) {
+  if (peaks.size() != object_groups().size() || shares.size() != peaks.size())
+    throw Error("object evidence: one peak and one caption share per object group expected");
+  if (!(weight >= 0 && weight <= 1)) throw Error("object evidence: the captions' weight must be in [0, 1]");
+  std::vector<double> out(peaks.size());
+  for (size_t g = 0; g < peaks.size(); ++g) out[g] = (1 - weight) * peaks[g] + weight * shares[g];
+  return out;
+}
+
 std::vector<bool> objects_named(const Tokens& tokens) {
   const Lookup& t = lookup();
   std::vector<bool> named(object_groups().size(), false);

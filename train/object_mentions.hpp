@@ -39,6 +39,10 @@ std::vector<double> object_group_peaks(const Mat& grid, int grid_channels, float
 // A caption's object evidence: over the groups its words name, the sum of (peak - threshold). Naming what the
 // detector saw above the threshold adds, naming what it saw less (or not at all) subtracts.
 double object_evidence(const Tokens& words, const std::vector<double>& peaks, double threshold);
+// Each group's evidence from two estimates of its presence: (1 - weight) x the detector's peak + weight x the share
+// of the nearest memory photos' captions that name it (CaptionMemory::object_shares); weight in [0, 1].
+std::vector<double> mixed_object_evidence(const std::vector<double>& peaks, const std::vector<double>& shares,
+                                          double weight);
 
 // A photo is the group's when at least min(3, its reference count) references name it; it is unnamed when none does
 // (photos where one or two references name it are in neither count).

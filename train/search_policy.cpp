@@ -17,15 +17,16 @@ namespace {
 // The options' names in errors, as each kind of front end spells them.
 struct OptionNames {
   const char *beam, *length_norm, *no_repeat_ngram, *consensus_weight, *neighbours, *memory_candidates,
-      *object_evidence, *evidence_threshold, *relevance_weight, *beam_groups, *diversity, *include, *candidates;
+      *object_evidence, *evidence_threshold, *neighbour_evidence, *relevance_weight, *beam_groups, *diversity, *include,
+      *candidates;
 };
 constexpr OptionNames kLibraryNames{"beam",          "length_norm",       "no_repeat_ngram",  "consensus_weight",
                                     "neighbours",    "memory_candidates", "object_evidence",  "evidence_threshold",
-                                    "relevance_weight", "beam_groups",    "diversity",        "include",
+                                    "neighbour_evidence", "relevance_weight", "beam_groups",    "diversity",        "include",
                                     "candidates"};
 constexpr OptionNames kFlagNames{"--beam",          "--length-norm",       "--no-repeat",        "--consensus-weight",
                                  "--neighbours",    "--memory-candidates", "--object-evidence",  "--evidence-threshold",
-                                 "--relevance-weight", "--beam-groups",    "--diversity",        "--include",
+                                 "--neighbour-evidence", "--relevance-weight", "--beam-groups",    "--diversity",        "--include",
                                  "--candidates"};
 
 std::string in_range(const char* name, int lo, int hi) {
@@ -68,6 +69,7 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
   s.consensus.memory_candidates = options.memory_candidates.value_or(model.consensus.memory_candidates);
   s.consensus.object_evidence = options.object_evidence.value_or(model.consensus.object_evidence);
   s.consensus.evidence_threshold = options.evidence_threshold.value_or(model.consensus.evidence_threshold);
+  s.consensus.neighbour_evidence = options.neighbour_evidence.value_or(model.consensus.neighbour_evidence);
   s.consensus.relevance_weight = options.relevance_weight.value_or(model.consensus.relevance_weight);
   s.diversity = BeamDiversity{options.beam_groups.value_or(model.beam_diversity.groups),
                               options.diversity.value_or(model.beam_diversity.penalty)};
@@ -95,6 +97,10 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
   if (s.consensus.object_evidence > 0 && model.encoder_config.object_channels == 0)
     fail(model_name, std::string("has no object channels for ") + name.object_evidence +
                          " (its encoder reads no detector: sat train --objects)");
+  if (!(s.consensus.neighbour_evidence >= 0 && s.consensus.neighbour_evidence <= 1))
+    throw Error(in_range(name.neighbour_evidence, 0, 1));
+  if (s.consensus.neighbour_evidence > 0 && s.consensus.object_evidence > 0)
+    require_memory(model, model_name, name.neighbour_evidence, 0);
   if (!(s.consensus.relevance_weight >= 0 && s.consensus.relevance_weight <= kMaxRelevanceWeight))
     throw Error(in_range(name.relevance_weight, 0, (int)kMaxRelevanceWeight));
   if (s.consensus.relevance_weight > 0) {
@@ -193,25 +199,34 @@ bool by_evidence(const SearchSettings& s) {
 bool by_relevance(const CaptionModel& model, const SearchSettings& s) {
   return model.memory && s.consensus.relevance_weight > 0;
 }
+// Whether the objects' evidence reads the nearest memory photos' captions too.
+bool by_neighbour_evidence(const CaptionModel& model, const SearchSettings& s) {
+  return model.memory && by_evidence(s) && s.consensus.neighbour_evidence > 0;
+}
 bool reranks(const CaptionModel& model, const SearchSettings& s) {
   return by_memory(model, s) || by_evidence(s) || by_relevance(model, s);
 }
+// Whether the search needs each photo's nearest memory photos: for their captions' agreement or their objects.
+bool needs_neighbours(const CaptionModel& model, const SearchSettings& s) {
+  return by_memory(model, s) || by_neighbour_evidence(model, s);
+}
 // Whether the search needs each photo's memory key: for its nearest memory photos or its captions' relevance.
 bool needs_keys(const CaptionModel& model, const SearchSettings& s) {
-  return by_memory(model, s) || by_relevance(model, s);
+  return needs_neighbours(model, s) || by_relevance(model, s);
 }
 
 // Reranks one image's candidates (grid: its L x D rows) as the settings say, the memory's nearest photos `photos`
-// and its memory key `key` (nullptr when neither the memory nor relevance reranks).
+// (empty unless needs_neighbours) and its memory key `key` (nullptr unless needs_keys).
 void rerank(CaptionModel& model, CandidateList& list, const Mat& grid, const std::vector<int>& photos,
             const float* key, const SearchSettings& s) {
   if (by_memory(model, s)) set_agreements(list, *model.memory, photos, model.vocab);
   if (by_relevance(model, s)) weigh_relevance(list, *model.memory, key, model.vocab);
   if (by_evidence(s)) {
     const EncoderConfig& e = model.encoder_config;
-    weigh_object_evidence(list,
-                          object_group_peaks(grid, e.grid_channels(), e.object_scale, coco_class_names()),
-                          s.consensus.evidence_threshold, model.vocab);
+    std::vector<double> peaks = object_group_peaks(grid, e.grid_channels(), e.object_scale, coco_class_names());
+    if (by_neighbour_evidence(model, s))
+      peaks = mixed_object_evidence(peaks, model.memory->object_shares(photos), s.consensus.neighbour_evidence);
+    weigh_object_evidence(list, peaks, s.consensus.evidence_threshold, model.vocab);
   }
   choose_by_totals(list, s.consensus);
 }
@@ -273,7 +288,8 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
       return beam_search_nbest(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, s.diversity);
     });
   }
-  const bool reranked = s.beam > 1 && reranks(model, s), memory = reranked && by_memory(model, s);
+  const bool reranked = s.beam > 1 && reranks(model, s), memory = reranked && by_memory(model, s),
+             neighbours = reranked && needs_neighbours(model, s);
   const Mat keys = reranked && needs_keys(model, s) ? model.memory->key_vectors(F, n) : Mat();
   const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
@@ -282,11 +298,9 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
     list = candidate_list(std::move(found[i]), reranked);
     if (!reranked) continue;
     std::vector<int> photos;
-    if (memory) {
-      photos = model.memory->nearest(keys.row(i).data(), s.consensus.neighbours);
-      if (s.consensus.memory_candidates > 0)
-        add_memory_candidates(model, list, F.middleRows(i * L, L), photos, s.consensus.memory_candidates, s);
-    }
+    if (neighbours) photos = model.memory->nearest(keys.row(i).data(), s.consensus.neighbours);
+    if (memory && s.consensus.memory_candidates > 0)
+      add_memory_candidates(model, list, F.middleRows(i * L, L), photos, s.consensus.memory_candidates, s);
     rerank(model, list, F.middleRows(i * L, L), photos, keys.size() ? keys.row(i).data() : nullptr, s);
   }
   return out;
@@ -298,7 +312,7 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
   std::vector<std::vector<Hypothesis>> found = over_decoders(model, [&](auto& dec) {
     return beam_search_including(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, words);
   });
-  const bool reranked = reranks(model, s), memory = by_memory(model, s);
+  const bool reranked = reranks(model, s), neighbours = needs_neighbours(model, s);
   const Mat keys = needs_keys(model, s) ? model.memory->key_vectors(F, n) : Mat();
   const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
@@ -311,7 +325,7 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
     const float* key = keys.size() ? keys.row(i).data() : nullptr;
     if (reranked)
       rerank(model, list, F.middleRows(i * L, L),
-             memory ? model.memory->nearest(key, s.consensus.neighbours) : std::vector<int>(), key, s);
+             neighbours ? model.memory->nearest(key, s.consensus.neighbours) : std::vector<int>(), key, s);
   }
   return out;
 }

@@ -34,6 +34,7 @@ struct SearchOptions {
   std::optional<int> memory_candidates;    // the captions of the M nearest memory photos join the candidates
   std::optional<double> object_evidence;   // the detector's evidence in reranking (a model with object channels)
   std::optional<double> evidence_threshold;  // and the peak above which naming an object gains
+  std::optional<double> neighbour_evidence;  // the nearest memory photos' captions' share in that evidence (0..1)
   std::optional<double> relevance_weight;  // the caption's relevance by the memory's CCA (its word side)
   std::optional<int> beam_groups;          // diverse beam search (1: plain beam search)
   std::optional<double> diversity;         // and its penalty

@@ -107,6 +107,17 @@ def test_reranking_terms(repo, shared):
             assert k.total == pytest.approx(k.score + info["consensus_weight"] * k.agreement +
                                             info["object_evidence"] * k.object_evidence + r * k.relevance)
         assert max(c.candidates, key=lambda k: k.total).text == c.text
+    # the neighbours' captions in the objects' evidence, as the model stores it or as asked: the totals' rule holds
+    for share in (None, 0.0, 1.0):
+        c = model.caption(repo / "examples" / "dog_and_man.jpg", candidates=5, attention=False,
+                          neighbour_evidence=share)
+        for k in c.candidates:
+            assert k.total == pytest.approx(k.score + info["consensus_weight"] * k.agreement +
+                                            info["object_evidence"] * k.object_evidence +
+                                            info["relevance_weight"] * k.relevance)
+        assert max(c.candidates, key=lambda k: k.total).text == c.text
+    with pytest.raises(sat.Error, match=r"neighbour_evidence must be in \[0, 1\]"):
+        model.caption(repo / "examples" / "dog_and_man.jpg", neighbour_evidence=2.0)
 
 
 def test_encode(synth, repo):

@@ -140,6 +140,11 @@ void SearchFlags::add_to(CLI::App* command) {
                     "The detector's evidence: the peak above which naming an object gains, below which it costs "
                     "(default: the model's)")
       ->check(CLI::Range(0.0, 1.0));
+  add_search_option(command, "--neighbour-evidence", options.neighbour_evidence,
+                    "The detector's evidence, a model with a caption memory: each object's evidence is (1 - M) x the "
+                    "detector's peak + M x the share of the nearest memory photos' captions that name it (0: the "
+                    "peak alone; default: the model's)")
+      ->check(CLI::Range(0.0, 1.0));
   add_search_option(command, "--relevance-weight", options.relevance_weight,
                     "Beam search: each candidate's total also gains R x the cosine of its words with the image in the "
                     "caption memory's CCA space (needs a memory built with --cca; 0: off; default: the model's)")

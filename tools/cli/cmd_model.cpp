@@ -42,12 +42,21 @@ std::string projection_text(const CaptionMemory& memory) {
   return text;
 }
 
+// How much of each object's evidence comes from the nearest memory photos' captions.
+std::string neighbour_evidence_text(double share) {
+  char text[96];
+  std::snprintf(text, sizeof text, "%g of it from the nearest memory photos' captions", share);
+  return text;
+}
+
 // "; the detector's evidence ..." when the model weighs it in reranking, else nothing
 std::string evidence_text(const CaptionModel& m) {
   if (m.consensus.object_evidence <= 0) return "";
   char text[96];
   std::snprintf(text, sizeof text, "; the detector's evidence weighed %g (threshold %g)", m.consensus.object_evidence,
                 m.consensus.evidence_threshold);
+  if (m.memory && m.consensus.neighbour_evidence > 0)
+    return text + std::string("; ") + neighbour_evidence_text(m.consensus.neighbour_evidence);
   return text;
 }
 
@@ -152,6 +161,7 @@ nlohmann::json model_summary(const std::string& path) {
                                                         {"neighbours", m->consensus.neighbours},
                                                         {"consensus_weight", m->consensus.weight},
                                                         {"relevance_weight", m->consensus.relevance_weight},
+                                                        {"neighbour_evidence", m->consensus.neighbour_evidence},
                                                         {"memory_candidates", m->consensus.memory_candidates},
                                                         {"key_pooling", key_pooling_name(m->memory->pooling)},
                                                         {"key_object_weight", m->memory->object_weight},
@@ -236,8 +246,11 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
   if (!s["object_evidence"].is_null())
     std::printf(
         "the detector's evidence weighs in reranking: weight %g, the peak above which naming an object gains "
-        "%g\n",
-        s["object_evidence"]["weight"].get<double>(), s["object_evidence"]["threshold"].get<double>());
+        "%g%s\n",
+        s["object_evidence"]["weight"].get<double>(), s["object_evidence"]["threshold"].get<double>(),
+        !s["caption_memory"].is_null() && s["caption_memory"]["neighbour_evidence"].get<double>() > 0
+            ? ("; " + neighbour_evidence_text(s["caption_memory"]["neighbour_evidence"].get<double>())).c_str()
+            : "");
 }
 
 // What `sat model info` prints from a model's info object: how it was made and the scores on record.
@@ -364,6 +377,7 @@ struct SetArgs {
   double object_evidence = -1;   // < 0: unchanged
   double evidence_threshold = -1;  // < 0: unchanged
   double relevance_weight = -1;  // < 0: unchanged
+  double neighbour_evidence = -1;  // < 0: unchanged
   int neighbours = 0;            // 0: unchanged
   int beam_groups = 0;           // 0: unchanged
   double diversity = -1;         // < 0: unchanged
@@ -373,11 +387,12 @@ struct SetArgs {
 void set_search_settings(const SetArgs& a) {
   if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.decoder_precision.empty() &&
       a.consensus_weight < 0 && a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 &&
-      a.diversity < 0 && a.object_evidence < 0 && a.evidence_threshold < 0 && a.relevance_weight < 0)
+      a.diversity < 0 && a.object_evidence < 0 && a.evidence_threshold < 0 && a.relevance_weight < 0 &&
+      a.neighbour_evidence < 0)
     throw CLI::RequiredError(
         "--length-norm, --beam, --no-repeat, --encoder-precision, --decoder-precision, --consensus-weight, "
-        "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --relevance-weight, "
-        "--beam-groups or --diversity");
+        "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --neighbour-evidence, "
+        "--relevance-weight, --beam-groups or --diversity");
   std::optional<PrecisionChoice> precision;
   if (!a.precision.empty()) precision = parse_precision(a.precision);
   std::optional<ProductPrecision> decoder_precision;
@@ -398,6 +413,9 @@ void set_search_settings(const SetArgs& a) {
     fail(a.in, "has no object channels for --object-evidence (its encoder reads no detector: sat train --objects)");
   if (a.object_evidence >= 0) m->consensus.object_evidence = a.object_evidence;
   if (a.evidence_threshold >= 0) m->consensus.evidence_threshold = a.evidence_threshold;
+  if (a.neighbour_evidence > 0 && !m->memory)
+    fail(a.in, "has no caption memory for --neighbour-evidence (sat model memory builds one)");
+  if (a.neighbour_evidence >= 0) m->consensus.neighbour_evidence = a.neighbour_evidence;
   if (a.relevance_weight > 0 && !(m->memory && m->memory->weighs_relevance()))
     fail(a.in, "has no word side in its caption memory's key projection for --relevance-weight (sat model memory "
                "--cca builds one)");
@@ -476,6 +494,11 @@ void add_model_set(CLI::App& model) {
       ->check(CLI::Range(0.0, kMaxObjectEvidence));
   set->add_option("--evidence-threshold", a->evidence_threshold,
                   "The detector's evidence: the peak above which naming an object gains, below which it costs")
+      ->check(CLI::Range(0.0, 1.0));
+  set->add_option("--neighbour-evidence", a->neighbour_evidence,
+                  "The detector's evidence, a model with a caption memory: each object's evidence is (1 - M) x the "
+                  "detector's peak + M x the share of the nearest memory photos' captions that name it (0: the peak "
+                  "alone); choose it on dev data")
       ->check(CLI::Range(0.0, 1.0));
   set->add_option("--relevance-weight", a->relevance_weight,
                   "Each beam candidate's total also gains R x the cosine of its words with the photo in the caption "

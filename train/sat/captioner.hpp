@@ -57,6 +57,10 @@ struct CaptionOptions {
   // in [0, 1]); see `sat model set --object-evidence`
   std::optional<double> object_evidence;
   std::optional<double> evidence_threshold;
+  // With the detector's evidence on and a caption memory: each object's evidence is (1 - neighbour_evidence) x the
+  // detector's peak + neighbour_evidence x the share of the nearest memory photos' captions that name it (in [0, 1];
+  // 0: the peak alone); see `sat model set --neighbour-evidence`
+  std::optional<double> neighbour_evidence;
   // Each beam candidate's total also gains relevance_weight x the caption's relevance to the image: the cosine of
   // the two in the caption memory's CCA space (0: off; at most 100; the model's memory needs the word side of its key
   // projection, see `sat model memory --cca`); see `sat model set --relevance-weight`
@@ -147,6 +151,7 @@ struct ModelInfo {
   int memory_candidates = 0;      // how many nearest memory photos' captions join the beam's candidates (0: none)
   double object_evidence = 0;     // the detector's evidence in reranking: its weight (0: off) and threshold
   double evidence_threshold = 0;
+  double neighbour_evidence = 0;  // and the nearest memory photos' captions' share in it (0: the peak alone)
   double relevance_weight = 0;    // the captions' relevance in reranking: its weight (0: off)
   int beam_groups = 1;            // diverse beam search's groups (1: plain beam search)
   double diversity = 0;           // and its penalty

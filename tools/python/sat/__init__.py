@@ -125,8 +125,8 @@ class Captioner:
     def caption(self, x, *, beam: Optional[int] = None, length_norm: Optional[float] = None,
                 no_repeat_ngram: Optional[int] = None, consensus_weight: Optional[float] = None,
                 memory_candidates: Optional[int] = None, object_evidence: Optional[float] = None,
-                evidence_threshold: Optional[float] = None, relevance_weight: Optional[float] = None,
-                beam_groups: Optional[int] = None,
+                evidence_threshold: Optional[float] = None, neighbour_evidence: Optional[float] = None,
+                relevance_weight: Optional[float] = None, beam_groups: Optional[int] = None,
                 diversity: Optional[float] = None, include: Optional[str] = None, candidates: int = 0,
                 attention: bool = True, objects: bool = False,
                 object_threshold: float = 0.3, allow_damaged: bool = False) -> Union[Caption, List[Caption]]:
@@ -136,7 +136,8 @@ class Captioner:
         Unset search settings take the model's stored ones (self.info). beam: 1 is greedy; length_norm: the beam ranks
         by logprob / words ** length_norm; no_repeat_ngram: never repeat an n-word phrase; consensus_weight and
         memory_candidates: consensus reranking by the nearest training photos' captions; object_evidence and
-        evidence_threshold: the detector's evidence in reranking (a model that reads it); relevance_weight: the
+        evidence_threshold: the detector's evidence in reranking (a model that reads it); neighbour_evidence: the share
+        of each object's evidence taken from the nearest memory photos' captions (0..1); relevance_weight: the
         caption's relevance to the image in the caption memory's CCA space, in reranking; beam_groups and diversity:
         diverse beam search; include: a word the caption must say; candidates: also return the search's N best;
         attention: fill Caption.attention (and glimpses); objects: the COCO objects found, each class peaking at or
@@ -151,6 +152,7 @@ class Captioner:
         o.memory_candidates = _int("memory_candidates", memory_candidates)
         o.object_evidence = _real("object_evidence", object_evidence)
         o.evidence_threshold = _real("evidence_threshold", evidence_threshold)
+        o.neighbour_evidence = _real("neighbour_evidence", neighbour_evidence)
         o.relevance_weight = _real("relevance_weight", relevance_weight)
         o.beam_groups = _int("beam_groups", beam_groups)
         o.diversity = _real("diversity", diversity)
