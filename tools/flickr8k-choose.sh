@@ -238,6 +238,16 @@ decoder_precision_stage() {  # features out [encoder precision]: step 7 for the 
   echo "wrote $out with its decoder searching in bf16"
 }
 
+dev_json() {  # model features [eval flags]: sat eval's JSON on the 1000 dev photos from that cache (needs $sat, $data)
+  local m=$1 features=$2
+  shift 2
+  "$sat" eval --model "$m" --data "$data" --split "$data/dev.txt" --features "$features" "$@" --json
+}
+paired_bootstrap() {  # results baseline: the two results files of the dev photos compared (sat eval --baseline, JSON;
+  # needs $sat, $data)
+  "$sat" eval --results "$1" --baseline "$2" --refs "$data/captions.csv" --resamples 2000 --seed 1 --json
+}
+
 relevance_stage() {  # features out [encoder precision]: step 8 for the shipped model OUT (needs $sat, $data, $work)
   local features=$1 out=$2 precision=${3:-}
   local r json cider false low b4_high best="" best_cider base_false base_results=$work/relevance_0.json
@@ -251,12 +261,10 @@ relevance_stage() {  # features out [encoder precision]: step 8 for the shipped 
   base_false=$(json_rare_false <<<"$json")
   echo "without the captions' relevance: dev CIDEr-D $best_cider, $base_false false mentions of the rarer objects"
   for r in 0.5 1 2 4; do
-    json=$("$sat" eval --model "$out" --data "$data" --split "$data/dev.txt" --features "$features" \
-      --relevance-weight $r --json --results-out "$work/relevance_$r.json")
+    json=$(dev_json "$out" "$features" --relevance-weight $r --results-out "$work/relevance_$r.json")
     cider=$(json_cider <<<"$json")
     false=$(json_rare_false <<<"$json")
-    json=$("$sat" eval --results "$work/relevance_$r.json" --baseline "$base_results" --refs "$data/captions.csv" \
-      --resamples 2000 --seed 1 --json)
+    json=$(paired_bootstrap "$work/relevance_$r.json" "$base_results")
     low=$(json_difference CIDEr low <<<"$json")
     b4_high=$(json_difference Bleu_4 high <<<"$json")
     echo "the captions' relevance weighed $r: dev CIDEr-D $cider (the gain's 95% interval from $low), BLEU-4's" \
@@ -294,12 +302,11 @@ neighbour_evidence_stage() {  # features out [encoder precision]: step 9 for the
     for v in 4 8; do
       for t in 0.15 0.2 0.25; do
         results=$work/neighbour_evidence_${m}_${v}_$t.json
-        json=$("$sat" eval --model "$out" --data "$data" --split "$data/dev.txt" --features "$features" \
-          --neighbour-evidence $m --object-evidence $v --evidence-threshold $t --json --results-out "$results")
+        json=$(dev_json "$out" "$features" --neighbour-evidence $m --object-evidence $v --evidence-threshold $t \
+          --results-out "$results")
         named=$(json_rare_named <<<"$json")
         false=$(json_rare_false <<<"$json")
-        json=$("$sat" eval --results "$results" --baseline "$base_results" --refs "$data/captions.csv" \
-          --resamples 2000 --seed 1 --json)
+        json=$(paired_bootstrap "$results" "$base_results")
         high_b4=$(json_difference Bleu_4 high <<<"$json")
         high_cider=$(json_difference CIDEr high <<<"$json")
         echo "the neighbours' captions $m of the evidence, weighed $v, threshold $t: $named named, $false false" \
