@@ -161,11 +161,11 @@ for line in text.splitlines():
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
 assert samples['sat_requests_total{code="200"}'] == 6 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 22, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="400"}'] == 23, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 26
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 40
+assert samples["sat_errors_total"] == 27
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 41
 assert samples["sat_batch_size_sum"] == 14 and samples["sat_batch_size_count"] < 14, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY
