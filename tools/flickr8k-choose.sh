@@ -243,14 +243,20 @@ dev_json() {  # model features [eval flags]: sat eval's JSON on the 1000 dev pho
   shift 2
   "$sat" eval --model "$m" --data "$data" --split "$data/dev.txt" --features "$features" "$@" --json
 }
-paired_bootstrap() {  # results baseline: the two results files of the dev photos compared (sat eval --baseline, JSON;
-  # needs $sat, $data)
-  "$sat" eval --results "$1" --baseline "$2" --refs "$data/captions.csv" --resamples 2000 --seed 1 --json
+# model features baseline results [eval flags]: one setting scored on the dev photos against a baseline's results
+# file: sets `scored` (sat eval's JSON, its captions written to RESULTS) and `compared` (the paired bootstrap of
+# RESULTS against BASELINE, sat eval --baseline, 2000 resamples; needs $sat, $data)
+score_against() {
+  local m=$1 features=$2 baseline=$3 results=$4
+  shift 4
+  scored=$(dev_json "$m" "$features" "$@" --results-out "$results")
+  compared=$("$sat" eval --results "$results" --baseline "$baseline" --refs "$data/captions.csv" --resamples 2000 \
+    --seed 1 --json)
 }
 
 relevance_stage() {  # features out [encoder precision]: step 8 for the shipped model OUT (needs $sat, $data, $work)
   local features=$1 out=$2 precision=${3:-}
-  local r json cider false low b4_high best="" best_cider base_false base_results=$work/relevance_0.json
+  local r json scored compared cider false low b4_high best="" best_cider base_false base_results=$work/relevance_0.json
   if ! [[ "$("$sat" model info "$out" --json)" =~ \"word_side\":\ *true ]]; then
     echo "$out has no caption memory with a word side: no relevance to weigh"
     return 0
@@ -261,12 +267,11 @@ relevance_stage() {  # features out [encoder precision]: step 8 for the shipped 
   base_false=$(json_rare_false <<<"$json")
   echo "without the captions' relevance: dev CIDEr-D $best_cider, $base_false false mentions of the rarer objects"
   for r in 0.5 1 2 4; do
-    json=$(dev_json "$out" "$features" --relevance-weight $r --results-out "$work/relevance_$r.json")
-    cider=$(json_cider <<<"$json")
-    false=$(json_rare_false <<<"$json")
-    json=$(paired_bootstrap "$work/relevance_$r.json" "$base_results")
-    low=$(json_difference CIDEr low <<<"$json")
-    b4_high=$(json_difference Bleu_4 high <<<"$json")
+    score_against "$out" "$features" "$base_results" "$work/relevance_$r.json" --relevance-weight $r
+    cider=$(json_cider <<<"$scored")
+    false=$(json_rare_false <<<"$scored")
+    low=$(json_difference CIDEr low <<<"$compared")
+    b4_high=$(json_difference Bleu_4 high <<<"$compared")
     echo "the captions' relevance weighed $r: dev CIDEr-D $cider (the gain's 95% interval from $low), BLEU-4's" \
       "difference up to $b4_high, $false false mentions"
     if better "$low" 0 && ! better 0 "$b4_high" && [ "$false" -le "$base_false" ] && better "$cider" "$best_cider"; then
@@ -285,7 +290,7 @@ relevance_stage() {  # features out [encoder precision]: step 8 for the shipped 
 
 neighbour_evidence_stage() {  # features out [encoder precision]: step 9 for the shipped model OUT (needs $sat, $data, $work)
   local features=$1 out=$2 precision=${3:-}
-  local info m v t json named false low_b4 high_b4 high_cider best="" best_named best_false base_false
+  local info m v t json named false scored compared high_b4 high_cider best="" best_named best_false base_false
   local base_results=$work/neighbour_evidence_0.json results
   info=$("$sat" model info "$out" --json)
   if [[ "$info" =~ \"caption_memory\":\ *null ]] || [[ "$info" =~ \"object_evidence\":\ *null ]]; then
@@ -302,13 +307,12 @@ neighbour_evidence_stage() {  # features out [encoder precision]: step 9 for the
     for v in 4 8; do
       for t in 0.15 0.2 0.25; do
         results=$work/neighbour_evidence_${m}_${v}_$t.json
-        json=$(dev_json "$out" "$features" --neighbour-evidence $m --object-evidence $v --evidence-threshold $t \
-          --results-out "$results")
-        named=$(json_rare_named <<<"$json")
-        false=$(json_rare_false <<<"$json")
-        json=$(paired_bootstrap "$results" "$base_results")
-        high_b4=$(json_difference Bleu_4 high <<<"$json")
-        high_cider=$(json_difference CIDEr high <<<"$json")
+        score_against "$out" "$features" "$base_results" "$results" --neighbour-evidence $m --object-evidence $v \
+          --evidence-threshold $t
+        named=$(json_rare_named <<<"$scored")
+        false=$(json_rare_false <<<"$scored")
+        high_b4=$(json_difference Bleu_4 high <<<"$compared")
+        high_cider=$(json_difference CIDEr high <<<"$compared")
         echo "the neighbours' captions $m of the evidence, weighed $v, threshold $t: $named named, $false false" \
           "mentions; BLEU-4's difference up to $high_b4, CIDEr-D's up to $high_cider"
         better 0 "$high_b4" && continue    # BLEU-4 lower beyond chance

@@ -20,14 +20,14 @@ struct OptionNames {
       *object_evidence, *evidence_threshold, *neighbour_evidence, *relevance_weight, *beam_groups, *diversity, *include,
       *candidates;
 };
-constexpr OptionNames kLibraryNames{"beam",          "length_norm",       "no_repeat_ngram",  "consensus_weight",
-                                    "neighbours",    "memory_candidates", "object_evidence",  "evidence_threshold",
-                                    "neighbour_evidence", "relevance_weight", "beam_groups",    "diversity",        "include",
+constexpr OptionNames kLibraryNames{"beam", "length_norm", "no_repeat_ngram", "consensus_weight", "neighbours",
+                                    "memory_candidates", "object_evidence", "evidence_threshold",
+                                    "neighbour_evidence", "relevance_weight", "beam_groups", "diversity", "include",
                                     "candidates"};
-constexpr OptionNames kFlagNames{"--beam",          "--length-norm",       "--no-repeat",        "--consensus-weight",
-                                 "--neighbours",    "--memory-candidates", "--object-evidence",  "--evidence-threshold",
-                                 "--neighbour-evidence", "--relevance-weight", "--beam-groups",    "--diversity",        "--include",
-                                 "--candidates"};
+constexpr OptionNames kFlagNames{"--beam", "--length-norm", "--no-repeat", "--consensus-weight", "--neighbours",
+                                 "--memory-candidates", "--object-evidence", "--evidence-threshold",
+                                 "--neighbour-evidence", "--relevance-weight", "--beam-groups", "--diversity",
+                                 "--include", "--candidates"};
 
 std::string in_range(const char* name, int lo, int hi) {
   return std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
