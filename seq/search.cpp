@@ -100,6 +100,20 @@ Hypothesis extended(const Dec& dec, const typename Dec::State& st, const Mat& al
 }
 }  // namespace
 
+void check_steering(const BeamSteering& steering, int N, int vocab_size) {
+  if (!steering.active()) return;
+  if ((int)steering.word_group.size() != vocab_size)
+    throw Error("beam steering: " + std::to_string(steering.word_group.size()) + " word groups for a vocabulary of " +
+                std::to_string(vocab_size));
+  const int groups = (int)steering.bonus.cols();
+  if (steering.bonus.rows() != N || groups > kMaxSteeringGroups)
+    throw Error("beam steering: bonuses of " + std::to_string(steering.bonus.rows()) + " x " + std::to_string(groups) +
+                " for " + std::to_string(N) + " images (at most " + std::to_string(kMaxSteeringGroups) + " groups)");
+  for (int g : steering.word_group)
+    if (g < -1 || g >= groups) throw Error("beam steering: word group " + std::to_string(g) + " out of range");
+  if (!steering.bonus.allFinite()) throw Error("beam steering: a bonus is not finite");
+}
+
 void check_diversity(const BeamDiversity& diversity, int beam) {
   if (diversity.groups < 1 || diversity.groups > beam || beam % diversity.groups != 0)
     throw Error("beam groups must divide the beam size (" + std::to_string(beam) + "); got " +
@@ -158,14 +172,16 @@ std::vector<Hypothesis> sample_search(Decoder& dec, const Mat& F, int N, int max
 template <typename Dec>
 static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat& F, int N, int beam, int max_len,
                                                              double length_norm, int no_repeat_ngram,
-                                                             const BeamDiversity& diversity) {
+                                                             const BeamDiversity& diversity,
+                                                             const BeamSteering& steering = {}) {
   if (beam < 1) throw Error("beam size must be at least 1");
   if (no_repeat_ngram < 0 || no_repeat_ngram > kMaxNoRepeat) throw Error("no_repeat_ngram must be in [0, 9]");
   if (!(length_norm >= 0 && length_norm <= 2)) throw Error("length normalization must be in [0, 2]");
   check_diversity(diversity, beam);
+  const int V = dec.config().vocab_size;
+  check_steering(steering, N, V);
   typename Dec::State st;
   dec.begin(F, N, st);
-  const int V = dec.config().vocab_size;
   const int G = diversity.groups, group_beam = beam / G;
   // Live hypotheses, grouped by image, then by group; row r of the decoder state is live[r]. At the first step one
   // row per image (group -1) is every group's start.
@@ -173,6 +189,8 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
     int image;
     int group;
     Hypothesis h;
+    double steer = 0;    // the steering bonuses its words have gained so far
+    uint32_t named = 0;  // the steering groups its words have named
   };
   std::vector<Live> live;
   for (int i = 0; i < N; ++i) live.push_back({i, G > 1 ? -1 : 0, Hypothesis{}});
@@ -183,7 +201,8 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
   std::vector<int> chosen_words;
   Mat logp, alpha;
   struct Cand {
-    double rank, lp;  // rank: lp less the diversity penalty (lp with one group)
+    double rank, lp;  // rank: lp plus the steering, less the diversity penalty (lp with one group and no steering)
+    double steer;     // the row's steering with this word
     int row, word;
   };
   std::vector<Cand> cands;
@@ -205,8 +224,13 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
           for (int w = 0; w < V; ++w) {
             if (logp((int)r, w) == kBanned) continue;
             const double lp = live[r].h.logprob + logp((int)r, w);
-            const double rank = g > 0 ? lp - diversity.penalty * chosen_count[w] : lp;
-            cands.push_back({rank, lp, (int)r, w});
+            double steer = live[r].steer;
+            if (steering.active()) {
+              const int sg = steering.word_group[w];
+              if (sg >= 0 && !(live[r].named >> sg & 1u)) steer += steering.bonus(img, sg);
+            }
+            const double rank = (g > 0 ? lp - diversity.penalty * chosen_count[w] : lp) + steer;
+            cands.push_back({rank, lp, steer, (int)r, w});
           }
         }
         size_t top = std::min(cands.size(), (size_t)2 * group_beam);
@@ -239,7 +263,9 @@ static std::vector<std::vector<Hypothesis>> beam_search_over(Dec& dec, const Mat
             ++kept;
             continue;
           }
-          next.push_back({img, g, std::move(h)});
+          uint32_t named = live[c.row].named;
+          if (steering.active() && steering.word_group[c.word] >= 0) named |= 1u << steering.word_group[c.word];
+          next.push_back({img, g, std::move(h), c.steer, named});
           rows.push_back(c.row);
           next_tokens.push_back(c.word);
           ++kept;
@@ -416,13 +442,13 @@ std::vector<Hypothesis> beam_search(DecoderEnsemble& dec, const Mat& F, int N, i
 }
 std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& F, int N, int beam, int max_len,
                                                        double length_norm, int no_repeat_ngram,
-                                                       const BeamDiversity& diversity) {
-  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity);
+                                                       const BeamDiversity& diversity, const BeamSteering& steering) {
+  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity, steering);
 }
 std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
                                                        double length_norm, int no_repeat_ngram,
-                                                       const BeamDiversity& diversity) {
-  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity);
+                                                       const BeamDiversity& diversity, const BeamSteering& steering) {
+  return beam_search_over(dec, F, N, beam, max_len, length_norm, no_repeat_ngram, diversity, steering);
 }
 
 std::vector<std::vector<Hypothesis>> beam_search_including(Decoder& dec, const Mat& F, int N, int beam, int max_len,

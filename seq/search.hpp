@@ -1,6 +1,7 @@
 // Caption search: greedy and batched beam search (length-normalized; never an empty caption, never <unk>,
 // <pad> or <start>).
 #pragma once
+#include <cstdint>
 #include <vector>
 
 #include "seq/decoder.hpp"
@@ -32,6 +33,20 @@ struct BeamDiversity {
   double penalty = 0;
 };
 constexpr double kMaxDiversityPenalty = 100;
+
+// Steering the beam toward some words: word_group[w] is the group word w belongs to (-1: none; one entry per word of
+// the vocabulary, or none at all: no steering), and bonus(i, g) is added to the rank of image i's rows the first time
+// a row says a word of group g (the objects' evidence in the search: naming what the photo likely holds gains,
+// naming what it likely does not costs). Like the diversity penalty it only steers which captions are found: each
+// keeps its own log p and score. At most 32 groups.
+struct BeamSteering {
+  std::vector<int> word_group;
+  Mat bonus;  // N x groups
+  bool active() const { return !word_group.empty(); }
+};
+constexpr int kMaxSteeringGroups = 32;
+// Throws an Error saying what is wrong with `steering` for N images and a vocabulary of vocab_size words.
+void check_steering(const BeamSteering& steering, int N, int vocab_size);
 // Throws an Error saying what is wrong with `diversity` for a beam of `beam` rows.
 void check_diversity(const BeamDiversity& diversity, int beam);
 
@@ -53,10 +68,12 @@ std::vector<Hypothesis> beam_search(Decoder& dec, const Mat& F, int N, int beam,
 // candidates consensus reranking (train/consensus.hpp) chooses among.
 std::vector<std::vector<Hypothesis>> beam_search_nbest(Decoder& dec, const Mat& F, int N, int beam, int max_len,
                                                        double length_norm = 1.0, int no_repeat_ngram = 0,
-                                                       const BeamDiversity& diversity = {});
+                                                       const BeamDiversity& diversity = {},
+                                                       const BeamSteering& steering = {});
 std::vector<std::vector<Hypothesis>> beam_search_nbest(DecoderEnsemble& dec, const Mat& F, int N, int beam, int max_len,
                                                        double length_norm = 1.0, int no_repeat_ngram = 0,
-                                                       const BeamDiversity& diversity = {});
+                                                       const BeamDiversity& diversity = {},
+                                                       const BeamSteering& steering = {});
 // Constrained beam search: for image i, the captions that say words[i] somewhere (up to `beam`, best score first,
 // scored as beam_search_nbest scores its own), found with two beams per image, the rows before the word and the rows
 // after it. words[i] must be a word a caption can say (not <pad>, <start>, <end> or <unk>). An image whose word no

@@ -193,6 +193,13 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
   CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("has no object channels for object_evidence"),
                        sat::Error);
   evidence.object_evidence = 0;
+  CHECK(info.beam_evidence == 0);
+  evidence.beam_evidence = 0;
+  check_same(captioner.caption_file(kPhoto, evidence), captioner.caption_file(kPhoto));
+  evidence.beam_evidence = 2;
+  CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("has no object channels for beam_evidence"),
+                       sat::Error);
+  evidence.beam_evidence = 0;
   evidence.evidence_threshold = 1.5;
   CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("evidence_threshold must be in [0, 1]"),
                        sat::Error);

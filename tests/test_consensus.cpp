@@ -748,6 +748,13 @@ TEST_CASE("search options: resolved against the model in one place, unset fields
   bad.neighbour_evidence = 0.5;  // read only with the detector's evidence on: nothing to check without it
   CHECK(error_of_options(bad, OptionSpelling::library) == "(no error)");
   bad = {};
+  bad.beam_evidence = 101.0;
+  CHECK(error_of_options(bad, OptionSpelling::command_line) == "--beam-evidence must be in [0, 100]");
+  CHECK(error_of_options(bad, OptionSpelling::library) == "beam_evidence must be in [0, 100]");
+  bad.beam_evidence = 2.0;  // this model reads no detector
+  CHECK(error_of_options(bad, OptionSpelling::command_line) ==
+        "m.sat: has no object channels for --beam-evidence (its encoder reads no detector: sat train --objects)");
+  bad = {};
   bad.beam = 3;  // the stored two groups do not divide three rows
   CHECK(error_of_options(bad, OptionSpelling::library) == "beam groups must divide the beam size (3); got 2");
   bad.beam = 1;  // greedy: no groups to check
@@ -899,4 +906,36 @@ TEST_CASE("consensus: the neighbours' captions in the objects' evidence: their s
   CHECK(list.candidates[1].evidence == doctest::Approx(mixed[group("person")] + mixed[group("horse")] - 0.3));
   choose_by_totals(list, s);
   CHECK(list.chosen == 1);
+}
+
+TEST_CASE("consensus: the objects' evidence steering the beam: each word's group and each image's bonuses") {
+  const Vocab vocab = Vocab::from_words(
+      {"<pad>", "<start>", "<end>", "<unk>", "a", "man", "rides", "horse", "bike", "dirt", "dogs"}, "test");
+  auto group = [](const std::string& name) {
+    for (size_t g = 0; g < object_groups().size(); ++g)
+      if (object_groups()[g].name == name) return (int)g;
+    FAIL("no group " << name);
+    return 0;
+  };
+  std::vector<std::vector<double>> evidence(2, std::vector<double>(object_groups().size(), 0.0));
+  evidence[0][group("horse")] = 0.7, evidence[0][group("person")] = 0.3;
+  evidence[1][group("dog")] = 0.5;
+  const BeamSteering steering = evidence_steering(vocab, evidence, 4.0, 0.3);
+  REQUIRE(steering.active());
+  REQUIRE(steering.word_group.size() == vocab.words.size());
+  CHECK(steering.word_group[vocab.id("horse")] == group("horse"));
+  CHECK(steering.word_group[vocab.id("man")] == group("person"));
+  CHECK(steering.word_group[vocab.id("dogs")] == group("dog"));
+  CHECK(steering.word_group[vocab.id("bike")] == group("bicycle"));
+  for (const char* none : {"<pad>", "<start>", "<end>", "<unk>", "a", "rides", "dirt"})
+    CHECK(steering.word_group[vocab.id(none)] == -1);
+  REQUIRE(steering.bonus.rows() == 2);
+  REQUIRE(steering.bonus.cols() == (int64_t)object_groups().size());
+  CHECK(steering.bonus(0, group("horse")) == doctest::Approx(4 * (0.7 - 0.3)));
+  CHECK(steering.bonus(0, group("person")) == doctest::Approx(0.0));  // at the threshold: neither gain nor cost
+  CHECK(steering.bonus(0, group("dog")) == doctest::Approx(-4 * 0.3));
+  CHECK(steering.bonus(1, group("dog")) == doctest::Approx(4 * 0.2));
+  CHECK(steering.bonus(1, group("horse")) == doctest::Approx(-1.2));
+  CHECK_NOTHROW(check_steering(steering, 2, (int)vocab.words.size()));
+  CHECK_THROWS_WITH(evidence_steering(vocab, {{0.5}}, 4.0, 0.3), doctest::Contains("one evidence per object group"));
 }

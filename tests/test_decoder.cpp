@@ -737,6 +737,98 @@ TEST_CASE("search: diverse beam groups") {
   CHECK_THROWS(beam_search(dec, F, n, 4, max_len, 1.0, 0, {2, std::nan("")}));
 }
 
+TEST_CASE("search: the beam steered toward some words finds captions with them, each keeping its own log p") {
+  Rng rng(23);
+  DecoderConfig cfg = small_config(0, false);
+  Decoder dec(cfg);
+  dec.init(rng);
+  const int n = 5, beam = 4, max_len = 8, V = cfg.vocab_size;
+  Mat F = random_features(n, cfg, rng);
+  const auto plain = beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0);
+  auto says = [](const Hypothesis& h, int w) { return std::find(h.tokens.begin(), h.tokens.end(), w) != h.tokens.end(); };
+  // Two words of one group (0), the others in none; the words the plain beam says least often are chosen, so the
+  // steering has something to change.
+  std::vector<int> count(V, 0);
+  for (auto& list : plain)
+    for (auto& h : list)
+      for (int w : std::set<int>(h.tokens.begin(), h.tokens.end())) ++count[w];
+  std::vector<int> words;
+  for (int w = 4; w < V; ++w) words.push_back(w);
+  std::stable_sort(words.begin(), words.end(), [&](int a, int b) { return count[a] < count[b]; });
+  const int w1 = words[0], w2 = words[1];
+  BeamSteering steering;
+  steering.word_group.assign(V, -1);
+  steering.word_group[w1] = steering.word_group[w2] = 0;
+  auto steered = [&](float bonus) {
+    steering.bonus = Mat::Constant(n, 1, bonus);
+    return beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, steering);
+  };
+  // No bonus: the plain search, caption for caption.
+  const auto zero = steered(0.f);
+  for (int i = 0; i < n; ++i) {
+    REQUIRE(zero[i].size() == plain[i].size());
+    for (size_t k = 0; k < plain[i].size(); ++k) {
+      CHECK(zero[i][k].tokens == plain[i][k].tokens);
+      CHECK(zero[i][k].logprob == plain[i][k].logprob);
+    }
+  }
+  // A prohibitive bonus: from the second step every row has said a word of the group, so every caption does; a
+  // prohibitive cost: none does. Either way each caption's log p is the one teacher forcing gives it.
+  int plain_with = 0;
+  for (auto& list : plain)
+    for (auto& h : list) plain_with += says(h, w1) || says(h, w2);
+  for (const float bonus : {100.f, -100.f}) {
+    CAPTURE(bonus);
+    const auto found = steered(bonus);
+    int with = 0, total = 0;
+    for (int i = 0; i < n; ++i) {
+      std::vector<std::vector<int>> captions;
+      for (auto& h : found[i]) {
+        with += says(h, w1) || says(h, w2), ++total;
+        if ((int)h.tokens.size() < max_len) captions.push_back(h.tokens);
+      }
+      for (size_t k = 1; k < found[i].size(); ++k) CHECK(found[i][k - 1].score >= found[i][k].score);
+      const auto scored = score_captions(dec, F.middleRows(i * cfg.locations(), cfg.locations()), captions, max_len);
+      size_t c = 0;
+      for (auto& h : found[i])
+        if ((int)h.tokens.size() < max_len) CHECK(scored[c++].logprob == doctest::Approx(h.logprob).epsilon(1e-5));
+    }
+    CHECK(with == (bonus > 0 ? total : 0));
+  }
+  CHECK(plain_with < n * beam);  // the plain beam leaves the words out of some captions: the checks above can fail
+  // The bonus is each image's: steering image 0 alone leaves the others' captions as they were.
+  steering.bonus = Mat::Zero(n, 1);
+  steering.bonus(0, 0) = 100.f;
+  const auto first_only = beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, steering);
+  for (auto& h : first_only[0]) CHECK((says(h, w1) || says(h, w2)));
+  for (int i = 1; i < n; ++i)
+    for (size_t k = 0; k < plain[i].size(); ++k) CHECK(first_only[i][k].tokens == plain[i][k].tokens);
+  // A group gains once per caption: were every mention to gain, no row would ever take <end> over another mention
+  // worth 100, and every caption would run to the length limit.
+  steering.bonus = Mat::Constant(n, 1, 100.f);
+  int ended = 0;
+  for (auto& list : steered(100.f))
+    for (auto& h : list) ended += h.alphas.size() == h.tokens.size() + 1;  // finished by <end>, not cut off
+  CHECK(ended > 0);
+  // Shapes and values checked.
+  BeamSteering bad = steering;
+  bad.word_group.pop_back();
+  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); })
+            .find("word groups for a vocabulary of") != std::string::npos);
+  bad = steering;
+  bad.bonus = Mat::Zero(n - 1, 1);
+  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); }).find("bonuses of 4 x 1 for 5 images") !=
+        std::string::npos);
+  bad = steering;
+  bad.word_group[w1] = 1;
+  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); }).find("word group 1 out of range") !=
+        std::string::npos);
+  bad = steering;
+  bad.bonus(2, 0) = std::numeric_limits<float>::infinity();
+  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); }).find("not finite") !=
+        std::string::npos);
+}
+
 TEST_CASE("search: a caption constrained to say a word is the best such caption, found as exhaustive search finds it") {
   // Three words and captions of at most 4: a beam of 200 holds every caption, so the plain search's list is every
   // caption there is, and the best of those that say the word is what the constrained search must find.

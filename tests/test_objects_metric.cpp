@@ -83,6 +83,24 @@ TEST_CASE("objects: two-word phrases first, their words then name nothing else")
   CHECK(named("skiing on the water") == std::set<std::string>{"snow sports"});
 }
 
+TEST_CASE("objects: the group a single word names by itself, as the beam's steering reads a vocabulary") {
+  auto index = [](const std::string& name) {
+    for (size_t g = 0; g < object_groups().size(); ++g)
+      if (object_groups()[g].name == name) return (int)g;
+    return -2;
+  };
+  CHECK(object_group_of_word("horse") == index("horse"));
+  CHECK(object_group_of_word("skiers") == index("snow sports"));
+  CHECK(object_group_of_word("puppy") == index("dog"));
+  CHECK(object_group_of_word("bike") == index("bicycle"));  // by itself; "dirt bike" is a phrase of the motorcycle
+  CHECK(object_group_of_word("dirt") == -1);
+  CHECK(object_group_of_word("Horse") == -1);  // tokens are lower case
+  CHECK(object_group_of_word("grass") == -1);
+  CHECK(object_group_of_word("") == -1);
+  for (size_t g = 0; g < object_groups().size(); ++g)  // every group's every word
+    for (const std::string& w : object_groups()[g].words) CHECK(object_group_of_word(w) == (int)g);
+}
+
 TEST_CASE("objects: photos, recall, false mentions and the rarer objects pooled") {
   const std::vector<std::vector<std::string>> refs = {
       // 0: three of five name the dog (a dog photo); the horse only twice (neither a horse photo nor one without)

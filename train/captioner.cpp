@@ -31,6 +31,7 @@ SearchOptions search_options(const CaptionOptions& options) {
   o.object_evidence = options.object_evidence;
   o.evidence_threshold = options.evidence_threshold;
   o.neighbour_evidence = options.neighbour_evidence;
+  o.beam_evidence = options.beam_evidence;
   o.relevance_weight = options.relevance_weight;
   o.beam_groups = options.beam_groups;
   o.diversity = options.diversity;
@@ -285,6 +286,7 @@ ModelInfo Captioner::info() const {
   info.object_evidence = m.consensus.object_evidence;
   info.evidence_threshold = m.consensus.evidence_threshold;
   info.neighbour_evidence = m.consensus.neighbour_evidence;
+  info.beam_evidence = m.consensus.beam_evidence;
   info.relevance_weight = m.consensus.relevance_weight;
   info.beam_groups = m.beam_diversity.groups;
   info.diversity = m.beam_diversity.penalty;

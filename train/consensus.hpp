@@ -97,8 +97,14 @@ struct ConsensusSettings {
   // evidence_threshold). 0: off. Applies with or without a caption memory.
   double object_evidence = 0;
   double evidence_threshold = 0.15;
+  // The same evidence in the beam (seq/search.hpp: BeamSteering): a beam row's rank gains beam_evidence x (the
+  // group's evidence minus evidence_threshold) the first time its words name the group, so the beam finds more
+  // captions naming what the photo likely holds and fewer naming what it likely does not (each keeps its own log p
+  // and score). 0: off. A model with object channels, with or without object_evidence; constrained search (include)
+  // is not steered.
+  double beam_evidence = 0;
   // The nearest memory photos' captions in the objects' evidence (needs the memory; read only with object_evidence
-  // on): each group's evidence is (1 - neighbour_evidence) x its detector peak + neighbour_evidence x the share of
+  // or beam_evidence on): each group's evidence is (1 - neighbour_evidence) x its detector peak + neighbour_evidence x the share of
   // those photos' captions that name it (CaptionMemory::object_shares). 0: the peak alone; 1: the captions alone.
   double neighbour_evidence = 0;
   // The caption's relevance to the photo (a memory whose key projection has its word side, weighs_relevance): each

@@ -88,9 +88,11 @@ TensorFile CaptionModel::to_tensor_file() const {
     }
     tf.metadata["ensemble"] = configs.dump();
   }
-  if (consensus.object_evidence > 0)  // the detector's evidence in reranking; absent: off
-    tf.metadata["object_evidence"] =
-        nlohmann::json{{"weight", consensus.object_evidence}, {"threshold", consensus.evidence_threshold}}.dump();
+  if (consensus.object_evidence > 0 || consensus.beam_evidence > 0) {  // the detector's evidence; absent: off
+    nlohmann::json evidence = {{"weight", consensus.object_evidence}, {"threshold", consensus.evidence_threshold}};
+    if (consensus.beam_evidence > 0) evidence["beam"] = consensus.beam_evidence;  // absent: 0, the beam unsteered
+    tf.metadata["object_evidence"] = evidence.dump();
+  }
   if (memory) {  // consensus reranking: the training photos' pooled grid vectors (float16) and their captions
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
@@ -272,11 +274,15 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
       const auto d = parse_json_checked(tf.metadata.at("object_evidence"), path, "model header is malformed");
       m->consensus.object_evidence = d.at("weight").get<double>();
       m->consensus.evidence_threshold = d.at("threshold").get<double>();
+      m->consensus.beam_evidence = d.value("beam", 0.0);
       if (!(m->consensus.object_evidence >= 0 && m->consensus.object_evidence <= kMaxObjectEvidence))
         fail(path, "object_evidence weight must be in [0, " + std::to_string((int)kMaxObjectEvidence) + "]");
       if (!(m->consensus.evidence_threshold >= 0 && m->consensus.evidence_threshold <= 1))
         fail(path, "object_evidence threshold must be in [0, 1]");
-      if (m->consensus.object_evidence > 0 && m->encoder_config.object_channels == 0)
+      if (!(m->consensus.beam_evidence >= 0 && m->consensus.beam_evidence <= kMaxObjectEvidence))
+        fail(path, "object_evidence beam weight must be in [0, " + std::to_string((int)kMaxObjectEvidence) + "]");
+      if ((m->consensus.object_evidence > 0 || m->consensus.beam_evidence > 0) &&
+          m->encoder_config.object_channels == 0)
         fail(path, "object_evidence needs object channels, and the encoder has none");
     }
     if (tf.metadata.count("encoder_precision"))

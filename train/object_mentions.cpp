@@ -151,6 +151,12 @@ std::vector<double> mixed_object_evidence(const std::vector<double>& peaks, cons
   return out;
 }
 
+int object_group_of_word(const std::string& token) {
+  const Lookup& t = lookup();
+  const auto at = t.word.find(token);
+  return at == t.word.end() ? -1 : at->second;
+}
+
 std::vector<bool> objects_named(const Tokens& tokens) {
   const Lookup& t = lookup();
   std::vector<bool> named(object_groups().size(), false);

@@ -26,6 +26,10 @@ struct ObjectGroup {
 };
 const std::vector<ObjectGroup>& object_groups();
 
+// The group of object_groups() a single token names by itself (its index), or -1: none (a word that names a group
+// only in a phrase, like "dirt" of "dirt bike", is -1; "bike" is the bicycle's).
+int object_group_of_word(const std::string& token);
+
 // For each group of object_groups(), whether the tokens name it.
 std::vector<bool> objects_named(const Tokens& tokens);
 

@@ -17,17 +17,17 @@ namespace {
 // The options' names in errors, as each kind of front end spells them.
 struct OptionNames {
   const char *beam, *length_norm, *no_repeat_ngram, *consensus_weight, *neighbours, *memory_candidates,
-      *object_evidence, *evidence_threshold, *neighbour_evidence, *relevance_weight, *beam_groups, *diversity, *include,
-      *candidates;
+      *object_evidence, *evidence_threshold, *neighbour_evidence, *beam_evidence, *relevance_weight, *beam_groups,
+      *diversity, *include, *candidates;
 };
 constexpr OptionNames kLibraryNames{"beam", "length_norm", "no_repeat_ngram", "consensus_weight", "neighbours",
                                     "memory_candidates", "object_evidence", "evidence_threshold",
-                                    "neighbour_evidence", "relevance_weight", "beam_groups", "diversity", "include",
-                                    "candidates"};
+                                    "neighbour_evidence", "beam_evidence", "relevance_weight", "beam_groups",
+                                    "diversity", "include", "candidates"};
 constexpr OptionNames kFlagNames{"--beam", "--length-norm", "--no-repeat", "--consensus-weight", "--neighbours",
                                  "--memory-candidates", "--object-evidence", "--evidence-threshold",
-                                 "--neighbour-evidence", "--relevance-weight", "--beam-groups", "--diversity",
-                                 "--include", "--candidates"};
+                                 "--neighbour-evidence", "--beam-evidence", "--relevance-weight", "--beam-groups",
+                                 "--diversity", "--include", "--candidates"};
 
 std::string in_range(const char* name, int lo, int hi) {
   return std::string(name) + " must be in [" + std::to_string(lo) + ", " + std::to_string(hi) + "]";
@@ -70,6 +70,7 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
   s.consensus.object_evidence = options.object_evidence.value_or(model.consensus.object_evidence);
   s.consensus.evidence_threshold = options.evidence_threshold.value_or(model.consensus.evidence_threshold);
   s.consensus.neighbour_evidence = options.neighbour_evidence.value_or(model.consensus.neighbour_evidence);
+  s.consensus.beam_evidence = options.beam_evidence.value_or(model.consensus.beam_evidence);
   s.consensus.relevance_weight = options.relevance_weight.value_or(model.consensus.relevance_weight);
   s.diversity = BeamDiversity{options.beam_groups.value_or(model.beam_diversity.groups),
                               options.diversity.value_or(model.beam_diversity.penalty)};
@@ -97,9 +98,14 @@ SearchSettings resolve_search(const CaptionModel& model, const SearchOptions& op
   if (s.consensus.object_evidence > 0 && model.encoder_config.object_channels == 0)
     fail(model_name, std::string("has no object channels for ") + name.object_evidence +
                          " (its encoder reads no detector: sat train --objects)");
+  if (!(s.consensus.beam_evidence >= 0 && s.consensus.beam_evidence <= kMaxObjectEvidence))
+    throw Error(in_range(name.beam_evidence, 0, (int)kMaxObjectEvidence));
+  if (s.consensus.beam_evidence > 0 && model.encoder_config.object_channels == 0)
+    fail(model_name, std::string("has no object channels for ") + name.beam_evidence +
+                         " (its encoder reads no detector: sat train --objects)");
   if (!(s.consensus.neighbour_evidence >= 0 && s.consensus.neighbour_evidence <= 1))
     throw Error(in_range(name.neighbour_evidence, 0, 1));
-  if (s.consensus.neighbour_evidence > 0 && s.consensus.object_evidence > 0)
+  if (s.consensus.neighbour_evidence > 0 && (s.consensus.object_evidence > 0 || s.consensus.beam_evidence > 0))
     require_memory(model, model_name, name.neighbour_evidence, 0);
   if (!(s.consensus.relevance_weight >= 0 && s.consensus.relevance_weight <= kMaxRelevanceWeight))
     throw Error(in_range(name.relevance_weight, 0, (int)kMaxRelevanceWeight));
@@ -165,6 +171,20 @@ void weigh_object_evidence(CandidateList& list, const std::vector<double>& peaks
   for (auto& c : list.candidates) c.evidence = object_evidence(vocab.decode(c.hypothesis.tokens), peaks, threshold);
 }
 
+BeamSteering evidence_steering(const Vocab& vocab, const std::vector<std::vector<double>>& evidence, double weight,
+                               double threshold) {
+  BeamSteering steering;
+  steering.word_group.resize(vocab.words.size());
+  for (size_t w = 0; w < vocab.words.size(); ++w) steering.word_group[w] = object_group_of_word(vocab.words[w]);
+  const int64_t groups = (int64_t)object_groups().size();
+  steering.bonus.resize((int64_t)evidence.size(), groups);
+  for (size_t i = 0; i < evidence.size(); ++i) {
+    if ((int64_t)evidence[i].size() != groups) throw Error("beam steering: one evidence per object group expected");
+    for (int64_t g = 0; g < groups; ++g) steering.bonus((int64_t)i, g) = (float)(weight * (evidence[i][g] - threshold));
+  }
+  return steering;
+}
+
 void weigh_relevance(CandidateList& list, const CaptionMemory& memory, const float* key, const Vocab& vocab) {
   std::vector<Tokens> words;
   for (auto& c : list.candidates) words.push_back(vocab.decode(c.hypothesis.tokens));
@@ -196,12 +216,16 @@ bool by_memory(const CaptionModel& model, const SearchSettings& s) {
 bool by_evidence(const SearchSettings& s) {
   return s.consensus.object_evidence > 0;
 }
+// Whether the objects' evidence steers the beam (plain beam search: constrained search is not steered).
+bool steers(const SearchSettings& s) {
+  return s.beam > 1 && s.include < 0 && s.consensus.beam_evidence > 0;
+}
 bool by_relevance(const CaptionModel& model, const SearchSettings& s) {
   return model.memory && s.consensus.relevance_weight > 0;
 }
 // Whether the objects' evidence reads the nearest memory photos' captions too.
 bool by_neighbour_evidence(const CaptionModel& model, const SearchSettings& s) {
-  return model.memory && by_evidence(s) && s.consensus.neighbour_evidence > 0;
+  return model.memory && (by_evidence(s) || steers(s)) && s.consensus.neighbour_evidence > 0;
 }
 bool reranks(const CaptionModel& model, const SearchSettings& s) {
   return by_memory(model, s) || by_evidence(s) || by_relevance(model, s);
@@ -215,20 +239,36 @@ bool needs_keys(const CaptionModel& model, const SearchSettings& s) {
   return needs_neighbours(model, s) || by_relevance(model, s);
 }
 
+// Each object group's evidence in one image (grid: its L x D rows; photos: its nearest memory photos, read when the
+// evidence mixes in their captions): the detector's peak, or its mix with the captions' share.
+std::vector<double> group_evidence(const CaptionModel& model, const Mat& grid, const std::vector<int>& photos,
+                                   const SearchSettings& s) {
+  const EncoderConfig& e = model.encoder_config;
+  std::vector<double> peaks = object_group_peaks(grid, e.grid_channels(), e.object_scale, coco_class_names());
+  if (by_neighbour_evidence(model, s))
+    peaks = mixed_object_evidence(peaks, model.memory->object_shares(photos), s.consensus.neighbour_evidence);
+  return peaks;
+}
+
 // Reranks one image's candidates (grid: its L x D rows) as the settings say, the memory's nearest photos `photos`
 // (empty unless needs_neighbours) and its memory key `key` (nullptr unless needs_keys).
 void rerank(CaptionModel& model, CandidateList& list, const Mat& grid, const std::vector<int>& photos,
             const float* key, const SearchSettings& s) {
   if (by_memory(model, s)) set_agreements(list, *model.memory, photos, model.vocab);
   if (by_relevance(model, s)) weigh_relevance(list, *model.memory, key, model.vocab);
-  if (by_evidence(s)) {
-    const EncoderConfig& e = model.encoder_config;
-    std::vector<double> peaks = object_group_peaks(grid, e.grid_channels(), e.object_scale, coco_class_names());
-    if (by_neighbour_evidence(model, s))
-      peaks = mixed_object_evidence(peaks, model.memory->object_shares(photos), s.consensus.neighbour_evidence);
-    weigh_object_evidence(list, peaks, s.consensus.evidence_threshold, model.vocab);
-  }
+  if (by_evidence(s)) weigh_object_evidence(list, group_evidence(model, grid, photos, s), s.consensus.evidence_threshold,
+                                            model.vocab);
   choose_by_totals(list, s.consensus);
+}
+
+// The beam steered by the objects' evidence (steers) for the n images of grids F, whose nearest memory photos are
+// `photos` (read when the evidence mixes in their captions).
+BeamSteering evidence_steering(const CaptionModel& model, const Mat& F, int n,
+                               const std::vector<std::vector<int>>& photos, const SearchSettings& s) {
+  const int64_t L = n > 0 ? F.rows() / n : 0;
+  std::vector<std::vector<double>> evidence;
+  for (int i = 0; i < n; ++i) evidence.push_back(group_evidence(model, F.middleRows(i * L, L), photos[i], s));
+  return evidence_steering(model.vocab, evidence, s.consensus.beam_evidence, s.consensus.evidence_threshold);
 }
 
 // The captions of the `count` nearest memory photos (`photos`, nearest first) that the model can say in fewer than
@@ -278,6 +318,13 @@ std::vector<CandidateList> search_kept_only(CaptionModel& model, const Mat& F, i
 // Every caption the beam finished for each image (greedy: its one), reranked by the caption memory when the settings
 // ask for it, with the nearest memory photos' captions among the candidates when they ask for those too.
 std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat& F, int n, const SearchSettings& s) {
+  const bool reranked = s.beam > 1 && reranks(model, s), memory = reranked && by_memory(model, s),
+             neighbours = (reranked || steers(s)) && needs_neighbours(model, s);
+  const Mat keys = neighbours || (reranked && needs_keys(model, s)) ? model.memory->key_vectors(F, n) : Mat();
+  std::vector<std::vector<int>> photos(n);  // each image's nearest memory photos, found before the search steers
+  if (neighbours)
+    for (int i = 0; i < n; ++i) photos[i] = model.memory->nearest(keys.row(i).data(), s.consensus.neighbours);
+  const BeamSteering steering = steers(s) ? evidence_steering(model, F, n, photos, s) : BeamSteering{};
   std::vector<std::vector<Hypothesis>> found;
   if (s.beam <= 1) {
     std::vector<Hypothesis> greedy =
@@ -285,23 +332,19 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
     for (auto& h : greedy) found.push_back({std::move(h)});
   } else {
     found = over_decoders(model, [&](auto& dec) {
-      return beam_search_nbest(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, s.diversity);
+      return beam_search_nbest(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, s.diversity,
+                               steering);
     });
   }
-  const bool reranked = s.beam > 1 && reranks(model, s), memory = reranked && by_memory(model, s),
-             neighbours = reranked && needs_neighbours(model, s);
-  const Mat keys = reranked && needs_keys(model, s) ? model.memory->key_vectors(F, n) : Mat();
   const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
     CandidateList& list = out[i];
     list = candidate_list(std::move(found[i]), reranked);
     if (!reranked) continue;
-    std::vector<int> photos;
-    if (neighbours) photos = model.memory->nearest(keys.row(i).data(), s.consensus.neighbours);
     if (memory && s.consensus.memory_candidates > 0)
-      add_memory_candidates(model, list, F.middleRows(i * L, L), photos, s.consensus.memory_candidates, s);
-    rerank(model, list, F.middleRows(i * L, L), photos, keys.size() ? keys.row(i).data() : nullptr, s);
+      add_memory_candidates(model, list, F.middleRows(i * L, L), photos[i], s.consensus.memory_candidates, s);
+    rerank(model, list, F.middleRows(i * L, L), photos[i], keys.size() ? keys.row(i).data() : nullptr, s);
   }
   return out;
 }
@@ -335,7 +378,7 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
 std::vector<CandidateList> CaptionModel::search(const Mat& F, int n, const SearchSettings& settings) {
   if (settings.include >= 0) return search_including(*this, F, n, settings);
   const bool reranked = settings.beam > 1 && reranks(*this, settings);
-  if (!reranked && settings.candidates == 0) return search_kept_only(*this, F, n, settings);
+  if (!reranked && !steers(settings) && settings.candidates == 0) return search_kept_only(*this, F, n, settings);
   return search_every_candidate(*this, F, n, settings);
 }
 

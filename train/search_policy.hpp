@@ -35,6 +35,7 @@ struct SearchOptions {
   std::optional<double> object_evidence;   // the detector's evidence in reranking (a model with object channels)
   std::optional<double> evidence_threshold;  // and the peak above which naming an object gains
   std::optional<double> neighbour_evidence;  // the nearest memory photos' captions' share in that evidence (0..1)
+  std::optional<double> beam_evidence;     // the same evidence steering the beam (a model with object channels)
   std::optional<double> relevance_weight;  // the caption's relevance by the memory's CCA (its word side)
   std::optional<int> beam_groups;          // diverse beam search (1: plain beam search)
   std::optional<double> diversity;         // and its penalty
@@ -101,6 +102,11 @@ struct CandidateList {
   }
 };
 
+// The objects' evidence steering the beam (ConsensusSettings::beam_evidence): evidence[i] is image i's per object
+// group (object_group_peaks, or mixed_object_evidence); each group's bonus is weight x (evidence - threshold), and a
+// vocabulary word's group the one it names by itself (object_group_of_word).
+BeamSteering evidence_steering(const Vocab& vocab, const std::vector<std::vector<double>>& evidence, double weight,
+                               double threshold);
 // The detector's evidence for each candidate (object_evidence: peaks per object group, object_group_peaks).
 void weigh_object_evidence(CandidateList& list, const std::vector<double>& peaks, double threshold,
                            const Vocab& vocab);

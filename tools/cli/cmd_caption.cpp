@@ -145,6 +145,11 @@ void SearchFlags::add_to(CLI::App* command) {
                     "detector's peak + M x the share of the nearest memory photos' captions that name it (0: the "
                     "peak alone; default: the model's)")
       ->check(CLI::Range(0.0, 1.0));
+  add_search_option(command, "--beam-evidence", options.beam_evidence,
+                    "Beam search, a model that reads the object detector: the same evidence steers the beam, each "
+                    "row's rank gaining B x (the object's evidence minus the threshold) the first time it names the "
+                    "object (0: off; default: the model's)")
+      ->check(CLI::Range(0.0, kMaxObjectEvidence));
   add_search_option(command, "--relevance-weight", options.relevance_weight,
                     "Beam search: each candidate's total also gains R x the cosine of its words with the image in the "
                     "caption memory's CCA space (needs a memory built with --cca; 0: off; default: the model's)")

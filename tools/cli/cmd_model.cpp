@@ -49,15 +49,24 @@ std::string neighbour_evidence_text(double share) {
   return text;
 }
 
-// "; the detector's evidence ..." when the model weighs it in reranking, else nothing
-std::string evidence_text(const CaptionModel& m) {
-  if (m.consensus.object_evidence <= 0) return "";
+// How much the objects' evidence steers the beam.
+std::string beam_evidence_text(double weight) {
   char text[96];
-  std::snprintf(text, sizeof text, "; the detector's evidence weighed %g (threshold %g)", m.consensus.object_evidence,
-                m.consensus.evidence_threshold);
-  if (m.memory && m.consensus.neighbour_evidence > 0)
-    return text + std::string("; ") + neighbour_evidence_text(m.consensus.neighbour_evidence);
+  std::snprintf(text, sizeof text, "it steers the beam with weight %g", weight);
   return text;
+}
+
+// "; the detector's evidence ..." when the model weighs it in reranking or in the beam, else nothing
+std::string evidence_text(const CaptionModel& m) {
+  const ConsensusSettings& c = m.consensus;
+  if (c.object_evidence <= 0 && c.beam_evidence <= 0) return "";
+  char text[96];
+  std::snprintf(text, sizeof text, "; the detector's evidence weighed %g (threshold %g)", c.object_evidence,
+                c.evidence_threshold);
+  std::string out = text;
+  if (c.beam_evidence > 0) out += "; " + beam_evidence_text(c.beam_evidence);
+  if (m.memory && c.neighbour_evidence > 0) out += "; " + neighbour_evidence_text(c.neighbour_evidence);
+  return out;
 }
 
 // "; the captions' relevance weighed ..." when the model weighs it in reranking, else nothing
@@ -153,9 +162,10 @@ nlohmann::json model_summary(const std::string& path) {
           {"no_repeat_ngram", m->no_repeat_ngram},
           {"beam_groups", m->beam_diversity.groups},
           {"diversity", m->beam_diversity.penalty},
-          {"object_evidence", m->consensus.object_evidence > 0
+          {"object_evidence", m->consensus.object_evidence > 0 || m->consensus.beam_evidence > 0
                                   ? nlohmann::json{{"weight", m->consensus.object_evidence},
-                                                   {"threshold", m->consensus.evidence_threshold}}
+                                                   {"threshold", m->consensus.evidence_threshold},
+                                                   {"beam", m->consensus.beam_evidence}}
                                   : nlohmann::json(nullptr)},
           {"caption_memory", m->memory ? nlohmann::json{{"photos", m->memory->photos()},
                                                         {"neighbours", m->consensus.neighbours},
@@ -246,8 +256,11 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
   if (!s["object_evidence"].is_null())
     std::printf(
         "the detector's evidence weighs in reranking: weight %g, the peak above which naming an object gains "
-        "%g%s\n",
+        "%g%s%s\n",
         s["object_evidence"]["weight"].get<double>(), s["object_evidence"]["threshold"].get<double>(),
+        s["object_evidence"]["beam"].get<double>() > 0
+            ? ("; " + beam_evidence_text(s["object_evidence"]["beam"].get<double>())).c_str()
+            : "",
         !s["caption_memory"].is_null() && s["caption_memory"]["neighbour_evidence"].get<double>() > 0
             ? ("; " + neighbour_evidence_text(s["caption_memory"]["neighbour_evidence"].get<double>())).c_str()
             : "");
@@ -378,6 +391,7 @@ struct SetArgs {
   double evidence_threshold = -1;  // < 0: unchanged
   double relevance_weight = -1;  // < 0: unchanged
   double neighbour_evidence = -1;  // < 0: unchanged
+  double beam_evidence = -1;     // < 0: unchanged
   int neighbours = 0;            // 0: unchanged
   int beam_groups = 0;           // 0: unchanged
   double diversity = -1;         // < 0: unchanged
@@ -388,11 +402,11 @@ void set_search_settings(const SetArgs& a) {
   if (a.length_norm < 0 && a.beam == 0 && a.no_repeat < 0 && a.precision.empty() && a.decoder_precision.empty() &&
       a.consensus_weight < 0 && a.neighbours == 0 && a.memory_candidates < 0 && a.beam_groups == 0 &&
       a.diversity < 0 && a.object_evidence < 0 && a.evidence_threshold < 0 && a.relevance_weight < 0 &&
-      a.neighbour_evidence < 0)
+      a.neighbour_evidence < 0 && a.beam_evidence < 0)
     throw CLI::RequiredError(
         "--length-norm, --beam, --no-repeat, --encoder-precision, --decoder-precision, --consensus-weight, "
         "--neighbours, --memory-candidates, --object-evidence, --evidence-threshold, --neighbour-evidence, "
-        "--relevance-weight, --beam-groups or --diversity");
+        "--beam-evidence, --relevance-weight, --beam-groups or --diversity");
   std::optional<PrecisionChoice> precision;
   if (!a.precision.empty()) precision = parse_precision(a.precision);
   std::optional<ProductPrecision> decoder_precision;
@@ -412,6 +426,9 @@ void set_search_settings(const SetArgs& a) {
   if (a.object_evidence > 0 && m->encoder_config.object_channels == 0)
     fail(a.in, "has no object channels for --object-evidence (its encoder reads no detector: sat train --objects)");
   if (a.object_evidence >= 0) m->consensus.object_evidence = a.object_evidence;
+  if (a.beam_evidence > 0 && m->encoder_config.object_channels == 0)
+    fail(a.in, "has no object channels for --beam-evidence (its encoder reads no detector: sat train --objects)");
+  if (a.beam_evidence >= 0) m->consensus.beam_evidence = a.beam_evidence;
   if (a.evidence_threshold >= 0) m->consensus.evidence_threshold = a.evidence_threshold;
   if (a.neighbour_evidence > 0 && !m->memory)
     fail(a.in, "has no caption memory for --neighbour-evidence (sat model memory builds one)");
@@ -500,6 +517,11 @@ void add_model_set(CLI::App& model) {
                   "detector's peak + M x the share of the nearest memory photos' captions that name it (0: the peak "
                   "alone); choose it on dev data")
       ->check(CLI::Range(0.0, 1.0));
+  set->add_option("--beam-evidence", a->beam_evidence,
+                  "A model that reads the object detector: the same evidence steers the beam, each row's rank "
+                  "gaining B x (the object's evidence minus the threshold) the first time it names the object (0: "
+                  "off); choose it on dev data")
+      ->check(CLI::Range(0.0, kMaxObjectEvidence));
   set->add_option("--relevance-weight", a->relevance_weight,
                   "Each beam candidate's total also gains R x the cosine of its words with the photo in the caption "
                   "memory's CCA space (0: off; needs a memory built with --cca); choose it on dev data")
@@ -556,6 +578,7 @@ void write_caption_memory(const MemoryArgs& mem) {
   m->consensus = {mem.neighbours, mem.weight};
   m->consensus.object_evidence = before.object_evidence;
   m->consensus.evidence_threshold = before.evidence_threshold;
+  m->consensus.beam_evidence = before.beam_evidence;
   m->info["caption_memory"] = command_line();
   m->save(mem.out);
   size_t captions = 0;

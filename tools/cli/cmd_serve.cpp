@@ -18,7 +18,7 @@ void add_serve_command(CLI::App& app) {
   auto* serve_cmd = app.add_subcommand(
       "serve",
       "Caption over HTTP: GET / (a page to try it in a browser), POST /caption (image bytes or a multipart file; "
-      "?beam=&length_norm=&no_repeat=&consensus_weight=&memory_candidates=&object_evidence=&evidence_threshold=&neighbour_evidence=&relevance_weight=&beam_groups=&diversity=&candidates=N&"
+      "?beam=&length_norm=&no_repeat=&consensus_weight=&memory_candidates=&object_evidence=&evidence_threshold=&neighbour_evidence=&beam_evidence=&relevance_weight=&beam_groups=&diversity=&candidates=N&"
       "include=&attention=1&objects=1), "
       "GET /health, GET /metrics (Prometheus). Requests that arrive together are captioned as one batch; "
       "SIGTERM finishes the accepted requests and exits");

@@ -84,7 +84,8 @@ bool same_search(const CaptionOptions& a, const CaptionOptions& b) {
   return a.beam == b.beam && a.length_norm == b.length_norm && a.no_repeat_ngram == b.no_repeat_ngram &&
          a.consensus_weight == b.consensus_weight && a.memory_candidates == b.memory_candidates &&
          a.object_evidence == b.object_evidence && a.evidence_threshold == b.evidence_threshold &&
-         a.neighbour_evidence == b.neighbour_evidence && a.relevance_weight == b.relevance_weight &&
+         a.neighbour_evidence == b.neighbour_evidence && a.beam_evidence == b.beam_evidence &&
+         a.relevance_weight == b.relevance_weight &&
          a.beam_groups == b.beam_groups && a.diversity == b.diversity && a.attention == b.attention &&
          a.candidates == b.candidates && a.include == b.include && a.objects == b.objects &&
          a.object_threshold == b.object_threshold;
@@ -206,6 +207,8 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
       if ((bad = number(key, value, 0, 1, x)).empty()) out.evidence_threshold = x;
     } else if (key == "neighbour_evidence") {
       if ((bad = number(key, value, 0, 1, x)).empty()) out.neighbour_evidence = x;
+    } else if (key == "beam_evidence") {
+      if ((bad = number(key, value, 0, (int)kMaxObjectEvidence, x)).empty()) out.beam_evidence = x;
     } else if (key == "relevance_weight") {
       if ((bad = number(key, value, 0, (int)kMaxRelevanceWeight, x)).empty()) out.relevance_weight = x;
     } else if (key == "beam_groups") {
@@ -229,8 +232,8 @@ std::string parse_search_query(const std::multimap<std::string, std::string>& pa
     } else {
       return "unknown parameter '" + key +
              "' (beam, length_norm, no_repeat, consensus_weight, memory_candidates, object_evidence, "
-             "evidence_threshold, neighbour_evidence, relevance_weight, beam_groups, diversity, candidates, include, "
-             "attention, objects, object_threshold)";
+             "evidence_threshold, neighbour_evidence, beam_evidence, relevance_weight, beam_groups, diversity, "
+             "candidates, include, attention, objects, object_threshold)";
     }
     if (!bad.empty()) return bad;
   }

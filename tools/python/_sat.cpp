@@ -189,6 +189,7 @@ class PyCaptioner {
     d["object_evidence"] = i.object_evidence;
     d["evidence_threshold"] = i.evidence_threshold;
     d["neighbour_evidence"] = i.neighbour_evidence;
+    d["beam_evidence"] = i.beam_evidence;
     d["relevance_weight"] = i.relevance_weight;
     d["beam_groups"] = i.beam_groups;
     d["diversity"] = i.diversity;
@@ -237,6 +238,7 @@ PYBIND11_MODULE(_sat, m) {
       .def_readwrite("object_evidence", &sat::CaptionOptions::object_evidence)
       .def_readwrite("evidence_threshold", &sat::CaptionOptions::evidence_threshold)
       .def_readwrite("neighbour_evidence", &sat::CaptionOptions::neighbour_evidence)
+      .def_readwrite("beam_evidence", &sat::CaptionOptions::beam_evidence)
       .def_readwrite("relevance_weight", &sat::CaptionOptions::relevance_weight)
       .def_readwrite("beam_groups", &sat::CaptionOptions::beam_groups)
       .def_readwrite("diversity", &sat::CaptionOptions::diversity)

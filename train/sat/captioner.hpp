@@ -61,6 +61,10 @@ struct CaptionOptions {
   // detector's peak + neighbour_evidence x the share of the nearest memory photos' captions that name it (in [0, 1];
   // 0: the peak alone); see `sat model set --neighbour-evidence`
   std::optional<double> neighbour_evidence;
+  // A model that reads the object detector: the same evidence steers the beam, each row's rank gaining beam_evidence x
+  // (the object's evidence minus evidence_threshold) the first time it names the object, so the beam finds more
+  // captions naming what the photo likely holds (0: off; at most 100); see `sat model set --beam-evidence`
+  std::optional<double> beam_evidence;
   // Each beam candidate's total also gains relevance_weight x the caption's relevance to the image: the cosine of
   // the two in the caption memory's CCA space (0: off; at most 100; the model's memory needs the word side of its key
   // projection, see `sat model memory --cca`); see `sat model set --relevance-weight`
@@ -152,6 +156,7 @@ struct ModelInfo {
   double object_evidence = 0;     // the detector's evidence in reranking: its weight (0: off) and threshold
   double evidence_threshold = 0;
   double neighbour_evidence = 0;  // and the nearest memory photos' captions' share in it (0: the peak alone)
+  double beam_evidence = 0;       // the same evidence steering the beam: its weight (0: off)
   double relevance_weight = 0;    // the captions' relevance in reranking: its weight (0: off)
   int beam_groups = 1;            // diverse beam search's groups (1: plain beam search)
   double diversity = 0;           // and its penalty

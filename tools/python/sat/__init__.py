@@ -126,7 +126,7 @@ class Captioner:
                 no_repeat_ngram: Optional[int] = None, consensus_weight: Optional[float] = None,
                 memory_candidates: Optional[int] = None, object_evidence: Optional[float] = None,
                 evidence_threshold: Optional[float] = None, neighbour_evidence: Optional[float] = None,
-                relevance_weight: Optional[float] = None, beam_groups: Optional[int] = None,
+                beam_evidence: Optional[float] = None, relevance_weight: Optional[float] = None, beam_groups: Optional[int] = None,
                 diversity: Optional[float] = None, include: Optional[str] = None, candidates: int = 0,
                 attention: bool = True, objects: bool = False,
                 object_threshold: float = 0.3, allow_damaged: bool = False) -> Union[Caption, List[Caption]]:
@@ -137,7 +137,8 @@ class Captioner:
         by logprob / words ** length_norm; no_repeat_ngram: never repeat an n-word phrase; consensus_weight and
         memory_candidates: consensus reranking by the nearest training photos' captions; object_evidence and
         evidence_threshold: the detector's evidence in reranking (a model that reads it); neighbour_evidence: the share
-        of each object's evidence taken from the nearest memory photos' captions (0..1); relevance_weight: the
+        of each object's evidence taken from the nearest memory photos' captions (0..1); beam_evidence: the same
+        evidence steering the beam toward captions naming what the photo likely holds (0: off); relevance_weight: the
         caption's relevance to the image in the caption memory's CCA space, in reranking; beam_groups and diversity:
         diverse beam search; include: a word the caption must say; candidates: also return the search's N best;
         attention: fill Caption.attention (and glimpses); objects: the COCO objects found, each class peaking at or
@@ -153,6 +154,7 @@ class Captioner:
         o.object_evidence = _real("object_evidence", object_evidence)
         o.evidence_threshold = _real("evidence_threshold", evidence_threshold)
         o.neighbour_evidence = _real("neighbour_evidence", neighbour_evidence)
+        o.beam_evidence = _real("beam_evidence", beam_evidence)
         o.relevance_weight = _real("relevance_weight", relevance_weight)
         o.beam_groups = _int("beam_groups", beam_groups)
         o.diversity = _real("diversity", diversity)
