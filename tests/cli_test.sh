@@ -875,6 +875,29 @@ assert len(kept) == 1 and kept[0]["total"] == max(x["total"] for x in c) and kep
   cmp -s "$WORK/tags_nev0.json" "$WORK/tags_ev_again.json" &&
   pass "the neighbours' captions in the objects' evidence: stored, shown, in each candidate's total; the same captions from cache and photos; 0 is the evidence alone" ||
   fail "the neighbours' captions in the objects' evidence"
+# the objects' evidence steering the beam: stored and shown (with the evidence in reranking and alone); the same
+# captions from the cache as from the photos; 0 is the unsteered search; a model without object channels is refused
+"$SAT" model set "$WORK/tags_nev.sat" --out "$WORK/tags_bev.sat" --beam-evidence 2 >/dev/null &&
+  "$SAT" model info "$WORK/tags_bev.sat" | grep -q "^the detector's evidence weighs in reranking: weight 3, the peak above which naming an object gains 0.2; it steers the beam with weight 2; 0.75 of it from the nearest memory photos' captions$" &&
+  "$SAT" model info "$WORK/tags_bev.sat" --json |
+    python3 -c 'import json,sys; e = json.load(sys.stdin)["object_evidence"]; assert e == {"weight": 3, "threshold": 0.2, "beam": 2}, e' &&
+  same_from_tags_cache_and_photos "$WORK/tags_bev.sat" tags_bev &&
+  "$SAT" eval --model "$WORK/tags_bev.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
+    --beam-evidence 0 --results-out "$WORK/tags_bev0.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/tags_nev.sat" --data "$WORK/val" --features "$WORK/rn_raw_tags.feat" --beam 3 \
+    --results-out "$WORK/tags_nev_again.json" >/dev/null 2>&1 &&
+  cmp -s "$WORK/tags_bev0.json" "$WORK/tags_nev_again.json" &&
+  "$SAT" model set "$WORK/tags_bev.sat" --out "$WORK/tags_bev_alone.sat" --object-evidence 0 >/dev/null &&
+  "$SAT" model info "$WORK/tags_bev_alone.sat" | grep -q "^the detector's evidence steers the beam: weight 2, the peak above which naming an object gains 0.2; 0.75 of it from the nearest memory photos' captions$" &&
+  same_from_tags_cache_and_photos "$WORK/tags_bev_alone.sat" tags_bev_alone &&
+  pass "the objects' evidence steering the beam: stored, shown, alone or with the evidence in reranking; the same captions from cache and photos; 0 is the search unsteered" ||
+  fail "the objects' evidence steering the beam"
+expect_error "the beam steered by the detector's evidence for a model without it" \
+  "^sat: $MODEL: has no object channels for --beam-evidence \(its encoder reads no detector: sat train --objects\)$" \
+  "$SAT" caption "$IMG" --model "$MODEL" --beam-evidence 2
+expect_error "model set --beam-evidence without object channels" \
+  "^sat: $MODEL: has no object channels for --beam-evidence \(its encoder reads no detector: sat train --objects\)$" \
+  "$SAT" model set "$MODEL" --out "$WORK/never.sat" --beam-evidence 2
 expect_error "model set --neighbour-evidence without a caption memory" \
   "^sat: $WORK/rn3_tags/model.sat: has no caption memory for --neighbour-evidence \(sat model memory builds one\)$" \
   "$SAT" model set "$WORK/rn3_tags/model.sat" --out "$WORK/never.sat" --neighbour-evidence 0.5

@@ -63,6 +63,17 @@ case $cmd in
       printf '{"Bleu_4": 0.3, "CIDEr": 0.5,\n "objects": {"rare": {"false_mentions": %s, "named": %s}}}\n' "$f" "$n"
       exit 0
     fi
+    # the objects' evidence steering the beam (step 10), as B T: 4 0.3 names 112 of the rarer objects with 9 false
+    # mentions, 2 0.35 as many with 8, 6 0.2 118 with 12, 6 0.25 120 with 9 but CIDEr-D lower beyond chance; the rest
+    # and the beam unsteered 100 with 10
+    if [[ "$results" == *beam_evidence_* ]]; then
+      : >"$results"
+      case "$(arg --beam-evidence "$@") $(arg --evidence-threshold "$@")" in
+        "4 0.3") n=112 f=9 ;; "2 0.35") n=112 f=8 ;; "6 0.2") n=118 f=12 ;; "6 0.25") n=120 f=9 ;; *) n=100 f=10 ;;
+      esac
+      printf '{"Bleu_4": 0.3, "CIDEr": 0.5,\n "objects": {"rare": {"false_mentions": %s, "named": %s}}}\n' "$f" "$n"
+      exit 0
+    fi
     # the captions' relevance (step 8): R = 0.5 gains 0.02 CIDEr-D beyond chance; 1 gains more with more false
     # mentions; 2 more still, within chance; 4 less than 0.5 ($RELEVANCE_LOW: CIDEr-D's interval from there for all)
     relevance=$(arg --relevance-weight "$@")
@@ -76,6 +87,7 @@ case $cmd in
       r=$(basename "$(arg --results "$@")" .json) r=${r#relevance_} low=${RELEVANCE_LOW:-0.004} high=0.03
       [ "$r" = 2 ] && low=-0.001
       [ "$r" = neighbour_evidence_1_4_0.2 ] && low=-0.02 high=-0.001
+      [ "$r" = beam_evidence_6_0.25 ] && low=-0.02 high=-0.001
       printf '{\n  "metrics": {\n    "Bleu_4": {\n      "high": 0.002,\n      "low": -0.003\n    },\n'
       printf '    "CIDEr": {\n      "high": %s,\n      "low": %s\n    }\n  }\n}\n' "$high" "$low"
       exit 0
@@ -319,6 +331,16 @@ grep -q "^set --neighbour-evidence 0.75 --object-evidence 8 --evidence-threshold
 [ "$(grep -n -e "^set --relevance-weight" -e "^set --neighbour-evidence" "$repo/models/flickr8k.sat" | cut -d' ' -f2 | tr '\n' ' ')" = "--relevance-weight --neighbour-evidence " ] ||
   fail "step 9 did not follow step 8"
 [ -e "$repo/models/flickr8k.sat.neighbours" ] && fail "step 9 left its temporary file"
+# the objects' evidence steering the beam (step 10): step 9's rule (a tie in named: fewer false mentions), after step 9
+grep -q "^set --beam-evidence 2 --evidence-threshold 0.35$" "$repo/models/flickr8k.sat" ||
+  fail "step 10 did not set the beam's steering 2, threshold 0.35: $(grep beam-evidence "$repo/models/flickr8k.sat" || true)"
+[ "$(grep -c -- "^eval .*--beam-evidence [246] --evidence-threshold" "$scratch/calls")" = 12 ] ||
+  fail "step 10 did not score its 12 settings"
+[ "$(grep -c -- "^eval --results runs/w/beam_evidence_[0-9._]*.json --baseline runs/w/beam_evidence_0.json" "$scratch/calls")" = 12 ] ||
+  fail "step 10 did not compare each setting with the paired bootstrap"
+[ "$(grep -n -e "^set --neighbour-evidence" -e "^set --beam-evidence" -e "^int8 ranges" "$repo/models/flickr8k.sat" | cut -d' ' -f2 | tr '\n' ' ')" = "--neighbour-evidence --beam-evidence ranges " ] ||
+  fail "step 10 is not between step 9 and the int8 ranges"
+[ -e "$repo/models/flickr8k.sat.steered" ] && fail "step 10 left its temporary file"
 # step 7 alone: no change where bf16 loses more than 0.002, where the CPU lacks it, or where the decoder has it already
 step7() {  # model-file-text env...: runs decoder_precision_stage on a model with that text, prints what it became
   local m=$scratch/step7.sat
@@ -366,6 +388,13 @@ step9() {  # model-file-text: runs neighbour_evidence_stage on a model with that
 [ "$(step9 "$(printf 'a model\nmemory of train\nset --object-evidence 0')")" = "$(printf 'a model\nmemory of train\nset --object-evidence 0')" ] ||
   fail "step 9 changed a model without the detector's evidence"
 grep -q "^eval" "$scratch/calls" && fail "step 9 scored a model it cannot change"
+# step 10 alone: no change, and nothing scored, for a model without the detector's evidence
+: >"$scratch/calls"
+echo "a model" >"$scratch/step10.sat"
+(cd "$repo" && bash -c 'sat=$SAT data=$0 work=$1; source tools/flickr8k-choose.sh; beam_evidence_stage F "$2" >/dev/null' \
+  "$scratch/shared/data/flickr8k" "$scratch" "$scratch/step10.sat") || fail "step 10 alone failed"
+[ "$(cat "$scratch/step10.sat")" = "a model" ] || fail "step 10 changed a model without the detector's evidence"
+grep -q "^eval" "$scratch/calls" && fail "step 10 scored a model it cannot change"
 # TUNE4 must be the unit the cache holds, and needs OBJECTS
 rm -rf "$repo/runs" "$scratch/calls"
 if run env TUNE_MOST= OBJECTS=4 BASE=models/flickr8k.sat MEMBERS=0 TUNE4=block3/unit_20; then fail "TUNE4 at another unit ran"; fi

@@ -117,6 +117,12 @@ check_error bad_relevance_weight 400 -X POST --data-binary @"$PHOTO" "$URL/capti
 check_error bad_neighbour_evidence 400 -X POST --data-binary @"$PHOTO" "$URL/caption?neighbour_evidence=1.5"
 grep -q 'neighbour_evidence must be a number in \[0, 1\]' "$WORK/bad_neighbour_evidence.body" &&
   pass "neighbour_evidence out of range: named" || fail "bad_neighbour_evidence: $(cat "$WORK/bad_neighbour_evidence.body")"
+check_error beam_evidence 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam_evidence=2"
+grep -q 'has no object channels for beam_evidence' "$WORK/beam_evidence.body" &&
+  pass "beam_evidence on a model that reads no detector: named" || fail "beam_evidence: $(cat "$WORK/beam_evidence.body")"
+check_error bad_beam_evidence 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam_evidence=101"
+grep -q 'beam_evidence must be a number in \[0, 100\]' "$WORK/bad_beam_evidence.body" &&
+  pass "beam_evidence out of range: named" || fail "bad_beam_evidence: $(cat "$WORK/bad_beam_evidence.body")"
 check_error bad_groups 400 -X POST --data-binary @"$PHOTO" "$URL/caption?beam=3&beam_groups=2"
 grep -q 'beam groups must divide the beam size (3)' "$WORK/bad_groups.body" && pass "beam_groups that do not divide the beam: named" ||
   fail "bad_groups: $(cat "$WORK/bad_groups.body")"
@@ -161,11 +167,11 @@ for line in text.splitlines():
     assert m, "not a sample line: " + line
     samples[m.group(1) + (m.group(2) or "")] = float(m.group(3))
 assert samples['sat_requests_total{code="200"}'] == 6 + 8, samples
-assert samples['sat_requests_total{code="400"}'] == 23, samples  # none counted twice (unread bodies drained)
+assert samples['sat_requests_total{code="400"}'] == 25, samples  # none counted twice (unread bodies drained)
 assert samples['sat_requests_total{code="413"}'] == 1, samples
 assert samples['sat_requests_total{code="405"}'] == 2 and samples['sat_requests_total{code="404"}'] == 1, samples
-assert samples["sat_errors_total"] == 27
-assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 41
+assert samples["sat_errors_total"] == 29
+assert samples['sat_request_duration_seconds_bucket{le="+Inf"}'] == samples["sat_request_duration_seconds_count"] == 43
 assert samples["sat_batch_size_sum"] == 14 and samples["sat_batch_size_count"] < 14, samples  # batched
 assert samples["sat_queue_depth"] == 0
 PY

@@ -7,6 +7,7 @@
 #   evidence_stage, decoder_precision_stage FEATURES OUT [ENCODER_PRECISION]: steps 6 and 7 (need $sat, $data)
 #   relevance_stage FEATURES OUT [ENCODER_PRECISION]: step 8 (needs $sat, $data, $work)
 #   neighbour_evidence_stage FEATURES OUT [ENCODER_PRECISION]: step 9 (needs $sat, $data, $work)
+#   beam_evidence_stage FEATURES OUT [ENCODER_PRECISION]: step 10 (needs $sat, $data, $work)
 #  1. candidates: every epoch (RUN_DIR/model-epochN.sat) and the weight averages of the last 2, 3 and 4 epochs
 #     (sat model average), the best by BLEU-4 with beam 3, length norm 1;
 #  2. compacted to float16 (sat model compact) with RECIPE plus the choice recorded;
@@ -44,6 +45,10 @@
 #     rarer objects (ties: fewer false mentions) is stored if it names more than OUT (sat model set
 #     --neighbour-evidence M --object-evidence V --evidence-threshold T; its dev scores recorded as in step 3); else
 #     OUT stays as it was.
+# 10. the objects' evidence steering the beam (a model with the detector's evidence on): each beam row's rank gains
+#     B x (the object's evidence minus T) the first time it names the object. B (2, 4, 6) with T (0.2, 0.25, 0.3,
+#     0.35), each scored against OUT unsteered by the paired bootstrap, chosen by step 9's rule (sat model set
+#     --beam-evidence B --evidence-threshold T; its dev scores recorded as in step 3); else OUT stays as it was.
 dev_bleu4() {  # sat data features model [eval flags]: BLEU-4 on the 1000 dev photos
   local sat=$1 data=$2 features=$3 m=$4
   shift 4
@@ -288,9 +293,28 @@ relevance_stage() {  # features out [encoder precision]: step 8 for the shipped 
   echo "wrote $out with the captions' relevance weighed $best"
 }
 
+# setting description: steps 9 and 10's rule for one setting scored by score_against (`scored`, `compared`): where
+# it makes no more false mentions of the rarer objects than the model as it is ($base_false) and neither its BLEU-4
+# nor its CIDEr-D is lower beyond chance, it becomes `best` if it names more of the rarer objects than `best_named`
+# (or as many with fewer false mentions than `best_false`); prints what it scored
+keep_if_more_named() {
+  local named false high_b4 high_cider
+  named=$(json_rare_named <<<"$scored")
+  false=$(json_rare_false <<<"$scored")
+  high_b4=$(json_difference Bleu_4 high <<<"$compared")
+  high_cider=$(json_difference CIDEr high <<<"$compared")
+  echo "$2: $named named, $false false mentions; BLEU-4's difference up to $high_b4, CIDEr-D's up to $high_cider"
+  better 0 "$high_b4" && return 0    # BLEU-4 lower beyond chance
+  better 0 "$high_cider" && return 0 # CIDEr-D lower beyond chance
+  [ "$false" -le "$base_false" ] || return 0
+  if better "$named" "$best_named" || { [ "$named" = "$best_named" ] && [ -n "$best" ] && better "$best_false" "$false"; }; then
+    best=$1 best_named=$named best_false=$false
+  fi
+}
+
 neighbour_evidence_stage() {  # features out [encoder precision]: step 9 for the shipped model OUT (needs $sat, $data, $work)
   local features=$1 out=$2 precision=${3:-}
-  local info m v t json named false scored compared high_b4 high_cider best="" best_named best_false base_false
+  local info m v t json scored compared best="" best_named best_false base_false
   local base_results=$work/neighbour_evidence_0.json results
   info=$("$sat" model info "$out" --json)
   if [[ "$info" =~ \"caption_memory\":\ *null ]] || [[ "$info" =~ \"object_evidence\":\ *null ]]; then
@@ -309,18 +333,7 @@ neighbour_evidence_stage() {  # features out [encoder precision]: step 9 for the
         results=$work/neighbour_evidence_${m}_${v}_$t.json
         score_against "$out" "$features" "$base_results" "$results" --neighbour-evidence $m --object-evidence $v \
           --evidence-threshold $t
-        named=$(json_rare_named <<<"$scored")
-        false=$(json_rare_false <<<"$scored")
-        high_b4=$(json_difference Bleu_4 high <<<"$compared")
-        high_cider=$(json_difference CIDEr high <<<"$compared")
-        echo "the neighbours' captions $m of the evidence, weighed $v, threshold $t: $named named, $false false" \
-          "mentions; BLEU-4's difference up to $high_b4, CIDEr-D's up to $high_cider"
-        better 0 "$high_b4" && continue    # BLEU-4 lower beyond chance
-        better 0 "$high_cider" && continue # CIDEr-D lower beyond chance
-        [ "$false" -le "$base_false" ] || continue
-        if better "$named" "$best_named" || { [ "$named" = "$best_named" ] && [ -n "$best" ] && better "$best_false" "$false"; }; then
-          best="$m $v $t" best_named=$named best_false=$false
-        fi
+        keep_if_more_named "$m $v $t" "the neighbours' captions $m of the evidence, weighed $v, threshold $t"
       done
     done
   done
@@ -333,4 +346,37 @@ neighbour_evidence_stage() {  # features out [encoder precision]: step 9 for the
   record_dev_scores "$out.neighbours" "$features" "$precision"
   mv "$out.neighbours" "$out"
   echo "wrote $out with the neighbours' captions $m of the objects' evidence (weight $v, threshold $t)"
+}
+
+beam_evidence_stage() {  # features out [encoder precision]: step 10 for the shipped model OUT (needs $sat, $data, $work)
+  local features=$1 out=$2 precision=${3:-}
+  local info b t json scored compared best="" best_named best_false base_false
+  local base_results=$work/beam_evidence_0.json
+  info=$("$sat" model info "$out" --json)
+  if [[ "$info" =~ \"object_evidence\":\ *null ]]; then
+    echo "$out does not weigh the detector's evidence: none to steer the beam with"
+    return 0
+  fi
+  json=$("$sat" eval --model "$out" --data "$data" --split "$data/dev.txt" --features "$features" --beam-evidence 0 \
+    --json --results-out "$base_results")
+  best_named=$(json_rare_named <<<"$json")
+  base_false=$(json_rare_false <<<"$json")
+  best_false=$base_false
+  echo "the beam unsteered: $best_named of the rarer objects' photos named, $base_false false mentions"
+  for b in 2 4 6; do
+    for t in 0.2 0.25 0.3 0.35; do
+      score_against "$out" "$features" "$base_results" "$work/beam_evidence_${b}_$t.json" --beam-evidence $b \
+        --evidence-threshold $t
+      keep_if_more_named "$b $t" "the beam steered by the evidence, weight $b, threshold $t"
+    done
+  done
+  if [ -z "$best" ]; then
+    echo "steering the beam names no more of the rarer objects within these bounds: $out stays as it was"
+    return 0
+  fi
+  read -r b t <<<"$best"
+  "$sat" model set "$out" --out "$out.steered" --beam-evidence "$b" --evidence-threshold "$t"
+  record_dev_scores "$out.steered" "$features" "$precision"
+  mv "$out.steered" "$out"
+  echo "wrote $out with the beam steered by the objects' evidence (weight $b, threshold $t)"
 }

@@ -140,6 +140,8 @@ finish() {  # features: the last steps (consensus reranking, from that cache; in
   [ "$memory" = 1 ] && relevance_stage "$1" models/flickr8k.sat "$precision"
   # the nearest memory photos' captions in the objects' evidence, where they name more of the rarer objects (step 9)
   [ "$memory" = 1 ] && [ "$objects" != 0 ] && neighbour_evidence_stage "$1" models/flickr8k.sat "$precision"
+  # the objects' evidence steering the beam, where it names more of the rarer objects (step 10)
+  [ "$objects" = 0 ] || beam_evidence_stage "$1" models/flickr8k.sat "$precision"
   # the ranges --encoder-precision int8 needs, from 64 training photos in float32 (the model's choice stays as set)
   "$sat" model calibrate models/flickr8k.sat --data "$data" --split "$data/train.txt" --photos 64 --out models/flickr8k.sat
   exit 0

@@ -61,10 +61,14 @@ std::string evidence_text(const CaptionModel& m) {
   const ConsensusSettings& c = m.consensus;
   if (c.object_evidence <= 0 && c.beam_evidence <= 0) return "";
   char text[96];
-  std::snprintf(text, sizeof text, "; the detector's evidence weighed %g (threshold %g)", c.object_evidence,
-                c.evidence_threshold);
+  if (c.object_evidence > 0)
+    std::snprintf(text, sizeof text, "; the detector's evidence weighed %g (threshold %g)", c.object_evidence,
+                  c.evidence_threshold);
+  else
+    std::snprintf(text, sizeof text, "; the detector's evidence steering the beam %g (threshold %g)", c.beam_evidence,
+                  c.evidence_threshold);
   std::string out = text;
-  if (c.beam_evidence > 0) out += "; " + beam_evidence_text(c.beam_evidence);
+  if (c.object_evidence > 0 && c.beam_evidence > 0) out += "; " + beam_evidence_text(c.beam_evidence);
   if (m.memory && c.neighbour_evidence > 0) out += "; " + neighbour_evidence_text(c.neighbour_evidence);
   return out;
 }
@@ -253,17 +257,16 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
                   "photo in the memory's CCA space)\n",
                   c["relevance_weight"].get<double>());
   }
-  if (!s["object_evidence"].is_null())
-    std::printf(
-        "the detector's evidence weighs in reranking: weight %g, the peak above which naming an object gains "
-        "%g%s%s\n",
-        s["object_evidence"]["weight"].get<double>(), s["object_evidence"]["threshold"].get<double>(),
-        s["object_evidence"]["beam"].get<double>() > 0
-            ? ("; " + beam_evidence_text(s["object_evidence"]["beam"].get<double>())).c_str()
-            : "",
-        !s["caption_memory"].is_null() && s["caption_memory"]["neighbour_evidence"].get<double>() > 0
-            ? ("; " + neighbour_evidence_text(s["caption_memory"]["neighbour_evidence"].get<double>())).c_str()
-            : "");
+  if (!s["object_evidence"].is_null()) {
+    const double weight = s["object_evidence"]["weight"].get<double>(), beam = s["object_evidence"]["beam"].get<double>();
+    std::printf("the detector's evidence %s: weight %g, the peak above which naming an object gains %g%s%s\n",
+                weight > 0 ? "weighs in reranking" : "steers the beam", weight > 0 ? weight : beam,
+                s["object_evidence"]["threshold"].get<double>(),
+                weight > 0 && beam > 0 ? ("; " + beam_evidence_text(beam)).c_str() : "",
+                !s["caption_memory"].is_null() && s["caption_memory"]["neighbour_evidence"].get<double>() > 0
+                    ? ("; " + neighbour_evidence_text(s["caption_memory"]["neighbour_evidence"].get<double>())).c_str()
+                    : "");
+  }
 }
 
 // What `sat model info` prints from a model's info object: how it was made and the scores on record.
