@@ -184,22 +184,21 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
   check_same(captioner.caption_file(kPhoto, no_memory), captioner.caption_file(kPhoto));
   no_memory.memory_candidates = 1;  // no memory to take captions from
   CHECK_THROWS_AS(captioner.caption_file(kPhoto, no_memory), sat::Error);
-  // The detector's evidence: off for this model (it reads no detector), and asking for it is an error naming that
+  // The detector's evidence, in reranking and steering the beam: off for this model (it reads no detector), and
+  // asking for either is an error naming it
   CHECK(info.object_evidence == 0);
-  sat::CaptionOptions evidence;
-  evidence.object_evidence = 0;
-  check_same(captioner.caption_file(kPhoto, evidence), captioner.caption_file(kPhoto));
-  evidence.object_evidence = 2;
-  CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("has no object channels for object_evidence"),
-                       sat::Error);
-  evidence.object_evidence = 0;
   CHECK(info.beam_evidence == 0);
-  evidence.beam_evidence = 0;
-  check_same(captioner.caption_file(kPhoto, evidence), captioner.caption_file(kPhoto));
-  evidence.beam_evidence = 2;
-  CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("has no object channels for beam_evidence"),
-                       sat::Error);
-  evidence.beam_evidence = 0;
+  for (const auto& [field, name] : {std::pair{&sat::CaptionOptions::object_evidence, "object_evidence"},
+                                    std::pair{&sat::CaptionOptions::beam_evidence, "beam_evidence"}}) {
+    CAPTURE(name);
+    sat::CaptionOptions asked;
+    asked.*field = 0;
+    check_same(captioner.caption_file(kPhoto, asked), captioner.caption_file(kPhoto));
+    asked.*field = 2;
+    const std::string error = std::string("has no object channels for ") + name;
+    CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, asked), doctest::Contains(error.c_str()), sat::Error);
+  }
+  sat::CaptionOptions evidence;
   evidence.evidence_threshold = 1.5;
   CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, evidence), doctest::Contains("evidence_threshold must be in [0, 1]"),
                        sat::Error);

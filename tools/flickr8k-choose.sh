@@ -212,10 +212,8 @@ evidence_stage() {  # features out [encoder precision]: step 6 for the shipped m
     return 0
   fi
   read -r v t <<<"$best"
-  "$sat" model set "$out" --out "$out.evidence" --object-evidence "$v" --evidence-threshold "$t"
-  record_dev_scores "$out.evidence" "$features" "$precision"
-  mv "$out.evidence" "$out"
-  echo "wrote $out with the detector's evidence weighed $v (threshold $t)"
+  store_settings "$out" evidence "the detector's evidence weighed $v (threshold $t)" --object-evidence "$v" \
+    --evidence-threshold "$t"
 }
 
 decoder_precision_stage() {  # features out [encoder precision]: step 7 for the shipped model OUT (needs $sat, $data)
@@ -241,6 +239,17 @@ decoder_precision_stage() {  # features out [encoder precision]: step 7 for the 
   record_dev_scores "$out.bf16" "$features" "$precision"
   mv "$out.bf16" "$out"
   echo "wrote $out with its decoder searching in bf16"
+}
+
+# out suffix description flags...: the flags' settings stored in OUT (sat model set into OUT.SUFFIX, its dev scores
+# recorded as in step 3, then renamed onto OUT; needs $sat, $data, $features and $precision, the caller's)
+store_settings() {
+  local out=$1 changed=$1.$2 what=$3
+  shift 3
+  "$sat" model set "$out" --out "$changed" "$@"
+  record_dev_scores "$changed" "$features" "$precision"
+  mv "$changed" "$out"
+  echo "wrote $out with $what"
 }
 
 dev_json() {  # model features [eval flags]: sat eval's JSON on the 1000 dev photos from that cache (needs $sat, $data)
@@ -287,10 +296,7 @@ relevance_stage() {  # features out [encoder precision]: step 8 for the shipped 
     echo "the captions' relevance does not raise dev CIDEr-D beyond chance: $out stays as it was"
     return 0
   fi
-  "$sat" model set "$out" --out "$out.relevance" --relevance-weight "$best"
-  record_dev_scores "$out.relevance" "$features" "$precision"
-  mv "$out.relevance" "$out"
-  echo "wrote $out with the captions' relevance weighed $best"
+  store_settings "$out" relevance "the captions' relevance weighed $best" --relevance-weight "$best"
 }
 
 # setting description: steps 9 and 10's rule for one setting scored by score_against (`scored`, `compared`): where
@@ -342,10 +348,8 @@ neighbour_evidence_stage() {  # features out [encoder precision]: step 9 for the
     return 0
   fi
   read -r m v t <<<"$best"
-  "$sat" model set "$out" --out "$out.neighbours" --neighbour-evidence "$m" --object-evidence "$v" --evidence-threshold "$t"
-  record_dev_scores "$out.neighbours" "$features" "$precision"
-  mv "$out.neighbours" "$out"
-  echo "wrote $out with the neighbours' captions $m of the objects' evidence (weight $v, threshold $t)"
+  store_settings "$out" neighbours "the neighbours' captions $m of the objects' evidence (weight $v, threshold $t)" \
+    --neighbour-evidence "$m" --object-evidence "$v" --evidence-threshold "$t"
 }
 
 beam_evidence_stage() {  # features out [encoder precision]: step 10 for the shipped model OUT (needs $sat, $data, $work)
@@ -375,8 +379,6 @@ beam_evidence_stage() {  # features out [encoder precision]: step 10 for the shi
     return 0
   fi
   read -r b t <<<"$best"
-  "$sat" model set "$out" --out "$out.steered" --beam-evidence "$b" --evidence-threshold "$t"
-  record_dev_scores "$out.steered" "$features" "$precision"
-  mv "$out.steered" "$out"
-  echo "wrote $out with the beam steered by the objects' evidence (weight $b, threshold $t)"
+  store_settings "$out" steered "the beam steered by the objects' evidence (weight $b, threshold $t)" \
+    --beam-evidence "$b" --evidence-threshold "$t"
 }
