@@ -188,14 +188,15 @@ TEST_CASE("captioner: explicit search settings replace the model's") {
   // asking for either is an error naming it
   CHECK(info.object_evidence == 0);
   CHECK(info.beam_evidence == 0);
-  for (const auto& [field, name] : {std::pair{&sat::CaptionOptions::object_evidence, "object_evidence"},
-                                    std::pair{&sat::CaptionOptions::beam_evidence, "beam_evidence"}}) {
+  for (const auto& option : {std::pair{&sat::CaptionOptions::object_evidence, "object_evidence"},
+                              std::pair{&sat::CaptionOptions::beam_evidence, "beam_evidence"}}) {
+    const std::string name = option.second;
     CAPTURE(name);
     sat::CaptionOptions asked;
-    asked.*field = 0;
+    asked.*option.first = 0;
     check_same(captioner.caption_file(kPhoto, asked), captioner.caption_file(kPhoto));
-    asked.*field = 2;
-    const std::string error = std::string("has no object channels for ") + name;
+    asked.*option.first = 2;
+    const std::string error = "has no object channels for " + name;
     CHECK_THROWS_WITH_AS(captioner.caption_file(kPhoto, asked), doctest::Contains(error.c_str()), sat::Error);
   }
   sat::CaptionOptions evidence;

@@ -745,7 +745,9 @@ TEST_CASE("search: the beam steered toward some words finds captions with them, 
   const int n = 5, beam = 4, max_len = 8, V = cfg.vocab_size;
   Mat F = random_features(n, cfg, rng);
   const auto plain = beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0);
-  auto says = [](const Hypothesis& h, int w) { return std::find(h.tokens.begin(), h.tokens.end(), w) != h.tokens.end(); };
+  auto says = [](const Hypothesis& h, int w) {
+    return std::find(h.tokens.begin(), h.tokens.end(), w) != h.tokens.end();
+  };
   // Two words of one group (0), the others in none; the words the plain beam says least often are chosen, so the
   // steering has something to change.
   std::vector<int> count(V, 0);
@@ -811,22 +813,21 @@ TEST_CASE("search: the beam steered toward some words finds captions with them, 
     for (auto& h : list) ended += h.alphas.size() == h.tokens.size() + 1;  // finished by <end>, not cut off
   CHECK(ended > 0);
   // Shapes and values checked.
+  auto error_with = [&](const BeamSteering& s) {
+    return error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, s); });
+  };
   BeamSteering bad = steering;
   bad.word_group.pop_back();
-  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); })
-            .find("word groups for a vocabulary of") != std::string::npos);
+  CHECK(error_with(bad).find("word groups for a vocabulary of") != std::string::npos);
   bad = steering;
   bad.bonus = Mat::Zero(n - 1, 1);
-  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); }).find("bonuses of 4 x 1 for 5 images") !=
-        std::string::npos);
+  CHECK(error_with(bad).find("bonuses of 4 x 1 for 5 images") != std::string::npos);
   bad = steering;
   bad.word_group[w1] = 1;
-  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); }).find("word group 1 out of range") !=
-        std::string::npos);
+  CHECK(error_with(bad).find("word group 1 out of range") != std::string::npos);
   bad = steering;
   bad.bonus(2, 0) = std::numeric_limits<float>::infinity();
-  CHECK(error_of([&] { beam_search_nbest(dec, F, n, beam, max_len, 1.0, 0, {}, bad); }).find("not finite") !=
-        std::string::npos);
+  CHECK(error_with(bad).find("not finite") != std::string::npos);
 }
 
 TEST_CASE("search: a caption constrained to say a word is the best such caption, found as exhaustive search finds it") {

@@ -104,8 +104,9 @@ struct ConsensusSettings {
   // is not steered.
   double beam_evidence = 0;
   // The nearest memory photos' captions in the objects' evidence (needs the memory; read only with object_evidence
-  // or beam_evidence on): each group's evidence is (1 - neighbour_evidence) x its detector peak + neighbour_evidence x the share of
-  // those photos' captions that name it (CaptionMemory::object_shares). 0: the peak alone; 1: the captions alone.
+  // or beam_evidence on): each group's evidence is (1 - neighbour_evidence) x its detector peak + neighbour_evidence
+  // x the share of those photos' captions that name it (CaptionMemory::object_shares). 0: the peak alone; 1: the
+  // captions alone.
   double neighbour_evidence = 0;
   // The caption's relevance to the photo (a memory whose key projection has its word side, weighs_relevance): each
   // candidate's total gains relevance_weight x the cosine of the photo's projected key with the candidate's

@@ -256,8 +256,8 @@ void rerank(CaptionModel& model, CandidateList& list, const Mat& grid, const std
             const float* key, const SearchSettings& s) {
   if (by_memory(model, s)) set_agreements(list, *model.memory, photos, model.vocab);
   if (by_relevance(model, s)) weigh_relevance(list, *model.memory, key, model.vocab);
-  if (by_evidence(s)) weigh_object_evidence(list, group_evidence(model, grid, photos, s), s.consensus.evidence_threshold,
-                                            model.vocab);
+  if (by_evidence(s))
+    weigh_object_evidence(list, group_evidence(model, grid, photos, s), s.consensus.evidence_threshold, model.vocab);
   choose_by_totals(list, s.consensus);
 }
 

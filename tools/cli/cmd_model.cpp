@@ -258,7 +258,8 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
                   c["relevance_weight"].get<double>());
   }
   if (!s["object_evidence"].is_null()) {
-    const double weight = s["object_evidence"]["weight"].get<double>(), beam = s["object_evidence"]["beam"].get<double>();
+    const double weight = s["object_evidence"]["weight"].get<double>();
+    const double beam = s["object_evidence"]["beam"].get<double>();
     std::printf("the detector's evidence %s: weight %g, the peak above which naming an object gains %g%s%s\n",
                 weight > 0 ? "weighs in reranking" : "steers the beam", weight > 0 ? weight : beam,
                 s["object_evidence"]["threshold"].get<double>(),

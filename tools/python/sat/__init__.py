@@ -126,7 +126,8 @@ class Captioner:
                 no_repeat_ngram: Optional[int] = None, consensus_weight: Optional[float] = None,
                 memory_candidates: Optional[int] = None, object_evidence: Optional[float] = None,
                 evidence_threshold: Optional[float] = None, neighbour_evidence: Optional[float] = None,
-                beam_evidence: Optional[float] = None, relevance_weight: Optional[float] = None, beam_groups: Optional[int] = None,
+                beam_evidence: Optional[float] = None, relevance_weight: Optional[float] = None,
+                beam_groups: Optional[int] = None,
                 diversity: Optional[float] = None, include: Optional[str] = None, candidates: int = 0,
                 attention: bool = True, objects: bool = False,
                 object_threshold: float = 0.3, allow_damaged: bool = False) -> Union[Caption, List[Caption]]:
