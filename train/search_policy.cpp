@@ -250,25 +250,15 @@ std::vector<double> group_evidence(const CaptionModel& model, const Mat& grid, c
   return peaks;
 }
 
-// Reranks one image's candidates (grid: its L x D rows) as the settings say, the memory's nearest photos `photos`
-// (empty unless needs_neighbours) and its memory key `key` (nullptr unless needs_keys).
-void rerank(CaptionModel& model, CandidateList& list, const Mat& grid, const std::vector<int>& photos,
-            const float* key, const SearchSettings& s) {
+// Reranks one image's candidates as the settings say, with the memory's nearest photos `photos` (empty unless
+// needs_neighbours), its memory key `key` (nullptr unless needs_keys) and each object group's evidence `evidence`
+// (group_evidence; read when by_evidence).
+void rerank(CaptionModel& model, CandidateList& list, const std::vector<int>& photos, const float* key,
+            const std::vector<double>& evidence, const SearchSettings& s) {
   if (by_memory(model, s)) set_agreements(list, *model.memory, photos, model.vocab);
   if (by_relevance(model, s)) weigh_relevance(list, *model.memory, key, model.vocab);
-  if (by_evidence(s))
-    weigh_object_evidence(list, group_evidence(model, grid, photos, s), s.consensus.evidence_threshold, model.vocab);
+  if (by_evidence(s)) weigh_object_evidence(list, evidence, s.consensus.evidence_threshold, model.vocab);
   choose_by_totals(list, s.consensus);
-}
-
-// The beam steered by the objects' evidence (steers) for the n images of grids F, whose nearest memory photos are
-// `photos` (read when the evidence mixes in their captions).
-BeamSteering evidence_steering(const CaptionModel& model, const Mat& F, int n,
-                               const std::vector<std::vector<int>>& photos, const SearchSettings& s) {
-  const int64_t L = n > 0 ? F.rows() / n : 0;
-  std::vector<std::vector<double>> evidence;
-  for (int i = 0; i < n; ++i) evidence.push_back(group_evidence(model, F.middleRows(i * L, L), photos[i], s));
-  return evidence_steering(model.vocab, evidence, s.consensus.beam_evidence, s.consensus.evidence_threshold);
 }
 
 // The captions of the `count` nearest memory photos (`photos`, nearest first) that the model can say in fewer than
@@ -324,7 +314,13 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
   std::vector<std::vector<int>> photos(n);  // each image's nearest memory photos, found before the search steers
   if (neighbours)
     for (int i = 0; i < n; ++i) photos[i] = model.memory->nearest(keys.row(i).data(), s.consensus.neighbours);
-  const BeamSteering steering = steers(s) ? evidence_steering(model, F, n, photos, s) : BeamSteering{};
+  const int64_t L = n > 0 ? F.rows() / n : 0;
+  std::vector<std::vector<double>> evidence(n);  // each image's, once for the steering and the reranking
+  if (steers(s) || (reranked && by_evidence(s)))
+    for (int i = 0; i < n; ++i) evidence[i] = group_evidence(model, F.middleRows(i * L, L), photos[i], s);
+  const BeamSteering steering =
+      steers(s) ? evidence_steering(model.vocab, evidence, s.consensus.beam_evidence, s.consensus.evidence_threshold)
+                : BeamSteering{};
   std::vector<std::vector<Hypothesis>> found;
   if (s.beam <= 1) {
     std::vector<Hypothesis> greedy =
@@ -336,7 +332,6 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
                                steering);
     });
   }
-  const int64_t L = n > 0 ? F.rows() / n : 0;
   std::vector<CandidateList> out(n);
   for (int i = 0; i < n; ++i) {
     CandidateList& list = out[i];
@@ -344,7 +339,7 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
     if (!reranked) continue;
     if (memory && s.consensus.memory_candidates > 0)
       add_memory_candidates(model, list, F.middleRows(i * L, L), photos[i], s.consensus.memory_candidates, s);
-    rerank(model, list, F.middleRows(i * L, L), photos[i], keys.size() ? keys.row(i).data() : nullptr, s);
+    rerank(model, list, photos[i], keys.size() ? keys.row(i).data() : nullptr, evidence[i], s);
   }
   return out;
 }
@@ -365,10 +360,12 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
                   " words");
     CandidateList& list = out[i];
     list = candidate_list(std::move(found[i]), reranked);
+    if (!reranked) continue;
     const float* key = keys.size() ? keys.row(i).data() : nullptr;
-    if (reranked)
-      rerank(model, list, F.middleRows(i * L, L),
-             neighbours ? model.memory->nearest(key, s.consensus.neighbours) : std::vector<int>(), key, s);
+    const std::vector<int> photos = neighbours ? model.memory->nearest(key, s.consensus.neighbours) : std::vector<int>();
+    const std::vector<double> evidence =
+        by_evidence(s) ? group_evidence(model, F.middleRows(i * L, L), photos, s) : std::vector<double>();
+    rerank(model, list, photos, key, evidence, s);
   }
   return out;
 }
