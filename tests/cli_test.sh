@@ -243,6 +243,33 @@ expect_error "eval --baseline with more images" "^sat: $WORK/greedy.json: captio
   "$SAT" eval --results "$WORK/greedy_short.json" --baseline "$WORK/greedy.json" --refs "$WORK/val"
 expect_error "eval --baseline without --results" "^sat: --baseline: compares two results files" \
   "$SAT" eval --model "$WORK/compact.sat" --data "$WORK/val" --baseline "$WORK/greedy.json"
+# eval --choose-among: choosing among results files on half the images, scored on the other half; each file's score
+# on all the images is eval's own
+"$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/diverse_stored.json" --refs "$WORK/val" --by CIDEr --splits 50 \
+    --json >"$WORK/choice.json" \
+  && "$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/diverse_stored.json" --refs "$WORK/val" --splits 50 \
+    | grep -qE '^  chosen on one half: [0-9.]+ there, [0-9.]+ on the other half, where the median system scores [0-9.]+$' \
+  && python3 - "$WORK/choice.json" "$WORK/greedy_scores.json" "$WORK/diverse_scores.json" <<'EOF' \
+  && pass "eval --choose-among: each file's score as eval gives it, every split choosing one, the median of two their mean" ||
+import json, sys
+c, greedy, diverse = (json.load(open(f)) for f in sys.argv[1:])
+assert c["metric"] == "CIDEr" and c["images"] == 150 and c["splits"] == 50, c
+on_all = [s["on_all"] for s in c["systems"]]
+assert abs(on_all[0] - greedy["CIDEr"]) < 1e-9 and abs(on_all[1] - diverse["CIDEr"]) < 1e-9, (on_all, greedy, diverse)
+assert abs(c["median_on_all"] - sum(on_all) / 2) < 1e-12, c
+assert sum(s["times_chosen"] for s in c["systems"]) == 50, c
+assert c["overstated"]["low"] <= c["overstated"]["high"], c
+assert abs(c["overstated"]["mean"] - (c["chosen_own_half"] - c["chosen_other_half"])) < 1e-12, c
+EOF
+  fail "eval --choose-among"
+expect_error "eval --choose-among of one file" "^sat: --choose-among needs at least 2 results files, got 1$" \
+  "$SAT" eval --choose-among "$WORK/greedy.json" --refs "$WORK/val"
+expect_error "eval --choose-among of other images" "^sat: $WORK/greedy_short.json: captions 149 images, $WORK/greedy.json 150: a choice among them needs the same images$" \
+  "$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/greedy_short.json" --refs "$WORK/val"
+expect_error "eval --choose-among by a metric lower is better for" "^sat: choose by one of Bleu_4, .* not 'rarer_false'$" \
+  "$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/diverse_stored.json" --refs "$WORK/val" --by rarer_false
+expect_error "eval --choose-among with --results" "^sat: --choose-among: scores results files of its own" \
+  "$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/diverse_stored.json" --results "$WORK/greedy.json" --refs "$WORK/val"
 expect_error "caption --beam-groups that do not divide the beam" "^sat: beam groups must divide the beam size \(3\); got 2" \
   "$SAT" caption "$IMG" --model "$WORK/compact.sat" --beam 3 --beam-groups 2
 expect_error "model set --beam-groups that do not divide the model's beam" "^sat: $WORK/compact.sat: beam groups must divide the beam size" \

@@ -110,6 +110,18 @@ std::pair<double, double> central_interval(std::vector<double>& values, double c
 
 }  // namespace
 
+double corpus_metric(const ImageScoreStats& stats, const std::vector<int>& counts, const std::string& metric) {
+  const auto at = std::find(kMetricNames.begin(), kMetricNames.end(), metric);
+  if (at == kMetricNames.end()) throw Error("no metric '" + metric + "' (Bleu_4, METEOR, ROUGE_L, CIDEr, rarer_named)");
+  const size_t m = (size_t)(at - kMetricNames.begin());
+  if (metric == "METEOR" && stats.meteor.empty())
+    throw Error("METEOR is not computed here (WordNet's files, Debian's wordnet-base, are not installed)");
+  if (counts.size() != stats.cider_d.size())
+    throw Error("corpus metric: " + std::to_string(counts.size()) + " counts for " +
+                std::to_string(stats.cider_d.size()) + " images");
+  return as_list(corpus_scores(stats, counts))[m];
+}
+
 std::vector<MetricInterval> score_intervals(const ImageScoreStats& stats, int resamples, uint64_t seed,
                                             double confidence) {
   check_stats(stats, "set");

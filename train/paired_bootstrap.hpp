@@ -58,6 +58,11 @@ std::string intervals_text(const std::vector<MetricInterval>& intervals, int res
 nlohmann::json comparison_json(const Comparison& c);
 std::string comparison_table(const Comparison& c);
 
+// One metric of kMetricNames' list (Bleu_4, METEOR, ROUGE_L, CIDEr, rarer_named, rarer_false) over a multiset of
+// the images (counts[i]: how many times image i counts), computed as the corpus score is; an unknown name, or METEOR
+// without its statistics, is an Error.
+double corpus_metric(const ImageScoreStats& stats, const std::vector<int>& counts, const std::string& metric);
+
 // The limits sat eval enforces.
 constexpr int kMaxBootstrapResamples = 1000000;
 

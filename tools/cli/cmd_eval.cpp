@@ -2,6 +2,7 @@
 #include <nlohmann/json.hpp>
 
 #include "tools/cli/commands.hpp"
+#include "train/choice_check.hpp"
 #include "train/grounding.hpp"
 #include "train/evaluate.hpp"
 #include "train/paired_bootstrap.hpp"
@@ -41,7 +42,9 @@ void add_eval_commands(CLI::App& app) {
 
   struct EvalArgs {
     std::string model = default_model_path(), data, images, split, results_out, results, refs, features, baseline;
-    int resamples = 2000;
+    std::vector<std::string> choose_among;
+    std::string choose_by = "Bleu_4";
+    int resamples = 2000, splits = 200;
     uint64_t seed = 1;
     SearchFlags search;
     bool json = false, record = false, intervals = false;
@@ -69,7 +72,15 @@ void add_eval_commands(CLI::App& app) {
               "how much the score owes to which images were scored)");
   ev->add_option("--resamples", e->resamples, "With --baseline or --intervals: how many image sets are drawn")
       ->check(CLI::Range(1, kMaxBootstrapResamples));
-  ev->add_option("--seed", e->seed, "With --baseline or --intervals: the draws' seed");
+  ev->add_option("--choose-among", e->choose_among,
+                 "Results files of the same images (several settings scored on dev, say): how much choosing the best "
+                 "of them holds on images the choice was not made on (with --refs: random halves, the choice made on "
+                 "one, scored on the other beside the median file)");
+  ev->add_option("--by", e->choose_by, "With --choose-among: the metric chosen by (Bleu_4, METEOR, ROUGE_L, CIDEr, "
+                 "rarer_named)");
+  ev->add_option("--splits", e->splits, "With --choose-among: how many random halves")
+      ->check(CLI::Range(1, kMaxChoiceSplits));
+  ev->add_option("--seed", e->seed, "With --baseline, --intervals or --choose-among: the draws' seed");
   ev->add_option("--results-out", e->results_out, "Also write the generated captions as a COCO results file");
   ev->add_flag("--json", e->json, "Print JSON");
   ev->add_flag("--record", e->record,
@@ -78,6 +89,17 @@ void add_eval_commands(CLI::App& app) {
   ev->callback([e] {
     CaptionScores scores;
     std::vector<MetricInterval> intervals;
+    if (!e->choose_among.empty()) {
+      if (!e->results.empty() || !e->data.empty())
+        throw CLI::ValidationError("--choose-among", "scores results files of its own: give it --refs, not "
+                                   "--results or --data");
+      if (e->refs.empty()) throw CLI::RequiredError("--refs (with --choose-among)");
+      const CaptionSet refs = load_caption_set(e->refs, e->images, e->split);
+      const ChoiceCheck c = check_choice_of_files(e->choose_among, refs, e->choose_by, e->splits, e->seed);
+      std::printf("%s", e->json ? (choice_check_json(c, e->choose_among).dump(2) + "\n").c_str()
+                                : choice_check_text(c, e->choose_among).c_str());
+      return;
+    }
     if (!e->results.empty()) {
       if (e->record) throw CLI::ValidationError("--record", "stores a model's scores: use it with --model and --data");
       if (e->refs.empty()) throw CLI::RequiredError("--refs (with --results)");

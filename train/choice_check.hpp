@@ -1,0 +1,47 @@
+// Does choosing among systems by their dev score hold on images the choice was not made on? Every setting tuned on
+// the same photos it is reported on carries a winner's curse: the best of many noisy scores is partly luck. The
+// check splits the images into two random halves many times, chooses the system best by one metric on one half,
+// and scores that choice on the other half, beside the median system there (docs/metrics.md).
+#pragma once
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "datasets/coco.hpp"
+#include "train/paired_bootstrap.hpp"
+
+namespace sat {
+
+constexpr int kMaxChoiceSplits = 100000;
+
+struct ChoiceCheck {
+  std::string metric;  // Bleu_4, METEOR, ROUGE_L, CIDEr or rarer_named (higher is better for each)
+  int systems = 0, images = 0, splits = 0;
+  uint64_t seed = 0;
+  std::vector<double> on_all;  // each system's score on all the images
+  int best_on_all = 0;         // the first of the best
+  double median_on_all = 0;    // the median system's score (the mean of the two middle ones for an even count)
+  // Means over the splits: the system chosen on one half (the first of the best there), on that half and on the
+  // other; and the median system's score on the other half.
+  double chosen_own_half = 0, chosen_other_half = 0, median_other_half = 0;
+  // The central 90% of the chosen system's own-half score minus its other-half score over the splits.
+  double overstated_low = 0, overstated_high = 0;
+  std::vector<int> times_chosen;  // per system: in how many splits it was the choice
+};
+
+// systems: per-image statistics of each system on the same images in the same order (at least 2 systems and 2
+// images); splits in [1, kMaxChoiceSplits]. The splits depend only on the seed and the number of images.
+ChoiceCheck check_choice(const std::vector<ImageScoreStats>& systems, const std::string& metric, int splits,
+                         uint64_t seed);
+// The same for COCO results files of the same images (in any order; each result naming an image of `refs`, once):
+// errors name the file at fault.
+ChoiceCheck check_choice_of_files(const std::vector<std::string>& paths, const CaptionSet& refs,
+                                  const std::string& metric, int splits, uint64_t seed);
+
+// As sat eval --choose-among prints it (names: one per system) and as JSON.
+std::string choice_check_text(const ChoiceCheck& c, const std::vector<std::string>& names);
+nlohmann::json choice_check_json(const ChoiceCheck& c, const std::vector<std::string>& names);
+
+}  // namespace sat
