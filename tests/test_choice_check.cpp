@@ -11,21 +11,14 @@
 
 #include "sat/error.hpp"
 #include "tests/scratch.hpp"
+#include "tests/score_stats.hpp"
 #include "train/choice_check.hpp"
 
 using namespace sat;
+using test::cider_only;
 using test::error_of;
 
 namespace {
-
-// Per-image statistics written by hand: only CIDEr-D varies (the other metrics' counts are all zero).
-ImageScoreStats cider_only(const std::vector<double>& per_image) {
-  ImageScoreStats s;
-  s.cider_d = per_image;
-  s.rouge_l.assign(per_image.size(), 0.0);
-  s.bleu.assign(per_image.size(), BleuResult{});
-  return s;
-}
 
 // n values in [0, 1) from the stream (the same on every platform: no distribution object).
 std::vector<double> uniform_values(std::mt19937_64& rng, int n, double shift = 0) {

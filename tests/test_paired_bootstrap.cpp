@@ -9,11 +9,13 @@
 
 #include "sat/error.hpp"
 #include "tests/scratch.hpp"
+#include "tests/score_stats.hpp"
 #include "train/evaluate.hpp"
 #include "train/meteor.hpp"
 #include "train/paired_bootstrap.hpp"
 
 using namespace sat;
+using test::cider_only;
 using test::error_of;
 
 namespace {
@@ -23,15 +25,6 @@ std::vector<std::vector<std::string>> small_refs() {
           {"a man rides a bike down the street", "a person on a bicycle", "a cyclist rides in the city"},
           {"two children play in the water", "kids splash in a pool", "two kids are swimming"},
           {"a woman sits on a bench", "a lady is sitting on a park bench", "a woman on a bench reading"}};
-}
-
-// Per-image statistics written by hand: only CIDEr-D varies (the other metrics' counts are all zero).
-ImageScoreStats cider_only(const std::vector<double>& per_image) {
-  ImageScoreStats s;
-  s.cider_d = per_image;
-  s.rouge_l.assign(per_image.size(), 0.0);
-  s.bleu.assign(per_image.size(), BleuResult{});
-  return s;
 }
 
 const MetricDifference& metric(const Comparison& p, const std::string& name) {
