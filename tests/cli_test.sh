@@ -270,6 +270,8 @@ expect_error "eval --choose-among by a metric lower is better for" "^sat: choose
   "$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/diverse_stored.json" --refs "$WORK/val" --by rarer_false
 expect_error "eval --choose-among with --results" "^sat: --choose-among: scores results files of its own" \
   "$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/diverse_stored.json" --results "$WORK/greedy.json" --refs "$WORK/val"
+expect_error "eval --choose-among with --baseline" "^sat: --choose-among: checks a choice among results files: --baseline" \
+  "$SAT" eval --choose-among "$WORK/greedy.json" "$WORK/diverse_stored.json" --baseline "$WORK/greedy.json" --refs "$WORK/val"
 expect_error "caption --beam-groups that do not divide the beam" "^sat: beam groups must divide the beam size \(3\); got 2" \
   "$SAT" caption "$IMG" --model "$WORK/compact.sat" --beam 3 --beam-groups 2
 expect_error "model set --beam-groups that do not divide the model's beam" "^sat: $WORK/compact.sat: beam groups must divide the beam size" \

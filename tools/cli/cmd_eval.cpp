@@ -93,6 +93,9 @@ void add_eval_commands(CLI::App& app) {
       if (!e->results.empty() || !e->data.empty())
         throw CLI::ValidationError("--choose-among", "scores results files of its own: give it --refs, not "
                                    "--results or --data");
+      if (!e->baseline.empty() || e->intervals || e->record || !e->results_out.empty())
+        throw CLI::ValidationError("--choose-among", "checks a choice among results files: --baseline, --intervals, "
+                                   "--record and --results-out do not apply");
       if (e->refs.empty()) throw CLI::RequiredError("--refs (with --choose-among)");
       const CaptionSet refs = load_caption_set(e->refs, e->images, e->split);
       const ChoiceCheck c = check_choice_of_files(e->choose_among, refs, e->choose_by, e->splits, e->seed);
