@@ -22,10 +22,10 @@ for f in bin/sat lib/libsat.so include/sat/captioner.hpp include/sat/scores.hpp 
 done
 # libsat.so exports the public API only: no internal symbol (sat::CaptionModel, sat::Decoder, ...) is visible
 exported=$(nm -D --defined-only -C "$P/lib/libsat.so" | grep ' sat::' || true)
-public='sat::(Captioner|Error|score\(|score_files\(|compare_files\()'  # <sat/captioner.hpp>, <sat/error.hpp>, <sat/scores.hpp>
+public='sat::(Captioner|Error|score\(|score_files\(|compare_files\(|check_choice_files\()'  # <sat/captioner.hpp>, <sat/error.hpp>, <sat/scores.hpp>
 if echo "$exported" | grep -q 'sat::Captioner::' && echo "$exported" | grep -q 'sat::score_files(' &&
    ! echo "$exported" | grep -vE "$public" | grep -q .; then
-  pass "libsat.so exports sat::Captioner, sat::Error, sat::score, sat::score_files and sat::compare_files only"
+  pass "libsat.so exports sat::Captioner, sat::Error, sat::score, sat::score_files, sat::compare_files and sat::check_choice_files only"
 else
   fail "libsat.so exports: $(echo "$exported" | grep -vE "$public" | head -n 3)"
 fi

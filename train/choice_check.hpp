@@ -11,25 +11,11 @@
 
 #include "datasets/coco.hpp"
 #include "train/paired_bootstrap.hpp"
+#include "train/sat/scores.hpp"  // ChoiceCheck
 
 namespace sat {
 
 constexpr int kMaxChoiceSplits = 100000;
-
-struct ChoiceCheck {
-  std::string metric;  // Bleu_4, METEOR, ROUGE_L, CIDEr or rarer_named (higher is better for each)
-  int systems = 0, images = 0, splits = 0;
-  uint64_t seed = 0;
-  std::vector<double> on_all;  // each system's score on all the images
-  int best_on_all = 0;         // the first of the best
-  double median_on_all = 0;    // the median system's score (the mean of the two middle ones for an even count)
-  // Means over the splits: the system chosen on one half (the first of the best there), on that half and on the
-  // other; and the median system's score on the other half.
-  double chosen_own_half = 0, chosen_other_half = 0, median_other_half = 0;
-  // The central 90% of the chosen system's own-half score minus its other-half score over the splits.
-  double overstated_low = 0, overstated_high = 0;
-  std::vector<int> times_chosen;  // per system: in how many splits it was the choice
-};
 
 // systems: per-image statistics of each system on the same images in the same order (at least 2 systems and 2
 // images); splits in [1, kMaxChoiceSplits]. The splits depend only on the seed and the number of images.

@@ -1,6 +1,7 @@
 // The public scoring functions (train/sat/scores.hpp) over the metrics `sat eval` runs (train/evaluate.hpp).
 #include "train/sat/scores.hpp"
 
+#include "train/choice_check.hpp"
 #include "train/evaluate.hpp"
 #include "train/paired_bootstrap.hpp"
 #include "train/trainer.hpp"
@@ -57,6 +58,14 @@ Comparison compare_files(const std::string& results, const std::string& baseline
     throw Error("compare: resamples must be in [1, " + std::to_string(kMaxBootstrapResamples) + "], got " +
                 std::to_string(resamples));
   return compare_results_files(results, baseline, load_caption_set(references, "", ""), resamples, seed);
+}
+
+ChoiceCheck check_choice_files(const std::vector<std::string>& results, const std::string& references,
+                               const std::string& metric, int splits, uint64_t seed) {
+  if (splits < 1 || splits > kMaxChoiceSplits)
+    throw Error("choice check: splits must be in [1, " + std::to_string(kMaxChoiceSplits) + "], got " +
+                std::to_string(splits));
+  return check_choice_of_files(results, load_caption_set(references, "", ""), metric, splits, seed);
 }
 
 }  // namespace sat

@@ -123,3 +123,27 @@ def test_compare_same_numbers_as_sat_eval(files, sat_bin, tmp_path):
         sat.compare(other, results, refs, resamples=0)
     with pytest.raises(TypeError):
         sat.compare({"a.jpg": "a dog"}, results, refs)
+
+
+def test_check_choice_same_numbers_as_sat_eval(files, sat_bin, tmp_path):
+    results, refs, captions, _ = files
+    other = tmp_path / "other.json"  # the same images in another order, one caption changed
+    other.write_text(json.dumps([{"image_id": k, "caption": "a woman walks a dog" if k == "c.jpg" else v}
+                                 for k, v in reversed(list(captions.items()))]))
+    out = subprocess.run([sat_bin, "eval", "--choose-among", str(results), str(other), "--refs", str(refs),
+                          "--by", "CIDEr", "--splits", "30", "--seed", "2", "--json"],
+                         check=True, capture_output=True, text=True)
+    cli = json.loads(out.stdout)
+    c = sat.check_choice([results, other], refs, by="CIDEr", splits=30, seed=2)
+    assert c == cli
+    assert c["images"] == 3 and sum(s["times_chosen"] for s in c["systems"]) == 30
+    assert [s["name"] for s in c["systems"]] == [str(results), str(other)]
+    assert c["systems"][1]["on_all"] == pytest.approx(sat.score(other, refs)["CIDEr"], abs=1e-9)
+    with pytest.raises(sat.Error, match="at least 2 results files"):
+        sat.check_choice([results], refs)
+    with pytest.raises(sat.Error, match="not 'rarer_false'"):
+        sat.check_choice([results, other], refs, by="rarer_false")
+    with pytest.raises(sat.Error, match="splits must be in"):
+        sat.check_choice([results, other], refs, splits=0)
+    with pytest.raises(TypeError):
+        sat.check_choice(results, refs)  # one path, not a list of them

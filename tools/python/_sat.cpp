@@ -96,6 +96,34 @@ py::dict to_python(const sat::Scores& s) {
   return d;
 }
 
+py::dict to_python(const sat::ChoiceCheck& c, const std::vector<std::string>& names) {
+  py::dict d;  // the keys `sat eval --choose-among --json` prints
+  d["metric"] = c.metric;
+  d["images"] = c.images;
+  d["splits"] = c.splits;
+  d["seed"] = c.seed;
+  d["best_on_all"] = names[c.best_on_all];
+  d["median_on_all"] = c.median_on_all;
+  d["chosen_own_half"] = c.chosen_own_half;
+  d["chosen_other_half"] = c.chosen_other_half;
+  d["median_other_half"] = c.median_other_half;
+  py::dict overstated;
+  overstated["mean"] = c.chosen_own_half - c.chosen_other_half;
+  overstated["low"] = c.overstated_low;
+  overstated["high"] = c.overstated_high;
+  d["overstated"] = overstated;
+  py::list systems;
+  for (int k = 0; k < c.systems; ++k) {
+    py::dict one;
+    one["name"] = names[k];
+    one["on_all"] = c.on_all[k];
+    one["times_chosen"] = c.times_chosen[k];
+    systems.append(one);
+  }
+  d["systems"] = systems;
+  return d;
+}
+
 py::dict to_python(const sat::Comparison& c) {
   py::dict d;  // the keys `sat eval --baseline --json` prints
   d["images"] = c.images;
@@ -304,5 +332,17 @@ PYBIND11_MODULE(_sat, m) {
         return to_python(c);
       },
       py::arg("results"), py::arg("baseline"), py::arg("references"), py::arg("resamples"), py::arg("seed"));
+  m.def(
+      "check_choice_files",
+      [](const std::vector<std::string>& results, const std::string& references, const std::string& metric,
+         int splits, uint64_t seed) {
+        sat::ChoiceCheck c;
+        {
+          py::gil_scoped_release release;
+          c = sat::check_choice_files(results, references, metric, splits, seed);
+        }
+        return to_python(c, results);
+      },
+      py::arg("results"), py::arg("references"), py::arg("metric"), py::arg("splits"), py::arg("seed"));
   m.def("models_dir", &sat::Captioner::models_dir);
 }

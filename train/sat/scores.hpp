@@ -61,4 +61,27 @@ struct Comparison {
 SAT_API Comparison compare_files(const std::string& results, const std::string& baseline,
                                  const std::string& references, int resamples = 2000, uint64_t seed = 1);
 
+// Does choosing the best of several results files (several settings scored on dev, say) hold on images the choice
+// was not made on? The images split into two random halves `splits` times; each time the file best by `metric` on
+// one half is chosen and scored on the other half, beside the median file there (docs/metrics.md).
+struct ChoiceCheck {
+  std::string metric;  // Bleu_4, METEOR, ROUGE_L, CIDEr or rarer_named (higher is better for each)
+  int systems = 0, images = 0, splits = 0;
+  uint64_t seed = 0;
+  std::vector<double> on_all;  // each file's score on all the images
+  int best_on_all = 0;         // the first of the best
+  double median_on_all = 0;    // the median file's score (the mean of the two middle ones for an even count)
+  // Means over the splits: the file chosen on one half (the first of the best there), on that half and on the
+  // other; and the median file's score on the other half.
+  double chosen_own_half = 0, chosen_other_half = 0, median_other_half = 0;
+  // The central 90% of the chosen file's own-half score minus its other-half score over the splits.
+  double overstated_low = 0, overstated_high = 0;
+  std::vector<int> times_chosen;  // per file: in how many splits it was the choice
+};
+
+// `sat eval --choose-among R1 R2 ... --refs REFERENCES --by METRIC`: at least 2 COCO results files of the same images
+// (in any order), else sat::Error naming the file. The splits depend only on the seed and the number of images.
+SAT_API ChoiceCheck check_choice_files(const std::vector<std::string>& results, const std::string& references,
+                                       const std::string& metric = "Bleu_4", int splits = 200, uint64_t seed = 1);
+
 }  // namespace sat

@@ -24,8 +24,8 @@ from ._sat import Error
 from .results import Candidate, Caption, Object
 from .plot import attention_overlay, show_attention, show_attention_grid
 
-__all__ = ["Captioner", "Caption", "Candidate", "Object", "Error", "score", "compare", "models_dir", "default_model",
-           "show_attention", "show_attention_grid", "attention_overlay"]
+__all__ = ["Captioner", "Caption", "Candidate", "Object", "Error", "score", "compare", "check_choice", "models_dir",
+           "default_model", "show_attention", "show_attention_grid", "attention_overlay"]
 
 Path = Union[str, "os.PathLike[str]"]
 
@@ -212,6 +212,31 @@ def compare(results: Path, baseline: Path, references: Path, resamples: int = 20
     if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
         raise TypeError("seed: expected a non-negative int")
     return _sat.compare_files(os.fspath(results), os.fspath(baseline), os.fspath(references), resamples, seed)
+
+
+def check_choice(results: Sequence[Path], references: Path, by: str = "Bleu_4", splits: int = 200,
+                 seed: int = 1) -> Dict:
+    """Does choosing the best of several COCO results files of the same images (several settings scored on dev, say)
+    hold on images the choice was not made on? As `sat eval --choose-among R1 R2 ... --refs F --by M --json` prints
+    it: the images split into two random halves `splits` times, the file best by `by` (Bleu_4, METEOR, ROUGE_L,
+    CIDEr or rarer_named) chosen on one half and scored on the other (chosen_own_half, chosen_other_half), beside
+    the median file there (median_other_half); how much the choice's own half overstates it ("overstated": mean,
+    low, high: the central 90%); and per file ("systems") its name, its score on all the images and how often it
+    was chosen."""
+    if isinstance(results, (str, bytes)) or _is_path(results) or not isinstance(results, Sequence):
+        raise TypeError(f"results: expected a list of file paths, got {type(results).__name__}")
+    for value in results:
+        if not _is_path(value):
+            raise TypeError(f"results: expected file paths, got {type(value).__name__}")
+    if not _is_path(references):
+        raise TypeError(f"references: expected a file path, got {type(references).__name__}")
+    if not isinstance(by, str):
+        raise TypeError(f"by: expected a metric name (str), got {type(by).__name__}")
+    if isinstance(splits, bool) or not isinstance(splits, int):
+        raise TypeError(f"splits: expected an int, got {type(splits).__name__}")
+    if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+        raise TypeError("seed: expected a non-negative int")
+    return _sat.check_choice_files([os.fspath(r) for r in results], os.fspath(references), by, splits, seed)
 
 
 def score(results, references) -> Dict[str, float]:
