@@ -15,7 +15,7 @@
 
 namespace sat {
 
-constexpr int kMaxChoiceSplits = 100000;
+constexpr int kMaxChoiceSplits = 10000;  // 200 splits of 94 files of 1000 photos: 1.1 s (Zen 5)
 
 // systems: per-image statistics of each system on the same images in the same order (at least 2 systems and 2
 // images); splits in [1, kMaxChoiceSplits]. The splits depend only on the seed and the number of images.
