@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
-#include <map>
 #include <numeric>
 #include <random>
 
@@ -37,13 +36,20 @@ std::vector<double> scores_over(const std::vector<ImageScoreStats>& systems, con
   return out;
 }
 
+// The metric and the number of splits, checked before any file is read.
+void check_choice_settings(const std::string& metric, int splits) {
+  if (std::find(kChoiceMetrics.begin(), kChoiceMetrics.end(), metric) == kChoiceMetrics.end())
+    throw Error("choose by one of Bleu_4, METEOR, ROUGE_L, CIDEr, rarer_named (higher is better), not '" + metric +
+                "'");
+  if (splits < 1 || splits > kMaxChoiceSplits)
+    throw Error("the splits must be in [1, " + std::to_string(kMaxChoiceSplits) + "]");
+}
+
 }  // namespace
 
 ChoiceCheck check_choice(const std::vector<ImageScoreStats>& systems, const std::string& metric, int splits,
                          uint64_t seed) {
-  if (std::find(kChoiceMetrics.begin(), kChoiceMetrics.end(), metric) == kChoiceMetrics.end())
-    throw Error("choose by one of Bleu_4, METEOR, ROUGE_L, CIDEr, rarer_named (higher is better), not '" + metric +
-                "'");
+  check_choice_settings(metric, splits);
   if (systems.size() < 2) throw Error("a choice needs at least 2 systems, got " + std::to_string(systems.size()));
   const int n = systems[0].images();
   if (n < 2) throw Error("a choice check splits the images in two: it needs at least 2, got " + std::to_string(n));
@@ -51,8 +57,6 @@ ChoiceCheck check_choice(const std::vector<ImageScoreStats>& systems, const std:
     if (systems[k].images() != n || systems[k].bleu.size() != (size_t)n || systems[k].rouge_l.size() != (size_t)n)
       throw Error("system " + std::to_string(k + 1) + " has statistics of " + std::to_string(systems[k].images()) +
                   " images, the first " + std::to_string(n));
-  if (splits < 1 || splits > kMaxChoiceSplits)
-    throw Error("the splits must be in [1, " + std::to_string(kMaxChoiceSplits) + "]");
 
   ChoiceCheck c;
   c.metric = metric;
@@ -95,28 +99,18 @@ ChoiceCheck check_choice(const std::vector<ImageScoreStats>& systems, const std:
 
 ChoiceCheck check_choice_of_files(const std::vector<std::string>& paths, const CaptionSet& refs,
                                   const std::string& metric, int splits, uint64_t seed) {
+  check_choice_settings(metric, splits);
   if (paths.size() < 2)
     throw Error("--choose-among needs at least 2 results files, got " + std::to_string(paths.size()));
   std::vector<ImageScoreStats> systems;
-  std::vector<int> images;  // the first file's images, the order every file's captions are put in
+  MatchedResults first;  // its images are the order every file's captions are put in
   for (const std::string& path : paths) {
     const MatchedResults m = match_results(load_results(path), refs, path);
-    if (images.empty()) images = m.images;
-    if (m.images.size() != images.size())
+    if (systems.empty()) first = m;
+    if (m.images.size() != first.images.size())
       throw Error(path + ": captions " + std::to_string(m.images.size()) + " images, " + paths[0] + " " +
-                  std::to_string(images.size()) + ": a choice among them needs the same images");
-    std::map<int, int> at;
-    for (size_t k = 0; k < m.images.size(); ++k) at[m.images[k]] = (int)k;
-    std::vector<std::string> hyps;
-    std::vector<std::vector<std::string>> image_refs;
-    for (int image : images) {
-      auto it = at.find(image);
-      if (it == at.end())
-        throw Error(path + ": has no caption for image " + refs.images[image].file_name + " of " + paths[0]);
-      hyps.push_back(m.hyps[it->second]);
-      image_refs.push_back(m.refs[it->second]);
-    }
-    systems.push_back(image_score_stats(hyps, image_refs));
+                  std::to_string(first.images.size()) + ": a choice among them needs the same images");
+    systems.push_back(image_score_stats(captions_in_order(m, path, first.images, paths[0], refs), first.refs));
   }
   return check_choice(systems, metric, splits, seed);
 }

@@ -192,19 +192,28 @@ Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreSta
   return out;
 }
 
+std::vector<std::string> captions_in_order(const MatchedResults& of, const std::string& of_path,
+                                           const std::vector<int>& images, const std::string& images_path,
+                                           const CaptionSet& refs) {
+  std::map<int, int> at;
+  for (size_t k = 0; k < of.images.size(); ++k) at[of.images[k]] = (int)k;
+  std::vector<std::string> hyps;
+  hyps.reserve(images.size());
+  for (int image : images) {
+    auto it = at.find(image);
+    if (it == at.end())
+      throw Error(of_path + ": has no caption for image " + refs.images[image].file_name + " of " + images_path);
+    hyps.push_back(of.hyps[it->second]);
+  }
+  return hyps;
+}
+
 Comparison compare_results_files(const std::string& results_path, const std::string& baseline_path,
                                  const CaptionSet& refs, int resamples, uint64_t seed) {
   const MatchedResults candidate = match_results(load_results(results_path), refs, results_path);
   const MatchedResults baseline = match_results(load_results(baseline_path), refs, baseline_path);
-  std::map<int, int> baseline_at;
-  for (size_t k = 0; k < baseline.images.size(); ++k) baseline_at[baseline.images[k]] = (int)k;
-  std::vector<std::string> baseline_hyps;
-  for (int image : candidate.images) {
-    auto it = baseline_at.find(image);
-    if (it == baseline_at.end())
-      throw Error(baseline_path + ": has no caption for image " + refs.images[image].file_name + " of " + results_path);
-    baseline_hyps.push_back(baseline.hyps[it->second]);
-  }
+  const std::vector<std::string> baseline_hyps =
+      captions_in_order(baseline, baseline_path, candidate.images, results_path, refs);
   if (baseline.images.size() != candidate.images.size())
     throw Error(baseline_path + ": captions " + std::to_string(baseline.images.size()) + " images, " + results_path +
                 " " + std::to_string(candidate.images.size()) + ": a paired comparison needs the same images");

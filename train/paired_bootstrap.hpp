@@ -71,6 +71,12 @@ constexpr int kMaxBootstrapResamples = 1000000;
 Comparison paired_bootstrap(const ImageScoreStats& baseline, const ImageScoreStats& candidate, int resamples,
                             uint64_t seed, double confidence = 0.95);
 
+// The captions of `of` (a results file's, read from of_path) in the order of `images` (indices into refs.images,
+// another file's: images_path): an image it has no caption for is an Error naming both files.
+std::vector<std::string> captions_in_order(const MatchedResults& of, const std::string& of_path,
+                                           const std::vector<int>& images, const std::string& images_path,
+                                           const CaptionSet& refs);
+
 // Two COCO results files of the same images (in any order; each result must name an image of `refs`, once) compared:
 // errors name the file at fault.
 Comparison compare_results_files(const std::string& results_path, const std::string& baseline_path,
