@@ -22,7 +22,7 @@ GroundingResult eval_grounding(CaptionModel& model, const CaptionSet& set, int b
     std::vector<std::string> paths;
     for (size_t i = s; i < e; ++i) paths.push_back(set.image_path(set.images[i]));
     auto planes = model.load_planes(paths);
-    Mat grid = model.encode(planes, (int)paths.size());
+    const Mat grid = model.decoder_grid(model.encode(planes, (int)paths.size()), (int)paths.size());
     std::vector<std::vector<int>> caps;
     std::vector<const Caption*> which;
     std::vector<int> image_of;

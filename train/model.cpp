@@ -20,12 +20,18 @@ std::vector<Decoder*> CaptionModel::member_decoders() {
 
 void CaptionModel::build(bool photo_encoder) {
   decoder_config.vocab_size = vocab.size();
-  decoder_config.feature_dim = encoder_config.feature_dim();
+  decoder_config.feature_dim = encoder_config.feature_dim() + neighbour_words.count();
   decoder_config.grid_h = encoder_config.grid_h();
   decoder_config.grid_w = encoder_config.grid_w();
   decoder_config = DecoderConfig::from_json(decoder_config.to_json());  // validates the attention choice
   build_encoder(photo_encoder);
   decoder = std::make_unique<Decoder>(decoder_config);
+}
+
+Mat CaptionModel::decoder_grid(const Mat& F, int n, const std::vector<int>& leave_out) const {
+  if (!neighbour_words.on()) return F;
+  if (!memory) throw Error("the model reads its neighbours' words but holds no caption memory");
+  return join_neighbour_words(F, n, *memory, neighbour_words, leave_out);
 }
 
 std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encoder_file, const std::string& cut,

@@ -13,6 +13,7 @@
 #include "seq/decoder.hpp"
 #include "seq/search.hpp"
 #include "train/consensus.hpp"
+#include "train/neighbour_words.hpp"
 #include "train/search_policy.hpp"
 #include "vision/cnn.hpp"
 #include "vision/image.hpp"
@@ -45,6 +46,14 @@ struct CaptionModel {
   std::shared_ptr<const CaptionMemory> memory;
   ConsensusSettings consensus;
   int memory_photos() const { return memory ? memory->photos() : 0; }
+  // The nearest memory photos' words as the decoder's input (train/neighbour_words.hpp; sat train --neighbour-words):
+  // their shares join the encoder's grid, so the decoder reads encoder_config.feature_dim() + neighbour_words.count()
+  // features per location. Needs the memory. Off (no words): the decoder reads the encoder's grid as it is.
+  NeighbourWords neighbour_words;
+  // The grids the decoder reads, from the encoder's (F: N*L x D, as encode() gives them): F with each image's
+  // neighbour word shares joined (leave_out: per image, a memory photo not counted among its neighbours, training's
+  // own photo; empty: none), or a copy of F when the model reads none.
+  Mat decoder_grid(const Mat& F, int n, const std::vector<int>& leave_out = {}) const;
   // A pretrained encoder's arithmetic (vision/onednn.hpp; sat model set --encoder-precision, chosen on dev data):
   // the CLI's --encoder-precision overrides it. Files written before it existed use f32.
   PrecisionChoice encoder_precision = PrecisionChoice::f32;

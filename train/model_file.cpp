@@ -93,6 +93,7 @@ TensorFile CaptionModel::to_tensor_file() const {
     if (consensus.beam_evidence > 0) evidence["beam"] = consensus.beam_evidence;  // absent: 0, the beam unsteered
     tf.metadata["object_evidence"] = evidence.dump();
   }
+  if (neighbour_words.on()) tf.metadata["neighbour_words"] = neighbour_words.to_json().dump();  // absent: none
   if (memory) {  // consensus reranking: the training photos' pooled grid vectors (float16) and their captions
     nlohmann::json settings = {{"neighbours", consensus.neighbours}, {"weight", consensus.weight}};
     if (consensus.memory_candidates > 0) settings["memory_candidates"] = consensus.memory_candidates;  // absent: 0
@@ -295,6 +296,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     if (tf.metadata.count("encoder_int8_ranges"))
       m->encoder_int8_ranges = int8_ranges_from_json(
           parse_json_checked(tf.metadata.at("encoder_int8_ranges"), path, "model header is malformed"));
+    if (tf.metadata.count("neighbour_words"))  // files without it read the encoder's grid alone
+      m->neighbour_words = NeighbourWords::from_json(
+          parse_json_checked(tf.metadata.at("neighbour_words"), path, "model header is malformed"), path);
     m->info = parse_json_checked(tf.meta("info", path), path, "model header is malformed");
   } catch (const Error& e) {
     std::string msg = e.what();
@@ -358,6 +362,9 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     memory->prepare(m->encoder_config.feature_dim(), path);
     m->memory = std::move(memory);
   }
+  if (m->neighbour_words.on() && m->neighbour_words.neighbours > m->memory_photos())
+    fail(path, "its decoder reads the words of its " + std::to_string(m->neighbour_words.neighbours) +
+                   " nearest memory photos, and its caption memory holds " + std::to_string(m->memory_photos()));
   if (m->encoder_config.pretrained()) {
     const EncoderConfig& ec = m->encoder_config;
     if (ec.weights_file.empty()) {

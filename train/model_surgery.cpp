@@ -26,6 +26,7 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
     if (out->encoder_config.pretrained() && m->encoder_id() != out->encoder_id()) differs("the frozen encoder");
     if (m->decoder_config.to_json() != out->decoder_config.to_json()) differs("the decoder");
     if (m->vocab.words != out->vocab.words) differs("the vocabulary");
+    if (m->neighbour_words.to_json() != out->neighbour_words.to_json()) differs("the neighbour words");
     std::vector<Param*> add = m->params();
     if (add.size() != sum.size()) differs("the parameter list");
     for (size_t i = 0; i < sum.size(); ++i) {
@@ -38,6 +39,33 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
   for (size_t i = 0; i < sum.size(); ++i)
     for (size_t j = 0; j < sum[i]->value.size(); ++j) sum[i]->value[j] = (float)(total[i][j] / (double)paths.size());
   return out;
+}
+
+std::unique_ptr<Decoder> widened_decoder(Decoder& from, int extra) {
+  if (extra < 0) throw Error("widened decoder: " + std::to_string(extra) + " more features");
+  DecoderConfig c = from.config();
+  const int64_t D = c.feature_dim;
+  c.feature_dim += extra;
+  auto to = std::make_unique<Decoder>(c);
+  std::vector<Param*> was = from.params(), now = to->params();
+  if (was.size() != now.size()) throw Error("widened decoder: the wider decoder has another parameter list");
+  for (size_t k = 0; k < was.size(); ++k) {
+    const Param& a = *was[k];
+    Param& b = *now[k];
+    if (a.name != b.name) throw Error("widened decoder: parameter " + a.name + " became " + b.name);
+    if (a.shape == b.shape) {
+      b.value = a.value;
+      continue;
+    }
+    // a weight that reads the features: D x n rows become D + extra, the new ones zero
+    if (a.shape.size() != 2 || b.shape.size() != 2 || a.shape[0] != D || b.shape[0] != D + extra ||
+        a.shape[1] != b.shape[1])
+      throw Error("widened decoder: parameter " + a.name + " goes from " + shape_str(a.shape) + " to " +
+                  shape_str(b.shape) + ", not by " + std::to_string(extra) + " more feature rows");
+    std::fill(b.value.begin(), b.value.end(), 0.f);
+    std::copy(a.value.begin(), a.value.end(), b.value.begin());  // row-major: from's D rows come first
+  }
+  return to;
 }
 
 std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k) {
@@ -86,6 +114,7 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
     if (m->vocab.words != out->vocab.words) differs("the vocabulary differs");
     if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder differs");
     if (m->encoder_id() != first_id) differs("the encoder's weights differ");
+    if (m->neighbour_words.to_json() != out->neighbour_words.to_json()) differs("the neighbour words differ");
     if (out->tuned) {  // fine-tuned layers: the very same weights
       std::vector<Param*> theirs;
       for (auto& p : m->tuned->params()) theirs.push_back(&p);

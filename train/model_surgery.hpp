@@ -24,4 +24,9 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
 // vocabulary and search settings with that one decoder (a single model is its own member 1).
 std::unique_ptr<CaptionModel> ensemble_member(const std::string& path, int k);
 
+// `from` reading `extra` more features per location after its own (the neighbour words joined to the grid): a
+// decoder of from's config with feature_dim + extra whose every weight is from's, the weights that read the features
+// (D x n) getting `extra` zero rows after from's D, so it computes exactly what `from` does until they train.
+std::unique_ptr<Decoder> widened_decoder(Decoder& from, int extra);
+
 }  // namespace sat

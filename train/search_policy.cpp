@@ -307,7 +307,9 @@ std::vector<CandidateList> search_kept_only(CaptionModel& model, const Mat& F, i
 
 // Every caption the beam finished for each image (greedy: its one), reranked by the caption memory when the settings
 // ask for it, with the nearest memory photos' captions among the candidates when they ask for those too.
-std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat& F, int n, const SearchSettings& s) {
+// F: the encoder's grids (the memory keys and the detector's evidence read them); G: the decoder's (decoder_grid).
+std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat& F, const Mat& G, int n,
+                                                  const SearchSettings& s) {
   const bool reranked = s.beam > 1 && reranks(model, s), memory = reranked && by_memory(model, s),
              neighbours = (reranked || steers(s)) && needs_neighbours(model, s);
   const Mat keys = neighbours || (reranked && needs_keys(model, s)) ? model.memory->key_vectors(F, n) : Mat();
@@ -324,11 +326,11 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
   std::vector<std::vector<Hypothesis>> found;
   if (s.beam <= 1) {
     std::vector<Hypothesis> greedy =
-        over_decoders(model, [&](auto& dec) { return greedy_search(dec, F, n, model.max_len, s.no_repeat_ngram); });
+        over_decoders(model, [&](auto& dec) { return greedy_search(dec, G, n, model.max_len, s.no_repeat_ngram); });
     for (auto& h : greedy) found.push_back({std::move(h)});
   } else {
     found = over_decoders(model, [&](auto& dec) {
-      return beam_search_nbest(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, s.diversity,
+      return beam_search_nbest(dec, G, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, s.diversity,
                                steering);
     });
   }
@@ -338,17 +340,18 @@ std::vector<CandidateList> search_every_candidate(CaptionModel& model, const Mat
     list = candidate_list(std::move(found[i]), reranked);
     if (!reranked) continue;
     if (memory && s.consensus.memory_candidates > 0)
-      add_memory_candidates(model, list, F.middleRows(i * L, L), photos[i], s.consensus.memory_candidates, s);
+      add_memory_candidates(model, list, G.middleRows(i * L, L), photos[i], s.consensus.memory_candidates, s);
     rerank(model, list, photos[i], keys.size() ? keys.row(i).data() : nullptr, evidence[i], s);
   }
   return out;
 }
 
 // Constrained beam search: the captions that say s.include, the kept one chosen as among a beam's.
-std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, int n, const SearchSettings& s) {
+std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, const Mat& G, int n,
+                                            const SearchSettings& s) {
   const std::vector<int> words(n, s.include);
   std::vector<std::vector<Hypothesis>> found = over_decoders(model, [&](auto& dec) {
-    return beam_search_including(dec, F, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, words);
+    return beam_search_including(dec, G, n, s.beam, model.max_len, s.length_norm, s.no_repeat_ngram, words);
   });
   const bool reranked = reranks(model, s), neighbours = needs_neighbours(model, s);
   const Mat keys = needs_keys(model, s) ? model.memory->key_vectors(F, n) : Mat();
@@ -373,10 +376,12 @@ std::vector<CandidateList> search_including(CaptionModel& model, const Mat& F, i
 }  // namespace
 
 std::vector<CandidateList> CaptionModel::search(const Mat& F, int n, const SearchSettings& settings) {
-  if (settings.include >= 0) return search_including(*this, F, n, settings);
+  Mat joined;  // the decoder's grids, when it reads more than the encoder's
+  const Mat& G = neighbour_words.on() ? (joined = decoder_grid(F, n)) : F;
+  if (settings.include >= 0) return search_including(*this, F, G, n, settings);
   const bool reranked = settings.beam > 1 && reranks(*this, settings);
-  if (!reranked && !steers(settings) && settings.candidates == 0) return search_kept_only(*this, F, n, settings);
-  return search_every_candidate(*this, F, n, settings);
+  if (!reranked && !steers(settings) && settings.candidates == 0) return search_kept_only(*this, G, n, settings);
+  return search_every_candidate(*this, F, G, n, settings);
 }
 
 std::vector<Hypothesis> CaptionModel::search_kept(const Mat& F, int n, const SearchSettings& settings) {

@@ -73,6 +73,9 @@ json TrainOptions::to_json() const {
           {"fresh_attn", fresh_attn},
           {"fresh_dropout", fresh_dropout},
           {"fresh_order", fresh_order},
+          {"neighbour_words", neighbour_words},
+          {"neighbour_count", neighbour_count},
+          {"neighbour_scale", neighbour_scale},
           {"started_from", started_from},
           {"objective", objective},
           {"scst_samples", scst_samples},
@@ -153,6 +156,8 @@ TrainOptions TrainOptions::from_json(const json& j) {
     o.fresh_embed = j.value("fresh_embed", 0), o.fresh_hidden = j.value("fresh_hidden", 0);
     o.fresh_attn = j.value("fresh_attn", 0), o.fresh_dropout = j.value("fresh_dropout", -1.f);
     o.fresh_order = j.value("fresh_order", std::string());
+    o.neighbour_words = j.value("neighbour_words", 0), o.neighbour_count = j.value("neighbour_count", 30);
+    o.neighbour_scale = j.value("neighbour_scale", 40.f);
     o.started_from = j.value("started_from", std::string());
     o.objective = j.value("objective", std::string("xe"));
     o.scst_samples = j.value("scst_samples", 5);
@@ -166,7 +171,7 @@ SelfCriticalStep self_critical_step(CaptionModel& model, const float* grids, con
                                     const CiderDScorer& cider, int samples, uint64_t step_seed, int first,
                                     Collective& ranks, DecoderCache& cache) {
   const int n = (int)images.size(), K = samples, B = n * K;
-  const int L = model.encoder_config.locations(), D = model.encoder_config.feature_dim();
+  const int L = model.encoder_config.locations(), D = model.decoder_config.feature_dim;  // with any neighbour words
   const Mat F = n ? Mat(Eigen::Map<const Mat>(grids, (int64_t)n * L, D)) : Mat();  // an image's K samples read its grid
   SelfCriticalStep r;
   CaptionBatch cb;
@@ -389,6 +394,14 @@ void read_grids(const TrainRun& run, const StepBatch& b, std::vector<float>& out
       run.train_feats->read(run.train_record[idx[k]], out.data() + k * cache_L * cache_D);
 }
 
+// The encoder's part of the decoder's gradient dF (rows of D_decoder values, the neighbour words' after the
+// encoder's D): rows of D values, in place.
+void strip_neighbour_words(Mat& dF, int D, int D_decoder) {
+  if (dF.cols() != D_decoder) throw Error("train: the decoder's gradient has another width than its grid");
+  Mat kept = dF.leftCols(D);
+  dF.swap(kept);
+}
+
 // This rank's photos through the encoder (or the cache) into buf.grid.
 void load_grids(TrainRun& run, StepBuffers& buf, const StepBatch& b, bool training) {
   const int n = (int)b.idx.size();
@@ -401,6 +414,13 @@ void load_grids(TrainRun& run, StepBuffers& buf, const StepBatch& b, bool traini
   } else {
     run.train_bank.planes(b.idx, run.model->encoder_config, buf.planes);
     run.model->cnn->forward(buf.planes.data(), n, training, buf.grid);
+  }
+  if (run.model->neighbour_words.on()) {  // the neighbours' words beside each grid, the photo's own memory photo out
+    const int D = run.model->encoder_config.feature_dim();
+    std::vector<int> own(n);
+    for (int k = 0; k < n; ++k) own[k] = run.own_memory_photo[b.idx[k]];
+    const Mat G = run.model->decoder_grid(Eigen::Map<const Mat>(buf.grid.data(), (int64_t)n * run.L, D), n, own);
+    buf.grid.assign(G.data(), G.data() + G.size());
   }
 }
 
@@ -480,6 +500,7 @@ std::optional<StepResult> cross_entropy_share(TrainRun& run, StepBuffers& buf, c
     model.decoder->backward(buf.cache, encoder_learns ? &buf.dF : nullptr);
     if (encoder_learns) {
       // dF: one block per image, summed over its captions by the decoder
+      if (model.neighbour_words.on()) strip_neighbour_words(buf.dF, model.encoder_config.feature_dim(), run.D);
       if (run.tuned)
         run.model->tuned_backward(buf.dF.data());
       else

@@ -70,6 +70,13 @@ struct TrainOptions {
   int fresh_embed = 0, fresh_hidden = 0, fresh_attn = 0;
   float fresh_dropout = -1;
   std::string fresh_order;  // with fresh_decoder: the new decoder's ordering (empty: the model's own)
+  // With init_from, a model with a caption memory that reads no neighbour words: its decoder reads, beside the grid,
+  // the shares of the neighbour_words words most said in the memory's captions among the captions of each photo's
+  // neighbour_count nearest memory photos, times neighbour_scale (train/neighbour_words.hpp; a training photo's own
+  // memory photo left out). The memory is kept; the decoder's weights for the new inputs start at zero (with
+  // fresh_decoder, from the seed like the rest). 0: off.
+  int neighbour_words = 0, neighbour_count = 30;
+  float neighbour_scale = 40;
   // Set by the trainer from --init-from's model: how that model was made (its command, recipe, epoch, and where it
   // started from in turn), recorded in every model the run writes.
   std::string started_from;

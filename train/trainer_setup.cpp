@@ -11,6 +11,7 @@
 #include "datasets/io.hpp"
 #include "datasets/json_checks.hpp"
 #include "train/extract.hpp"
+#include "train/model_surgery.hpp"
 #include "train/object_mentions.hpp"
 #include "train/progress.hpp"
 #include "train/trainer_steps.hpp"
@@ -171,6 +172,8 @@ void check_language_options(const TrainRun& run) {
   if (opt.init_from.empty() && opt.encoder.empty())
     throw Error("train: --language-captions needs a pretrained --encoder (its grids come from a feature cache)");
   if (!opt.tune_from.empty()) throw Error("train: --language-captions needs a frozen encoder, not --tune-from");
+  if (opt.neighbour_words > 0)
+    throw Error("train: --language-captions trains on text alone, not with --neighbour-words");
   if (run.parallel) throw Error("train: --language-captions runs in one process, not under mpirun yet");
 }
 
@@ -241,6 +244,42 @@ void join_object_channels(TrainRun& run) {
        e.object_form.c_str(), e.object_scale);
 }
 
+// --neighbour-words with --init-from: the words the decoder will read the shares of, chosen from the model's caption
+// memory. Whether the decoder must widen to read them (a model already reading them keeps its own).
+bool join_neighbour_words(TrainRun& run) {
+  const TrainOptions& opt = run.opt;
+  CaptionModel& model = *run.model;
+  NeighbourWords& nw = model.neighbour_words;
+  if (opt.neighbour_words < 0 || opt.neighbour_words > kMaxNeighbourWords)
+    throw Error("train: --neighbour-words must be in [0, " + std::to_string(kMaxNeighbourWords) + "]");
+  if (nw.on()) {
+    if (opt.neighbour_words != 0 && opt.neighbour_words != nw.count())
+      fail(opt.init_from, "its decoder reads " + std::to_string(nw.count()) + " neighbour words, not " +
+                              std::to_string(opt.neighbour_words));
+    return false;
+  }
+  if (opt.neighbour_words == 0) return false;
+  if (opt.neighbour_count < 1 || opt.neighbour_count > model.memory_photos())
+    throw Error("train: --neighbour-count must be in [1, " + std::to_string(model.memory_photos()) +
+                "] (the photos of " + opt.init_from + "'s caption memory)");
+  if (!(opt.neighbour_scale > 0 && opt.neighbour_scale <= kMaxNeighbourWordScale))
+    throw Error("train: --neighbour-scale must be in (0, " + std::to_string((int)kMaxNeighbourWordScale) + "]");
+  if (model.memory->keys.cols() !=
+          (model.memory->projected() ? model.memory->projection.map.cols() : model.encoder_config.feature_dim()) ||
+      (model.memory->projected() && model.memory->projection.map.rows() != model.encoder_config.feature_dim()))
+    fail(opt.init_from,
+         "its caption memory was keyed by another grid than its encoder now gives (build the memory "
+         "again with sat model memory)");
+  nw.words = most_said_words(*model.memory, model.vocab, opt.neighbour_words);
+  if (nw.words.empty()) fail(opt.init_from, "its caption memory says none of its vocabulary's words");
+  nw.neighbours = opt.neighbour_count, nw.scale = opt.neighbour_scale;
+  note(run.lead,
+       "its decoder reads the shares of %d words among the captions of each photo's %d nearest memory photos "
+       "(x %g), from \"%s\" to \"%s\"\n",
+       nw.count(), nw.neighbours, nw.scale, nw.words.front().c_str(), nw.words.back().c_str());
+  return true;
+}
+
 // --init-from: the trained model the run starts from (its weights, vocabulary and sizes), with its decoder built
 // anew from the seed under --fresh-decoder.
 void start_from_model(TrainRun& run) {
@@ -257,8 +296,12 @@ void start_from_model(TrainRun& run) {
   }
   model->half_precision = false;  // the weights keep training in float32
   // A caption memory holds grid vectors of the encoder it was built with, and its settings were chosen for that
-  // decoder: the trained model is another one (sat model memory builds it a memory of its own).
-  model->memory.reset();
+  // decoder: the trained model is another one (sat model memory builds it a memory of its own). A decoder that reads
+  // the neighbours' words keeps it: they come from it.
+  const bool reads_neighbours = opt.neighbour_words > 0 || model->neighbour_words.on();
+  if (reads_neighbours && !model->memory)
+    fail(opt.init_from, "has no caption memory for --neighbour-words (sat model memory builds one)");
+  if (!reads_neighbours) model->memory.reset();
   model->consensus = ConsensusSettings{};
   // int8 ranges stay: they describe the frozen part (the fine-tuned units always run in float32), which a later
   // --tune-from only shortens
@@ -266,6 +309,7 @@ void start_from_model(TrainRun& run) {
   model->info = json::object();
   note(run.lead, "starting from %s\n", opt.init_from.c_str());
   join_object_channels(run);
+  const bool widen = join_neighbour_words(run);
   if (opt.fresh_decoder) {  // a decoder built anew (every weight and bias from the seed), the same config
     DecoderConfig& c = model->decoder_config;  // but for the sizes given with --fresh-decoder
     if (opt.fresh_embed > 0) c.embed_dim = opt.fresh_embed;
@@ -273,7 +317,8 @@ void start_from_model(TrainRun& run) {
     if (opt.fresh_attn > 0) c.attn_dim = opt.fresh_attn;
     if (opt.fresh_dropout >= 0) c.dropout = opt.fresh_dropout;
     if (!opt.fresh_order.empty()) c.order = opt.fresh_order;
-    c.feature_dim = model->encoder_config.feature_dim();  // object channels joined above widen it
+    // object channels and neighbour words joined above widen it
+    c.feature_dim = model->encoder_config.feature_dim() + model->neighbour_words.count();
     c = DecoderConfig::from_json(c.to_json());  // the config's own range checks
     model->decoder = std::make_unique<Decoder>(c);
     model->decoder->init(run.rng);
@@ -281,6 +326,9 @@ void start_from_model(TrainRun& run) {
          "its decoder starts afresh (seed %llu; embedding %d, hidden %d, attention %d, dropout %g, %s order); its "
          "encoder and vocabulary are kept\n",
          (unsigned long long)opt.seed, c.embed_dim, c.hidden_dim, c.attn_dim, c.dropout, c.order.c_str());
+  } else if (widen) {
+    model->decoder = widened_decoder(*model->decoder, model->neighbour_words.count());
+    model->decoder_config = model->decoder->config();
   }
 }
 
@@ -299,6 +347,8 @@ void tune_more_of_encoder(TrainRun& run) {
   tuned->encoder_config.tune_from = opt.tune_from;
   tuned->vocab = model->vocab;
   tuned->decoder_config = model->decoder_config;
+  tuned->neighbour_words = model->neighbour_words;  // the decoder reads them from the memory kept for them
+  if (model->neighbour_words.on()) tuned->memory = model->memory;
   tuned->max_len = model->max_len, tuned->beam = model->beam;
   tuned->length_norm = model->length_norm, tuned->no_repeat_ngram = model->no_repeat_ngram;
   tuned->beam_diversity = model->beam_diversity;
@@ -311,7 +361,11 @@ void tune_more_of_encoder(TrainRun& run) {
   }
   std::vector<Param*> from = model->decoder->params(), to = tuned->decoder->params();
   if (from.size() != to.size()) throw Error("train: " + opt.init_from + ": its decoder does not rebuild alike");
-  for (size_t k = 0; k < from.size(); ++k) to[k]->value = from[k]->value;
+  for (size_t k = 0; k < from.size(); ++k) {
+    if (to[k]->shape != from[k]->shape)
+      throw Error("train: " + opt.init_from + ": its decoder does not rebuild alike (" + from[k]->name + ")");
+    to[k]->value = from[k]->value;
+  }
   const std::string kept = model->encoder_config.tune_from;  // empty: a frozen model
   if (model->tuned) {  // parameter names ("encoder.<layer>.weight") are the same whichever unit tuning starts at
     std::map<std::string, Param*> trained;
@@ -428,7 +482,16 @@ void attach_optimizer(TrainRun& run, TensorFile& ckpt) {
 void set_up_encoder_side(TrainRun& run) {
   const TrainOptions& opt = run.opt;
   const CaptionModel& model = *run.model;
-  run.L = model.encoder_config.locations(), run.D = model.encoder_config.feature_dim();
+  run.L = model.encoder_config.locations(), run.D = model.decoder_config.feature_dim;  // with any neighbour words
+  if (model.neighbour_words.on()) {  // each training photo's own memory photo, left out of its neighbours
+    std::vector<std::vector<std::string>> refs;
+    for (int i = 0; i < (int)run.train_set.images.size(); ++i) refs.push_back(run.train_set.references(i));
+    run.own_memory_photo = own_memory_photos(*model.memory, refs);
+    const int64_t found =
+        std::count_if(run.own_memory_photo.begin(), run.own_memory_photo.end(), [](int p) { return p >= 0; });
+    note(run.lead, "neighbour words: %lld of the %zu training photos are in the caption memory (their own left out)\n",
+         (long long)found, run.own_memory_photo.size());
+  }
   run.from_features = model.encoder_config.pretrained();
   // Cached grids: the encoder's output, or for a tuned encoder its frozen part's (the blocks run on them).
   const EncoderConfig cache_cfg = model.encoder_config.cache_config();

@@ -69,6 +69,7 @@ struct TrainRun {
   std::unique_ptr<FeatureCache> train_feats, val_feats_own, mirror_feats;
   const FeatureCache* val_feats = nullptr;  // train_feats, or val_feats_own
   std::vector<int> train_record;            // each training photo's record in train_feats
+  std::vector<int> own_memory_photo;        // neighbour words: each training photo's memory photo (-1: none), left out
   std::vector<std::vector<int>> caption_ids;
   std::vector<int> mirror_record;  // --mirror-features: each training photo's record there, and its captions mirrored
   std::vector<std::vector<int>> mirrored_caption_ids;

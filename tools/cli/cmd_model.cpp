@@ -181,6 +181,7 @@ nlohmann::json model_summary(const std::string& path) {
                                                         {"key_object_weight", m->memory->object_weight},
                                                         {"key_projection", key_projection_json(*m->memory)}}
                                        : nlohmann::json(nullptr)},
+          {"neighbour_words", m->neighbour_words.on() ? m->neighbour_words.to_json() : nlohmann::json(nullptr)},
           {"info", m->info}};
 }
 
@@ -256,6 +257,15 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
       std::printf("the captions' relevance weighs in reranking: weight %g (the cosine of a caption's words with the "
                   "photo in the memory's CCA space)\n",
                   c["relevance_weight"].get<double>());
+  }
+  if (!s["neighbour_words"].is_null()) {
+    const auto& nw = s["neighbour_words"];
+    const auto words = nw["words"].get<std::vector<std::string>>();
+    std::printf(
+        "the decoder reads its neighbours' words: the shares of %zu words (from \"%s\" to \"%s\") among the "
+        "captions of the %d nearest memory photos, x %g, beside every location\n",
+        words.size(), words.front().c_str(), words.back().c_str(), nw["neighbours"].get<int>(),
+        nw["scale"].get<double>());
   }
   if (!s["object_evidence"].is_null()) {
     const double weight = s["object_evidence"]["weight"].get<double>();
@@ -573,6 +583,9 @@ void write_caption_memory(const MemoryArgs& mem) {
   if (mem.neighbours > built->photos())
     throw Error("--neighbours " + std::to_string(mem.neighbours) + " is more than the " +
                 std::to_string(built->photos()) + " photos of " + mem.split);
+  if (m->neighbour_words.on() && m->neighbour_words.neighbours > built->photos())
+    fail(mem.in, "its decoder reads the words of its " + std::to_string(m->neighbour_words.neighbours) +
+                     " nearest memory photos, more than the " + std::to_string(built->photos()) + " of " + mem.split);
   built->prepare(m->encoder_config.feature_dim(), mem.split);
   built->ready();  // what building the scorer throws, before the file is written
   m->memory = built;

@@ -200,6 +200,18 @@ void add_train_command(CLI::App& app) {
       "layers stay as they are), another member for sat model ensemble (a small CNN encoder trains on, so "
       "its members differ in their encoders); from an ensemble, another member over its encoder, its "
       "first member's sizes; --embed, --hidden, --attn, --dropout and --order given with it set the new decoder's");
+  cmd->add_option("--neighbour-words", o->neighbour_words,
+                  "With --init-from a model with a caption memory (sat model memory): its decoder also reads, at "
+                  "every location, the share of the nearest memory photos' captions that say each of this many words "
+                  "(those most said in the memory; a training photo's own captions left out); their weights start at "
+                  "zero, the memory is kept. 0: off")
+      ->capture_default_str();
+  cmd->add_option("--neighbour-count", o->neighbour_count, "With --neighbour-words: the memory photos counted")
+      ->capture_default_str();
+  cmd->add_option("--neighbour-scale", o->neighbour_scale,
+                  "With --neighbour-words: what a share of 1 reads as (at 4, as the detector's tags, a decoder "
+                  "trained on from Flickr8k's barely learned to read them: docs/objects.md)")
+      ->capture_default_str();
   cmd->add_option("--objective", o->objective,
                   "xe: cross-entropy on the references; cider: self-critical training "
                   "(needs --init-from): sampled captions rewarded by CIDEr-D")
