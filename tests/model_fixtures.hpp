@@ -1,9 +1,12 @@
 // Models and searches the tests share: a tiny captioner, and the searches as CaptionModel::search takes them.
 #pragma once
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "datasets/safetensors.hpp"
+#include "tests/scratch.hpp"
 #include "train/model.hpp"
 
 namespace sat {
@@ -44,6 +47,15 @@ inline SearchSettings search_with(const CaptionModel& model, int beam, double le
   if (diversity) o.beam_groups = diversity->groups, o.diversity = diversity->penalty;
   o.candidates = candidates;
   return resolve_search(model, o, "the test model");
+}
+
+// The one-line error of loading the model file at `path` after `change`, its changed copy written to `copy`.
+inline std::string load_error_of_changed(const std::string& path, const std::string& copy,
+                                         const std::function<void(TensorFile&)>& change) {
+  TensorFile tf = load_safetensors(path);
+  change(tf);
+  save_safetensors(copy, tf);
+  return test::error_of([&] { CaptionModel::load(copy); });
 }
 
 }  // namespace sat

@@ -319,10 +319,7 @@ TEST_CASE("key projection: a projected memory keys each grid the same way, survi
   for (int i = 0; i < n; ++i) CHECK(before[i].tokens == after[i].tokens);
 
   auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& damage) {
-    TensorFile tf = load_safetensors(path);
-    damage(tf);
-    save_safetensors(dir.file(name), tf);
-    return error_of([&] { CaptionModel::load(dir.file(name)); });
+    return load_error_of_changed(path, dir.file(name), damage);
   };
   CHECK(damaged("p1.sat", [](TensorFile& tf) { tf.tensors.erase(kMemoryKeyMap); }) ==
         dir.file("p1.sat") + ": caption memory's key projection needs the float32 tensors 'memory.key_center' and "

@@ -232,10 +232,7 @@ TEST_CASE("neighbour words: a model reads them in its search and its file, and r
   for (int i = 0; i < n; ++i) CHECK(again[i].tokens == kept[i].tokens);
 
   auto damaged = [&](const std::string& name, const std::function<void(TensorFile&)>& change) {
-    TensorFile tf = load_safetensors(path);
-    change(tf);
-    save_safetensors(dir.file(name), tf);
-    return error_of([&] { CaptionModel::load(dir.file(name)); });
+    return load_error_of_changed(path, dir.file(name), change);
   };
   const std::string no_memory = damaged("n1.sat", [](TensorFile& tf) {
     tf.tensors.erase(kMemoryKeys);
