@@ -175,20 +175,15 @@ Mat CaptionMemory::projected_keys(Mat pooled) const {
   return pooled * projection.map;
 }
 
-void CaptionMemory::prepare(int D, const std::string& source) {
-  if (keys.rows() == 0) fail(source, "caption memory holds no photos");
+void CaptionMemory::check_grid(int D, const std::string& source) const {
   if (projected()) {
     if (projection.map.rows() != D || projection.center.size() != D)
       fail(source, "caption memory's key projection is from " + std::to_string(projection.map.rows()) +
                        " values (its centre " + std::to_string(projection.center.size()) + "), the model's grid has " +
                        std::to_string(D));
-    if (!projection.map.allFinite() || !projection.center.allFinite())
-      fail(source, "caption memory's key projection holds a value that is not a finite number");
     if (keys.cols() != projection.map.cols())
       fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, its key projection " +
                        std::to_string(projection.map.cols()));
-    if (const std::string problem = word_side_problem(projection); !problem.empty())
-      fail(source, "caption memory's key projection: " + problem);
   } else if (keys.cols() != D) {
     fail(source, "caption memory vectors have " + std::to_string(keys.cols()) + " values, the model's grid has " +
                      std::to_string(D));
@@ -196,6 +191,17 @@ void CaptionMemory::prepare(int D, const std::string& source) {
   if (object_channels < 0 || object_channels > D)
     fail(source, "caption memory keys weight " + std::to_string(object_channels) + " object channels of a grid of " +
                      std::to_string(D));
+}
+
+void CaptionMemory::prepare(int D, const std::string& source) {
+  if (keys.rows() == 0) fail(source, "caption memory holds no photos");
+  check_grid(D, source);
+  if (projected()) {
+    if (!projection.map.allFinite() || !projection.center.allFinite())
+      fail(source, "caption memory's key projection holds a value that is not a finite number");
+    if (const std::string problem = word_side_problem(projection); !problem.empty())
+      fail(source, "caption memory's key projection: " + problem);
+  }
   if (!(object_weight >= 0 && object_weight <= kMaxKeyObjectWeight))
     fail(source, "caption memory's object weight must be in [0, " + std::to_string((int)kMaxKeyObjectWeight) +
                      "], got " + std::to_string(object_weight));

@@ -64,6 +64,9 @@ struct CaptionMemory {
   // loads and encodes its photo meanwhile); errors name `source`. The first agreement waits for them, and so does
   // ready(), which also throws what building them threw (too many distinct words, say).
   void prepare(int D, const std::string& source);
+  // The shape checks of prepare() alone: the keys (or their projection) read a grid of D channels, and the object
+  // channels lie within it. Errors name `source`.
+  void check_grid(int D, const std::string& source) const;
   void ready() const;
   // The k memory photos nearest to one grid's key (key_vectors; any length), nearest first (ties: the lower index).
   std::vector<int> nearest(const float* key, int k) const;

@@ -264,12 +264,7 @@ bool join_neighbour_words(TrainRun& run) {
                 "] (the photos of " + opt.init_from + "'s caption memory)");
   if (!(opt.neighbour_scale > 0 && opt.neighbour_scale <= kMaxNeighbourWordScale))
     throw Error("train: --neighbour-scale must be in (0, " + std::to_string((int)kMaxNeighbourWordScale) + "]");
-  if (model.memory->keys.cols() !=
-          (model.memory->projected() ? model.memory->projection.map.cols() : model.encoder_config.feature_dim()) ||
-      (model.memory->projected() && model.memory->projection.map.rows() != model.encoder_config.feature_dim()))
-    fail(opt.init_from,
-         "its caption memory was keyed by another grid than its encoder now gives (build the memory "
-         "again with sat model memory)");
+  model.memory->check_grid(model.encoder_config.feature_dim(), opt.init_from);  // the grid it finds neighbours by
   nw.words = most_said_words(*model.memory, model.vocab, opt.neighbour_words);
   if (nw.words.empty()) fail(opt.init_from, "its caption memory says none of its vocabulary's words");
   nw.neighbours = opt.neighbour_count, nw.scale = opt.neighbour_scale;
