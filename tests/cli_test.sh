@@ -870,6 +870,23 @@ expect_error "--tune-from that would freeze fine-tuned units" \
   cmp -s "$WORK/rn3_tags_cache.json" "$WORK/rn3_tags_images.json" &&
   pass "object tags beside a fine-tuned encoder (--init-from --fresh-decoder --objects): captions from the raw cache equal those from images" ||
   fail "object tags with a fine-tuned encoder: $(tail -2 "$WORK/rn3_tags.log")"
+# the tags and the detector's trunk output averaged over the photo (480 more channels, from the detector's one pass):
+# the same path, captions from the raw cache equal to those from the photos
+"$SAT" extract --data "$WORK/val" --out "$WORK/rn_raw_trunk.feat" --encoder "$RESNET" --cut block3/unit_22 --size 96 \
+  --raw --objects 4 --objects-as tags+trunk --dtype f32 >/dev/null 2>&1 &&
+  "$SAT" train --init-from "$WORK/rn3_t1/model.sat" --fresh-decoder --tune-lr 0 --objects 4 --objects-as tags+trunk \
+    --seed 5 --data "$WORK/val" --val-data "$WORK/val" --features "$WORK/rn_raw_trunk.feat" --out "$WORK/rn3_trunk" \
+    --epochs 1 --val-limit 20 >"$WORK/rn3_trunk.log" 2>&1 &&
+  grep -q "object channels joined to its encoder's grid: 560 (tags+trunk, scale 4)" "$WORK/rn3_trunk.log" &&
+  grep -q "grid 3x3x1584" "$WORK/rn3_trunk.log" &&
+  "$SAT" eval --model "$WORK/rn3_trunk/model.sat" --data "$WORK/val" --features "$WORK/rn_raw_trunk.feat" \
+    --results-out "$WORK/rn3_trunk_cache.json" >/dev/null 2>&1 &&
+  "$SAT" eval --model "$WORK/rn3_trunk/model.sat" --data "$WORK/val" --results-out "$WORK/rn3_trunk_images.json" \
+    >/dev/null 2>&1 &&
+  cmp -s "$WORK/rn3_trunk_cache.json" "$WORK/rn3_trunk_images.json" &&
+  ! cmp -s "$WORK/rn_raw_trunk.feat" "$WORK/rn_raw_tags.feat" &&
+  pass "object tags and the detector's trunk beside a fine-tuned encoder (--objects-as tags+trunk): captions from the raw cache equal those from images" ||
+  fail "object tags and trunk with a fine-tuned encoder: $(tail -2 "$WORK/rn3_trunk.log")"
 ls "$WORK/val/images" >"$WORK/val_names.txt"
 # model name: beam 3 captions of the val photos from the tagged raw cache equal those from the photos
 same_from_tags_cache_and_photos() {

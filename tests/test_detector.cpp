@@ -252,6 +252,60 @@ TEST_CASE("detector: the oneDNN network matches the plain-loop reference, one im
   }
 }
 
+TEST_CASE("detector: a trunk layer's mean over the image, from the same pass as the heat, in f32 and bf16") {
+  test::TempDir dir;
+  const std::string path = small_detector().write(dir.path);
+  // "hs" (c1 and its hard-swish, folded) is read by the depthwise convolution and by the concatenation
+  const DetectorNet net = detector_net_from_graph(read_tfjs_graph(path, "keypoints"), "keypoints", "hs");
+  REQUIRE(net.layers.size() == 13);  // the trunk folds as it did without it: nothing after it folds into it
+  REQUIRE(net.trunk == 1);
+  CHECK(net.layers[1].post.back().kind == PostOpKind::hard_swish);
+  const int size = 96, n = ObjectDetector::kMaxBatch + 1;
+  std::vector<float> batch, expected_heat, expected_trunk;
+  const int hw = (size / 2) * (size / 2);
+  for (int k = 0; k < n; ++k) {
+    const std::vector<float> photo = random_photo(size, 70u + (unsigned)k);
+    batch.insert(batch.end(), photo.begin(), photo.end());
+    const auto layers = test::reference_forward(net, photo.data(), size);
+    const std::vector<float> heat = to_hwc(layers[net.output], 5, hw);
+    expected_heat.insert(expected_heat.end(), heat.begin(), heat.end());
+    const std::vector<float>& hs = layers[net.trunk];  // 8 x 48 x 48
+    const size_t positions = hs.size() / 8;
+    for (int c = 0; c < 8; ++c) {
+      double sum = 0;
+      for (size_t p = 0; p < positions; ++p) sum += hs[c * positions + p];
+      expected_trunk.push_back((float)(sum / (double)positions));
+    }
+  }
+  auto with_trunk = load_object_detector_from(path, "keypoints", size, Precision::f32, "hs");
+  CHECK(with_trunk->trunk_channels() == 8);
+  std::vector<float> heat, trunk, heat_alone;
+  with_trunk->forward(batch.data(), n, heat, &trunk);
+  REQUIRE(trunk.size() == (size_t)n * 8);
+  CHECK(max_abs_diff(heat, expected_heat) < 2e-5f);  // the heat is what it is without the trunk
+  CHECK(max_abs_diff(trunk, expected_trunk) < 2e-4f);
+  float spread = 0;  // the means differ between photos and channels: not a constant
+  for (size_t k = 1; k < trunk.size(); ++k) spread = std::max(spread, std::fabs(trunk[k] - trunk[0]));
+  CHECK(spread > 0.1f);
+  with_trunk->forward(batch.data(), n, heat_alone);  // not asked for: the heat alone, the same
+  CHECK(max_abs_diff(heat_alone, expected_heat) < 2e-5f);
+  auto without = load_object_detector_from(path, "keypoints", size, Precision::f32);
+  CHECK(without->trunk_channels() == 0);
+  CHECK_THROWS_WITH_AS(without->forward(batch.data(), 1, heat, &trunk), doctest::Contains("has none"), Error);
+  if (cpu_has_native_bf16()) {
+    auto bf16 = load_object_detector_from(path, "keypoints", size, Precision::bf16, "hs");
+    std::vector<float> heat16, trunk16;
+    bf16->forward(batch.data(), n, heat16, &trunk16);
+    float scale = 0;
+    for (float v : expected_trunk) scale = std::max(scale, std::fabs(v));
+    CHECK(max_abs_diff(trunk16, expected_trunk) < 0.02f * scale + 0.02f);
+  }
+  CHECK_THROWS_WITH_AS(detector_net_from_graph(read_tfjs_graph(path, "keypoints"), "keypoints", "nowhere"),
+                       doctest::Contains("trunk output nowhere is not a tensor sat computes"), Error);
+  CHECK_THROWS_WITH_AS(detector_net_from_graph(read_tfjs_graph(path, "keypoints"), "keypoints", "keypoints"),
+                       doctest::Contains("is the graph's input or its output"), Error);
+}
+
 TEST_CASE("detector: TF's legacy bilinear resize and SAME padding, by hand") {
   DetectorNet net;
   net.path = "hand";
@@ -362,6 +416,23 @@ TEST_CASE("detector: the shared CenterNet model gives its README's figures at 22
       CHECK(std::round(peaks[j].score * 1000) / 1000 == doctest::Approx(cases[k].peaks[j].second));
     }
   }
+  // With the trunk's features (the same files, one pass): the heat unchanged, and each channel's mean over the 7 x 7
+  // stride-32 positions equal to that node's output averaged by hand (a net that ends at it)
+  auto with_trunk = load_object_detector(224, Precision::f32, "test", models, true);
+  REQUIRE(with_trunk->trunk_channels() == kCenternetTrunkChannels);
+  std::vector<float> heat_again, trunk;
+  with_trunk->forward(both.data(), 2, heat_again, &trunk);
+  CHECK(max_abs_diff(heat_again, heat) == 0.f);
+  auto trunk_alone = load_object_detector_from(find_object_detector("test", models), kCenternetTrunk, 224,
+                                               Precision::f32);
+  std::vector<float> trunk_map;  // 2 x 7 x 7 x 480
+  trunk_alone->forward(both.data(), 2, trunk_map);
+  REQUIRE(trunk_map.size() == (size_t)2 * 49 * 480);
+  std::vector<float> by_hand(2 * 480, 0.f);
+  for (int k = 0; k < 2; ++k)
+    for (int p = 0; p < 49; ++p)
+      for (int c = 0; c < 480; ++c) by_hand[k * 480 + c] += trunk_map[((size_t)k * 49 + p) * 480 + c] / 49.f;
+  CHECK(max_abs_diff(trunk, by_hand) < 1e-5f);
 }
 
 TEST_CASE("detector: object maps joined to a grid, max-pooled and scaled (EncoderWithObjects)") {
@@ -451,8 +522,27 @@ TEST_CASE("detector: object maps joined to a grid, max-pooled and scaled (Encode
     }
   CHECK(worst_tag < 1e-4f);
   CHECK(below_peak > 1000);
+  // tags+trunk: the tags, then the trunk's mean over the photo, scaled alike, the same at every location
+  auto detector_with_trunk = load_object_detector_from(path, "keypoints", 64, Precision::f32, "hs");
+  EncoderWithObjects tags_trunk(fine, *detector_with_trunk, 32, 32, 2, mean, stdev, 4.f, "tags+trunk");
+  CHECK(tags_trunk.channels() == 2 + 5 + 8);
+  std::vector<float> trunk_grid, trunk_heat, trunk;
+  tags_trunk.encode(planes.data(), 2, trunk_grid);
+  detector_with_trunk->forward(rgb.data(), 2, trunk_heat, &trunk);
+  REQUIRE(trunk_grid.size() == (size_t)2 * 1024 * 15);
+  float worst_trunk = 0;
+  for (int b = 0; b < 2; ++b)
+    for (int l = 0; l < 1024; ++l) {
+      const float* row = trunk_grid.data() + ((size_t)b * 1024 + l) * 15;
+      const float* t = tag_grid.data() + ((size_t)b * 1024 + l) * 7;
+      for (int c = 0; c < 7; ++c) CHECK(row[c] == t[c]);  // the grid and the tags as the tags form has them
+      for (int c = 0; c < 8; ++c) worst_trunk = std::max(worst_trunk, std::fabs(row[7 + c] - 4.f * trunk[b * 8 + c]));
+    }
+  CHECK(worst_trunk < 1e-4f);
+  CHECK_THROWS_WITH_AS(EncoderWithObjects(fine, *detector, 32, 32, 2, mean, stdev, 4.f, "tags+trunk"),
+                       doctest::Contains("needs the detector's trunk output"), Error);
   CHECK_THROWS_WITH_AS(EncoderWithObjects(base, *detector, 4, 4, 3, mean, stdev, 1.f, "labels"),
-                       doctest::Contains("object form 'labels' is not maps, tags or both"), Error);
+                       doctest::Contains("object form 'labels' is not maps, tags, both or tags+trunk"), Error);
 }
 
 TEST_CASE("detector: its files found by name and sha256; missing or altered ones refused naming what was looked for") {

@@ -176,10 +176,19 @@ TEST_CASE("encoder config: object maps add 80 features, survive the JSON form, a
   nlohmann::json short_both = both.to_json();
   short_both["objects"]["channels"] = 80;
   CHECK_THROWS_WITH_AS(EncoderConfig::from_json(short_both), doctest::Contains("160 for both"), Error);
+  EncoderConfig trunk = with;  // the tags, then the detector's trunk averaged over the photo
+  trunk.object_channels = 80 + 480, trunk.object_form = "tags+trunk";
+  const EncoderConfig trunk_back = EncoderConfig::from_json(trunk.to_json());
+  CHECK(trunk_back.object_form == "tags+trunk");
+  CHECK(trunk_back.feature_dim() == plain.feature_dim() + 560);
+  CHECK(trunk_back.grid_channels() == plain.feature_dim());
+  nlohmann::json tags_only_width = trunk.to_json();
+  tags_only_width["objects"]["channels"] = 80;
+  CHECK_THROWS_WITH_AS(EncoderConfig::from_json(tags_only_width), doctest::Contains("560 for tags+trunk"), Error);
   nlohmann::json unknown = both.to_json();
   unknown["objects"]["form"] = "boxes";
-  CHECK_THROWS_WITH_AS(EncoderConfig::from_json(unknown), doctest::Contains("form 'boxes' is not maps, tags or both"),
-                       Error);
+  CHECK_THROWS_WITH_AS(EncoderConfig::from_json(unknown),
+                       doctest::Contains("form 'boxes' is not maps, tags, both or tags+trunk"), Error);
 }
 
 TEST_CASE("ResNet v2: the fused inference network equals the trainable blocks, whose gradients match differences") {

@@ -51,8 +51,9 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
     fail(encoder_file, "object form '" + object_form + "' without object maps (--objects SCALE)");
   if (object_scale > 0.f) {
     if (!valid_object_form(object_form))
-      fail(encoder_file, "object form '" + object_form + "' is not maps, tags or both");
-    m->encoder_config.object_channels = object_form_channels(object_form, (int)coco_class_names().size());
+      fail(encoder_file, "object form '" + object_form + "' is not " + kObjectForms);
+    m->encoder_config.object_channels =
+        object_form_channels(object_form, (int)coco_class_names().size(), kCenternetTrunkChannels);
     m->encoder_config.object_scale = object_scale;
     m->encoder_config.object_form = object_form;
   }
@@ -130,8 +131,10 @@ void CaptionModel::build_photo_encoder() {
                   " grid of " + encoder_config.tune_from + " do not pool onto the tuned layers' " +
                   std::to_string(encoder_config.grid_h()) + "x" + std::to_string(encoder_config.grid_w()) + " grid");
     object_detector();
-    if (object_form_channels(encoder_config.object_form, detector->classes()) != encoder_config.object_channels)
-      throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes, the model takes " +
+    if (object_form_channels(encoder_config.object_form, detector->classes(), detector->trunk_channels()) !=
+        encoder_config.object_channels)
+      throw Error(detector->path() + ": gives " + std::to_string(detector->classes()) + " classes and " +
+                  std::to_string(detector->trunk_channels()) + " trunk channels, the model takes " +
                   std::to_string(encoder_config.object_channels) + " object channels (" +
                   encoder_config.object_form + ")");
     with_objects = std::make_unique<EncoderWithObjects>(*pretrained, *detector, frozen.grid_h(), frozen.grid_w(),
@@ -295,8 +298,10 @@ ObjectDetector& CaptionModel::object_detector() {
   if (encoder_config.input_size % 32)
     throw Error("object detection needs an input side that is a multiple of 32; this model takes " +
                 std::to_string(encoder_config.input_size));
-  if (!detector || detector->precision() != for_objects)
-    detector = load_object_detector(encoder_config.input_size, for_objects, "object detection", weights_dir);
+  // the trunk's features too when the grid holds them (the same pass)
+  const bool with_trunk = encoder_config.object_channels > 0 && object_form_has_trunk(encoder_config.object_form);
+  if (!detector || detector->precision() != for_objects || (detector->trunk_channels() > 0) != with_trunk)
+    detector = load_object_detector(encoder_config.input_size, for_objects, "object detection", weights_dir, with_trunk);
   return *detector;
 }
 

@@ -32,7 +32,7 @@ struct TrainOptions {
   std::string cut = "mixed5";
   int encoder_size = 0;      // pretrained input side (0: the encoder file's default)
   float objects = 0.f;       // > 0: the COCO detector's object maps join the grid, times this (sat extract --objects)
-  std::string objects_as = "maps";  // in this form (EncoderConfig::object_form: maps, tags or both)
+  std::string objects_as = "maps";  // in this form (EncoderConfig::object_form: maps, tags, both or tags+trunk)
   std::string features;      // feature cache for a pretrained encoder (default: <out>/features.feat, extracted)
   std::string val_features;  // validation feature cache (default: the same file)
   // Augmentation: a cache of the training photos mirrored left to right (sat extract --mirror). Each step reads a

@@ -232,12 +232,12 @@ void join_object_channels(TrainRun& run) {
   if (e.object_channels > 0 && e.object_scale == opt.objects && e.object_form == opt.objects_as) return;
   if (!e.pretrained()) fail(opt.init_from, "object channels join a pretrained encoder's grid, and its is a small CNN");
   if (!valid_object_form(opt.objects_as))
-    throw Error("train: --objects-as " + opt.objects_as + " is not maps, tags or both");
+    throw Error("train: --objects-as " + opt.objects_as + " is not " + kObjectForms);
   if (!opt.fresh_decoder)
     fail(opt.init_from, "its decoder reads " + std::to_string(e.feature_dim()) +
                             " features per location; new object channels need a decoder trained on them: give "
                             "--fresh-decoder too");
-  e.object_channels = object_form_channels(opt.objects_as, (int)coco_class_names().size());
+  e.object_channels = object_form_channels(opt.objects_as, (int)coco_class_names().size(), kCenternetTrunkChannels);
   e.object_scale = opt.objects, e.object_form = opt.objects_as;
   model.build_photo_encoder();  // the encoder with the detector beside it (found like the encoder weights)
   note(run.lead, "object channels joined to its encoder's grid: %d (%s, scale %g)\n", e.object_channels,

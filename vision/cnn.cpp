@@ -4,6 +4,7 @@
 #include <cstring>
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "vision/detector.hpp"
 #include "vision/onednn.hpp"
 
 namespace sat {
@@ -31,12 +32,18 @@ EncoderConfig EncoderConfig::make_pretrained(const NetGraph& full, const std::st
   return c;
 }
 
+const char* const kObjectForms = "maps, tags, both or tags+trunk";
+
 bool valid_object_form(const std::string& form) {
-  return form == "maps" || form == "tags" || form == "both";
+  return form == "maps" || form == "tags" || form == "both" || form == "tags+trunk";
 }
 
-int object_form_channels(const std::string& form, int classes) {
-  return form == "both" ? 2 * classes : classes;
+bool object_form_has_trunk(const std::string& form) {
+  return form == "tags+trunk";
+}
+
+int object_form_channels(const std::string& form, int classes, int trunk_channels) {
+  return form == "both" ? 2 * classes : form == "tags+trunk" ? classes + trunk_channels : classes;
 }
 
 int EncoderConfig::grid_w() const {
@@ -111,10 +118,10 @@ EncoderConfig EncoderConfig::from_json(const nlohmann::json& j) {
         p.object_scale = j.at("objects").at("scale").get<float>();
         p.object_form = j.at("objects").value("form", std::string("maps"));
         if (!valid_object_form(p.object_form))
-          throw Error("encoder objects form '" + p.object_form + "' is not maps, tags or both");
-        if (p.object_channels != object_form_channels(p.object_form, 80) ||
+          throw Error("encoder objects form '" + p.object_form + "' is not " + kObjectForms);
+        if (p.object_channels != object_form_channels(p.object_form, 80, kCenternetTrunkChannels) ||
             !(p.object_scale > 0.f && p.object_scale <= 1000.f))
-          throw Error("encoder objects need 80 channels (160 for both forms) and a scale in (0, 1000]");
+          throw Error("encoder objects need 80 channels (160 for both forms, 560 for tags+trunk) and a scale in (0, 1000]");
       }
       return p;
     } catch (const Error&) {

@@ -23,9 +23,13 @@ struct ConvBlockConfig {
 // How to turn an image into the feature grid. kind "cnn": the small CNN below, trained here end to end.
 // kind "pretrained": an imported network (graph cut at `cut`, e.g. InceptionV3 at mixed5), frozen, run on oneDNN
 // by PretrainedEncoder; its weights travel with the model file.
-// The forms object maps can join a grid in (EncoderConfig::object_form), and the channels a form of `classes` adds.
+// The forms object maps can join a grid in (EncoderConfig::object_form), named for messages ("maps, tags, both or
+// tags+trunk"); whether a form holds the detector's trunk features; the channels a form adds for a detector of
+// `classes` classes and `trunk_channels` trunk channels.
+extern const char* const kObjectForms;
 bool valid_object_form(const std::string& form);
-int object_form_channels(const std::string& form, int classes);
+bool object_form_has_trunk(const std::string& form);
+int object_form_channels(const std::string& form, int classes, int trunk_channels);
 
 struct EncoderConfig {
   std::string kind = "cnn";
@@ -51,7 +55,9 @@ struct EncoderConfig {
   // object_scale, as object_channels more features at each location after the grid's, in one of three forms:
   //   "maps": each class's heat max-pooled onto the grid (80 channels: "a dog is centred here");
   //   "tags": each class's peak over the whole photo, the same at every location (80: "there is a dog");
-  //   "both": the maps, then the tags (160).
+  //   "both": the maps, then the tags (160);
+  //   "tags+trunk": the tags, then the detector's trunk output (vision/detector.hpp: kCenternetTrunk) averaged over
+  //   the photo, times object_scale too (80 + 480: what the trunk saw, the same at every location).
   // 0: none. A tuned encoder's caches hold the frozen part's raw output with the object channels pooled onto its grid
   // (CaptionModel::tuned_forward pools them on to the tuned layers' grid).
   int object_channels = 0;

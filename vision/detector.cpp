@@ -22,6 +22,7 @@ const char* const kCenternetBin = "centernet.bin";
 const char* const kCenternetBinSha256 = "1b635a15009071f506f9f2b3519b31c072c534888989f30d269ffd44734ef7ef";
 const char* const kCenternetFolder = "centernet_mobilenetv3";
 const char* const kCenternetOutput = "tower_0/keypoints";
+const char* const kCenternetTrunk = "tower_0/extern1/hard_swish/mul_1";
 
 const std::vector<std::string>& coco_class_names() {
   static const std::vector<std::string> names = {
@@ -42,6 +43,7 @@ const std::vector<std::string>& coco_class_names() {
 
 struct ObjectDetector::Plan {
   memory image, heat;       // the caller's images (planar) and heat (NHWC); handles set at each forward
+  memory trunk;             // the caller's trunk means (n x C), when the net has a trunk; set at each forward
   std::vector<memory> out;  // per layer: its output, a view into a pooled buffer
   std::vector<FloatBuffer> pool;
   std::vector<memory> owned;  // weights, biases, the image in the first convolution's layout, resize scratch
@@ -63,6 +65,7 @@ ObjectDetector::ObjectDetector(DetectorNet net, int input_size, Precision precis
   map_size_ = o.h;
   classes_ = o.c;
   if (o.h != o.w) fail(net_.path, "its output is not square");
+  if (net_.trunk >= 0) trunk_channels_ = shapes_[net_.trunk].c;
   macs_ = net_.conv_macs(input_size_);
 }
 
@@ -167,6 +170,7 @@ struct PlanBuilder {
   void add_binary(int i);
   void add_concat(int i);
   void add_resize(int i);
+  void add_trunk_mean();
   void build();
 };
 
@@ -338,6 +342,28 @@ void PlanBuilder::add_resize(int i) {
   if (!in_place_out) P.steps.push_back({reorder(out, P.out[i]), {{DNNL_ARG_FROM, out}, {DNNL_ARG_TO, P.out[i]}}, {}});
 }
 
+// The trunk layer's mean over its positions in float32 (bf16 activations widened first: oneDNN's pooling writes the
+// type it reads), reordered into the caller's n x C; run right after the layer, before any later one reuses its
+// buffer.
+void PlanBuilder::add_trunk_mean() {
+  const NodeShape& s = shapes[net.trunk];
+  P.trunk = memory(memory::desc({n, s.c, 1, 1}, dt::f32, tag::nchw), eng, nullptr);
+  memory src = P.out[net.trunk];
+  if (src.get_desc().data_type() != dt::f32) {
+    memory wide(memory::desc({n, s.c, s.h, s.w}, dt::f32, act), eng);
+    P.owned.push_back(wide);
+    P.steps.push_back({reorder(src, wide), {{DNNL_ARG_FROM, src}, {DNNL_ARG_TO, wide}}, {}});
+    src = wide;
+  }
+  pooling_forward::desc d(prop_kind::forward_inference, algorithm::pooling_avg_include_padding, src.get_desc(),
+                          memory::desc({n, s.c, 1, 1}, dt::f32, tag::any), {s.h, s.w}, {s.h, s.w}, {0, 0}, {0, 0});
+  pooling_forward::primitive_desc pd(d, eng);
+  memory mean(pd.dst_desc(), eng);
+  P.owned.push_back(mean);
+  P.steps.push_back({pooling_forward(pd), {{DNNL_ARG_SRC, src}, {DNNL_ARG_DST, mean}}, {}});
+  P.steps.push_back({reorder(mean, P.trunk), {{DNNL_ARG_FROM, mean}, {DNNL_ARG_TO, P.trunk}}, {}});
+}
+
 void PlanBuilder::build() {
   const NodeShape& in = shapes[0];
   P.image = memory(memory::desc({n, 3, in.h, in.w}, dt::f32, tag::nchw), eng, nullptr);
@@ -367,6 +393,7 @@ void PlanBuilder::build() {
           add_resize(i);
           break;
       }
+      if (i == net.trunk) add_trunk_mean();
     } catch (const dnnl::error& e) {
       fail(net.path, "layer " + net.layers[i].name + ": oneDNN cannot run it (" + e.what() + ")");
     }
@@ -389,8 +416,11 @@ ObjectDetector::Plan& ObjectDetector::plan_for(int n) {
   return *plans_.emplace(n, std::move(plan)).first->second;
 }
 
-void ObjectDetector::forward(const float* images, int n, std::vector<float>& heat) {
+void ObjectDetector::forward(const float* images, int n, std::vector<float>& heat, std::vector<float>* trunk) {
   if (n < 1) fail(net_.path, "forward needs at least one image");
+  if (trunk && trunk_channels_ == 0) fail(net_.path, "forward was asked for trunk features, and this net has none");
+  if (trunk) trunk->resize((size_t)n * trunk_channels_);
+  std::vector<float> unused_trunk(trunk || trunk_channels_ == 0 ? 0 : (size_t)kMaxBatch * trunk_channels_);
   const size_t image_floats = (size_t)3 * input_size_ * input_size_;
   const size_t heat_floats = (size_t)map_size_ * map_size_ * classes_;
   heat.resize((size_t)n * heat_floats);
@@ -401,6 +431,8 @@ void ObjectDetector::forward(const float* images, int n, std::vector<float>& hea
     Plan& P = plan_for(count);
     P.image.set_data_handle(const_cast<float*>(images + first * image_floats));
     P.heat.set_data_handle(heat.data() + first * heat_floats);
+    if (trunk_channels_ > 0)
+      P.trunk.set_data_handle(trunk ? trunk->data() + (size_t)first * trunk_channels_ : unused_trunk.data());
     stream& strm = cpu_stream();
     for (auto& step : P.steps) {
       if (step.custom) {
@@ -447,13 +479,15 @@ std::string find_object_detector(const std::string& needed_by, const std::string
 }
 
 std::unique_ptr<ObjectDetector> load_object_detector(int input_size, Precision precision, const std::string& needed_by,
-                                                     const std::string& weights_dir) {
-  return load_object_detector_from(find_object_detector(needed_by, weights_dir), kCenternetOutput, input_size, precision);
+                                                     const std::string& weights_dir, bool with_trunk) {
+  return load_object_detector_from(find_object_detector(needed_by, weights_dir), kCenternetOutput, input_size, precision,
+                                   with_trunk ? kCenternetTrunk : "");
 }
 
 std::unique_ptr<ObjectDetector> load_object_detector_from(const std::string& json_path, const std::string& output,
-                                                          int input_size, Precision precision) {
-  return std::make_unique<ObjectDetector>(detector_net_from_graph(read_tfjs_graph(json_path, output), output),
+                                                          int input_size, Precision precision,
+                                                          const std::string& trunk) {
+  return std::make_unique<ObjectDetector>(detector_net_from_graph(read_tfjs_graph(json_path, output), output, trunk),
                                           input_size, precision);
 }
 

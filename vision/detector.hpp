@@ -24,13 +24,17 @@ extern const char* const kCenternetBin;  // "centernet.bin"
 extern const char* const kCenternetBinSha256;
 extern const char* const kCenternetFolder;  // "centernet_mobilenetv3"
 extern const char* const kCenternetOutput;  // "tower_0/keypoints": the class heat after its sigmoid
+// The trunk's last stride-32 output (480 channels, the hard-swish the head's upsampling branches read): its mean over
+// the photo says in 480 numbers what the trunk saw, more than the 80 verdicts (docs/objects.md).
+extern const char* const kCenternetTrunk;  // "tower_0/extern1/hard_swish/mul_1"
+constexpr int kCenternetTrunkChannels = 480;
 // COCO's 80 classes in the detector's channel order.
 const std::vector<std::string>& coco_class_names();
 
 class ObjectDetector {
  public:
-  // net: the layers that compute the class heat (detector_net_from_graph). input_size: the side S of the images
-  // it takes, a multiple of 32. Errors name the net's file.
+  // net: the layers that compute the class heat, and maybe a trunk layer (detector_net_from_graph). input_size: the
+  // side S of the images it takes, a multiple of 32. Errors name the net's file.
   ObjectDetector(DetectorNet net, int input_size, Precision precision = Precision::f32);
   ~ObjectDetector();
   ObjectDetector(const ObjectDetector&) = delete;
@@ -39,21 +43,24 @@ class ObjectDetector {
   int input_size() const { return input_size_; }
   int map_size() const { return map_size_; }  // S / 4
   int classes() const { return classes_; }
+  int trunk_channels() const { return trunk_channels_; }  // 0: the net has no trunk output
   Precision precision() const { return precision_; }
   double macs_per_image() const { return macs_; }
   const std::string& path() const { return net_.path; }
 
   // images: n x 3 x S x S planar floats, RGB 0..255 as they are (the graph takes no normalization).
-  // heat: n x map_size x map_size x classes, each in 0..1. Runs kMaxBatch photos at a time.
+  // heat: n x map_size x map_size x classes, each in 0..1. trunk (not null: the net must have a trunk output): n x
+  // trunk_channels, each channel's mean over the trunk layer's positions, from the same pass. Runs kMaxBatch photos
+  // at a time.
   static constexpr int kMaxBatch = 4;
-  void forward(const float* images, int n, std::vector<float>& heat);
+  void forward(const float* images, int n, std::vector<float>& heat, std::vector<float>* trunk = nullptr);
 
   struct Plan;  // one batch size's primitives and buffers (vision/detector.cpp)
 
  private:
   Plan& plan_for(int n);
   DetectorNet net_;
-  int input_size_, map_size_, classes_;
+  int input_size_, map_size_, classes_, trunk_channels_ = 0;
   Precision precision_;
   double macs_;
   std::vector<NodeShape> shapes_;
@@ -65,12 +72,13 @@ class ObjectDetector {
 std::string find_object_detector(const std::string& needed_by, const std::string& weights_dir = "");
 // Finds the CenterNet files (the JSON and its weights, each checked by sha256) in the weights folders
 // (vision/pretrained.hpp: weights_search_dirs), reads them and builds the detector. None found, or a different
-// file: one Error naming `needed_by` and what it looked for where.
+// file: one Error naming `needed_by` and what it looked for where. with_trunk: it also gives kCenternetTrunk's mean.
 std::unique_ptr<ObjectDetector> load_object_detector(int input_size, Precision precision, const std::string& needed_by,
-                                                     const std::string& weights_dir = "");
+                                                     const std::string& weights_dir = "", bool with_trunk = false);
 // The same from a given model JSON (its shards beside it), unchecked: for tests and other graph models.
 std::unique_ptr<ObjectDetector> load_object_detector_from(const std::string& json_path, const std::string& output,
-                                                          int input_size, Precision precision);
+                                                          int input_size, Precision precision,
+                                                          const std::string& trunk = "");
 
 // One class found in a photo: its highest peak of heat and where (the centre of that map cell, as a fraction of the
 // image's width and height).

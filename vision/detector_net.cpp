@@ -256,8 +256,9 @@ void Translator::translate(const GraphOp& op) {
 
 // Folds each eltwise layer into the convolution (or eltwise layer) before it, and each residual add into the later
 // of its two convolutions as a sum post-op, when nothing else reads the value folded away. Returns the layers left,
-// renumbered, and the output's new index.
-std::vector<DetectorLayer> fold_layers(std::vector<DetectorLayer> layers, int& output) {
+// renumbered, and the output's (and the trunk's, when not -1) new index. Each is read as one more reader, so a layer
+// after it is never folded into it.
+std::vector<DetectorLayer> fold_layers(std::vector<DetectorLayer> layers, int& output, int& trunk) {
   const int count = (int)layers.size();
   std::vector<int> alias(count);
   for (int i = 0; i < count; ++i) alias[i] = i;
@@ -269,6 +270,7 @@ std::vector<DetectorLayer> fold_layers(std::vector<DetectorLayer> layers, int& o
   for (auto& layer : layers)
     for (int in : layer.inputs) ++readers[in];
   ++readers[output];
+  if (trunk >= 0) ++readers[trunk];
   std::vector<bool> alive(count, true);
   for (int i = 0; i < count; ++i) {
     DetectorLayer& layer = layers[i];
@@ -306,6 +308,7 @@ std::vector<DetectorLayer> fold_layers(std::vector<DetectorLayer> layers, int& o
       if (p.kind == PostOpKind::sum) p.sum_from = renumber[resolve(p.sum_from)];
   }
   output = renumber[resolve(output)];
+  if (trunk >= 0) trunk = renumber[resolve(trunk)];
   return out;
 }
 
@@ -334,10 +337,12 @@ void simplify_post_ops(DetectorLayer& l) {
   }
 }
 
-// The layers `output` reads, directly or not (the translation also made the pieces of each hard-swish).
-std::vector<DetectorLayer> reachable(std::vector<DetectorLayer> layers, int& output) {
+// The layers `output` (and `trunk`, when not -1) read, directly or not (the translation also made the pieces of
+// each hard-swish).
+std::vector<DetectorLayer> reachable(std::vector<DetectorLayer> layers, int& output, int& trunk) {
   std::vector<bool> needed(layers.size(), false);
   needed[output] = true;
+  if (trunk >= 0) needed[trunk] = true;
   needed[0] = true;
   for (int i = (int)layers.size() - 1; i >= 0; --i)
     if (needed[i])
@@ -352,12 +357,13 @@ std::vector<DetectorLayer> reachable(std::vector<DetectorLayer> layers, int& out
   for (auto& layer : out)
     for (int& in : layer.inputs) in = renumber[in];
   output = renumber[output];
+  if (trunk >= 0) trunk = renumber[trunk];
   return out;
 }
 
 }  // namespace
 
-DetectorNet detector_net_from_graph(const TfjsGraph& graph, const std::string& output) {
+DetectorNet detector_net_from_graph(const TfjsGraph& graph, const std::string& output, const std::string& trunk) {
   Translator t(graph);
   for (const GraphOp& op : graph.ops) t.translate(op);
   if (t.layers.empty() || t.layers[0].kind != LayerKind::input) fail(graph.path, "has no input (Placeholder) node");
@@ -367,8 +373,16 @@ DetectorNet detector_net_from_graph(const TfjsGraph& graph, const std::string& o
   net.path = graph.path;
   net.export_size = t.export_size;
   net.output = it->second;
-  net.layers = reachable(std::move(t.layers), net.output);
-  net.layers = fold_layers(std::move(net.layers), net.output);
+  if (!trunk.empty()) {
+    auto at = t.layer_of.find(trunk);
+    if (at == t.layer_of.end())
+      fail(graph.path, "trunk output " + trunk + " is not a tensor sat computes on the way to " + output);
+    net.trunk = at->second;
+  }
+  net.layers = reachable(std::move(t.layers), net.output, net.trunk);
+  net.layers = fold_layers(std::move(net.layers), net.output, net.trunk);
+  if (net.trunk == 0 || net.trunk == net.output)
+    fail(graph.path, "trunk output " + trunk + " is the graph's input or its output");
   for (DetectorLayer& l : net.layers) simplify_post_ops(l);
   return net;
 }

@@ -52,6 +52,7 @@ struct DetectorNet {
   std::string path;                   // the model JSON, for errors
   std::vector<DetectorLayer> layers;  // inputs before the layers that read them; layers[0] is the input
   int output = -1;                    // the layer whose output the net gives
+  int trunk = -1;  // a second layer whose mean over the image the net also gives (-1: none): the trunk's features
   int export_size = 0;                // the input side the graph was exported at (its Placeholder's shape)
 
   // Every layer's output shape (and a convolution's padding) for an S x S image. An Error naming the file when a
@@ -60,7 +61,8 @@ struct DetectorNet {
   double conv_macs(int size) const;  // multiply-accumulates of the convolutions, one image
 };
 
-// The layers that compute `output` (a node name) of a TF.js graph model read by read_tfjs_graph.
-DetectorNet detector_net_from_graph(const TfjsGraph& graph, const std::string& output);
+// The layers that compute `output` (a node name) of a TF.js graph model read by read_tfjs_graph, and `trunk` (a node
+// `output` depends on; empty: none) kept as a layer of its own for its mean over the image.
+DetectorNet detector_net_from_graph(const TfjsGraph& graph, const std::string& output, const std::string& trunk = "");
 
 }  // namespace sat

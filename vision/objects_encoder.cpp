@@ -28,7 +28,9 @@ EncoderWithObjects::EncoderWithObjects(ImageEncoder& grid, ObjectDetector& detec
       grid_channels_(grid_channels),
       scale_(scale),
       form_(form) {
-  if (!valid_object_form(form)) throw Error("object form '" + form + "' is not maps, tags or both");
+  if (!valid_object_form(form)) throw Error("object form '" + form + "' is not " + kObjectForms);
+  if (object_form_has_trunk(form) && detector.trunk_channels() == 0)
+    throw Error(detector.path() + ": object form '" + form + "' needs the detector's trunk output, and it gives none");
   for (int c = 0; c < 3; ++c) mean_[c] = mean[c], stdev_[c] = stdev[c];
   if (detector.map_size() % grid_h || detector.map_size() % grid_w)
     throw Error("the detector's " + std::to_string(detector.map_size()) + "x" + std::to_string(detector.map_size()) +
@@ -41,9 +43,10 @@ void EncoderWithObjects::encode(const float* images, int n, std::vector<float>& 
   const size_t plane = (size_t)detector_.input_size() * detector_.input_size();
   rgb_.resize((size_t)n * 3 * plane);
   planes_to_rgb255(images, n, plane, mean_, stdev_, rgb_.data());
-  detector_.forward(rgb_.data(), n, heat_);
-  const int L = grid_h_ * grid_w_, K = detector_.classes(), D = channels();
-  const bool maps = form_ != "tags", tags = form_ != "maps";
+  const bool trunk = object_form_has_trunk(form_);
+  detector_.forward(rgb_.data(), n, heat_, trunk ? &trunk_ : nullptr);
+  const int L = grid_h_ * grid_w_, K = detector_.classes(), D = channels(), T = trunk ? detector_.trunk_channels() : 0;
+  const bool maps = form_ == "maps" || form_ == "both", tags = form_ != "maps";
   const size_t map = (size_t)detector_.map_size() * detector_.map_size() * K;
   pooled_.resize((size_t)L * K);
   peaks_.resize(K);
@@ -63,6 +66,7 @@ void EncoderWithObjects::encode(const float* images, int n, std::vector<float>& 
         for (int k = 0; k < K; ++k) *row++ = scale_ * pooled_[(size_t)l * K + k];
       if (tags)
         for (int k = 0; k < K; ++k) *row++ = scale_ * peaks_[k];
+      for (int t = 0; t < T; ++t) *row++ = scale_ * trunk_[(size_t)b * T + t];
     }
   }
 }

@@ -3,7 +3,8 @@
 // max-pooled onto the grid (vision/detector.hpp: pool_class_maps), 80 more numbers per location that already mean
 // "a dog is centred here"; "tags", each class's peak over the photo repeated at every location ("there is a dog":
 // the decoder meets it in the mean feature of its initial state and in every step's context, whatever it attends
-// to); "both", the maps then the tags.
+// to); "both", the maps then the tags; "tags+trunk", the tags then the detector's trunk output averaged over the
+// photo (what the trunk saw, beyond the 80 verdicts; the same at every location), scaled alike.
 #pragma once
 #include <string>
 #include <vector>
@@ -25,7 +26,9 @@ class EncoderWithObjects : public ImageEncoder {
                      const float mean[3], const float stdev[3], float scale, const std::string& form = "maps");
   void encode(const float* images, int n, std::vector<float>& grid) override;
   Precision precision() const override { return grid_.precision(); }
-  int channels() const { return grid_channels_ + object_form_channels(form_, detector_.classes()); }
+  int channels() const {
+    return grid_channels_ + object_form_channels(form_, detector_.classes(), detector_.trunk_channels());
+  }
 
  private:
   ImageEncoder& grid_;
@@ -33,7 +36,7 @@ class EncoderWithObjects : public ImageEncoder {
   int grid_h_, grid_w_, grid_channels_;
   float mean_[3], stdev_[3], scale_;
   std::string form_;
-  std::vector<float> base_, rgb_, heat_, pooled_, peaks_;
+  std::vector<float> base_, rgb_, heat_, trunk_, pooled_, peaks_;
 };
 
 }  // namespace sat

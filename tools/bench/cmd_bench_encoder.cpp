@@ -178,30 +178,32 @@ struct DetectorBenchArgs {
   int size = 448;
   std::string batches = "1,8";
   double seconds = 3;
-  bool json = false;
+  bool json = false, trunk = false;
 };
 
 // The object detector (vision/detector.hpp) on random photos, batch by batch, like bench_encoder.
 void bench_detector(const DetectorBenchArgs& da) {
   const std::vector<int> batches = parse_batches(da.batches, "--batches");
   const Precision precision = resolve(encoder_precision_setting().value_or(PrecisionChoice::f32));
-  auto detector = load_object_detector(da.size, precision, "sat bench detector");
+  auto detector = load_object_detector(da.size, precision, "sat bench detector", "", da.trunk);
   const double gmac = detector->macs_per_image() / 1e9;
   if (!da.json)
-    std::printf("CenterNet MobileNetV3 (%s) at %dx%d: %d classes on a %dx%d map, %.2f GMAC per image (%s, %s)\n",
-                kCenternetJson, da.size, da.size, detector->classes(), detector->map_size(), detector->map_size(), gmac,
-                precision_name(detector->precision()), activation_layout_name(detector->precision()));
+    std::printf("CenterNet MobileNetV3 (%s) at %dx%d: %d classes on a %dx%d map%s, %.2f GMAC per image (%s, %s)\n",
+                kCenternetJson, da.size, da.size, detector->classes(), detector->map_size(), detector->map_size(),
+                da.trunk ? " and its trunk's mean" : "", gmac, precision_name(detector->precision()),
+                activation_layout_name(detector->precision()));
   for (const int n : batches) {
     Rng rng(3);
-    std::vector<float> img((size_t)n * 3 * da.size * da.size), heat;
+    std::vector<float> img((size_t)n * 3 * da.size * da.size), heat, trunk;
+    std::vector<float>* with_trunk = da.trunk ? &trunk : nullptr;
     for (auto& v : img) v = (float)(255 * rng.uniform());
-    detector->forward(img.data(), n, heat);  // warm-up: builds the plan, reorders weights
+    detector->forward(img.data(), n, heat, with_trunk);  // warm-up: builds the plan, reorders weights
     int count = 0;
     double best = 1e30;
     auto t0 = std::chrono::steady_clock::now();
     while (seconds_since(t0) < da.seconds || count < 3) {
       auto t1 = std::chrono::steady_clock::now();
-      detector->forward(img.data(), n, heat);
+      detector->forward(img.data(), n, heat, with_trunk);
       best = std::min(best, seconds_since(t1));
       ++count;
     }
@@ -294,6 +296,8 @@ void add_bench_detector(CLI::App& bench) {
   det->add_option("--seconds", da->seconds, "Time spent per batch size (after one warm-up batch)")
       ->capture_default_str();
   det->add_flag("--json", da->json, "One JSON line per batch size");
+  det->add_flag("--trunk", da->trunk,
+                "Give the trunk's features too (the mean of its stride-32 output, as --objects-as tags+trunk reads)");
   det->callback([da] { bench_detector(*da); });
 }
 

@@ -118,8 +118,9 @@ void add_encoder_commands(CLI::App& app) {
       ->check(CLI::Range(0.0, 1000.0));
   ex->add_option("--objects-as", x->objects_as,
                  "With --objects: maps (each class's heat pooled onto the grid), tags (each class's peak over the "
-                 "photo, the same at every location) or both")
-      ->check(CLI::IsMember({"maps", "tags", "both"}))
+                 "photo, the same at every location), both, or tags+trunk (the tags, then the detector's trunk "
+                 "output averaged over the photo)")
+      ->check(CLI::IsMember({"maps", "tags", "both", "tags+trunk"}))
       ->capture_default_str();
   ex->add_option("--batch", x->opt.batch, "Images per encoder call")->check(CLI::Range(1, 256))->capture_default_str();
   ex->add_flag("--skip-bad", x->opt.skip_bad,
