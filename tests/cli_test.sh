@@ -286,7 +286,7 @@ expect_error "model set --beam-groups that do not divide the model's beam" "^sat
 # a model trained from inside another folder names its paths from there; sat model rebase names them from here
 mkdir -p "$WORK/inside" && ls "$WORK/val/images" > "$WORK/split_all.txt"
 (cd "$WORK/inside" && "$SAT" train --data ../val --val-split ../split_all.txt --out run --epochs 0 --embed 8 --hidden 8 \
-  --attn 8 >/dev/null 2>&1) && (cd "$WORK" && "$SAT" model compact inside/run/model.sat --out inside/run/c.sat >/dev/null &&
+  --attn 8 >"$WORK/rebase_train.log" 2>&1) && (cd "$WORK" && "$SAT" model compact inside/run/model.sat --out inside/run/c.sat >/dev/null &&
   "$SAT" model rebase inside/run/c.sat --ran-in inside --out rebased.sat >"$WORK/rebase.out") &&
   "$SAT" model info "$WORK/rebased.sat" | grep -q "^command: sat train --data val --val-split split_all.txt --out inside/run " &&
   "$SAT" model info "$WORK/rebased.sat" | grep -q "^data: val$" &&
@@ -294,7 +294,7 @@ mkdir -p "$WORK/inside" && ls "$WORK/val/images" > "$WORK/split_all.txt"
   grep -q "^  ../val -> val$" "$WORK/rebase.out" &&
   "$SAT" model diff "$WORK/rebased.sat" "$WORK/inside/run/c.sat" --tolerance 0 >/dev/null &&
   pass "model rebase: a model trained inside a folder names its data from here, weights unchanged" ||
-  fail "model rebase: $(cat "$WORK/rebase.out" 2>/dev/null)"
+  fail "model rebase: $(cat "$WORK/rebase.out" 2>/dev/null) (training: $(tail -2 "$WORK/rebase_train.log" 2>/dev/null))"
 expect_error "rebase from a folder that is not there" "^sat: $WORK/nowhere: is not a folder \(--ran-in\)$" \
   "$SAT" model rebase "$MODEL" --ran-in "$WORK/nowhere" --out "$WORK/never.sat"
 [ ! -e "$WORK/never.sat" ] || fail "model rebase wrote a file after an error"
