@@ -43,7 +43,7 @@ bool object_form_has_trunk(const std::string& form) {
 }
 
 int object_form_channels(const std::string& form, int classes, int trunk_channels) {
-  return form == "both" ? 2 * classes : form == "tags+trunk" ? classes + trunk_channels : classes;
+  return form == "both" ? 2 * classes : object_form_has_trunk(form) ? classes + trunk_channels : classes;
 }
 
 int EncoderConfig::grid_w() const {

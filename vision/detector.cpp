@@ -65,7 +65,6 @@ ObjectDetector::ObjectDetector(DetectorNet net, int input_size, Precision precis
   map_size_ = o.h;
   classes_ = o.c;
   if (o.h != o.w) fail(net_.path, "its output is not square");
-  if (net_.trunk >= 0) trunk_channels_ = shapes_[net_.trunk].c;
   macs_ = net_.conv_macs(input_size_);
 }
 
@@ -418,9 +417,10 @@ ObjectDetector::Plan& ObjectDetector::plan_for(int n) {
 
 void ObjectDetector::forward(const float* images, int n, std::vector<float>& heat, std::vector<float>* trunk) {
   if (n < 1) fail(net_.path, "forward needs at least one image");
-  if (trunk && trunk_channels_ == 0) fail(net_.path, "forward was asked for trunk features, and this net has none");
-  if (trunk) trunk->resize((size_t)n * trunk_channels_);
-  std::vector<float> unused_trunk(trunk || trunk_channels_ == 0 ? 0 : (size_t)kMaxBatch * trunk_channels_);
+  const int trunk_channels = this->trunk_channels();
+  if (trunk && trunk_channels == 0) fail(net_.path, "forward was asked for trunk features, and this net has none");
+  if (trunk) trunk->resize((size_t)n * trunk_channels);
+  if (!trunk) unused_trunk_.resize((size_t)kMaxBatch * trunk_channels);
   const size_t image_floats = (size_t)3 * input_size_ * input_size_;
   const size_t heat_floats = (size_t)map_size_ * map_size_ * classes_;
   heat.resize((size_t)n * heat_floats);
@@ -431,8 +431,8 @@ void ObjectDetector::forward(const float* images, int n, std::vector<float>& hea
     Plan& P = plan_for(count);
     P.image.set_data_handle(const_cast<float*>(images + first * image_floats));
     P.heat.set_data_handle(heat.data() + first * heat_floats);
-    if (trunk_channels_ > 0)
-      P.trunk.set_data_handle(trunk ? trunk->data() + (size_t)first * trunk_channels_ : unused_trunk.data());
+    if (trunk_channels > 0)
+      P.trunk.set_data_handle(trunk ? trunk->data() + (size_t)first * trunk_channels : unused_trunk_.data());
     stream& strm = cpu_stream();
     for (auto& step : P.steps) {
       if (step.custom) {

@@ -43,7 +43,7 @@ class ObjectDetector {
   int input_size() const { return input_size_; }
   int map_size() const { return map_size_; }  // S / 4
   int classes() const { return classes_; }
-  int trunk_channels() const { return trunk_channels_; }  // 0: the net has no trunk output
+  int trunk_channels() const { return net_.trunk >= 0 ? shapes_[net_.trunk].c : 0; }  // 0: no trunk output
   Precision precision() const { return precision_; }
   double macs_per_image() const { return macs_; }
   const std::string& path() const { return net_.path; }
@@ -60,11 +60,12 @@ class ObjectDetector {
  private:
   Plan& plan_for(int n);
   DetectorNet net_;
-  int input_size_, map_size_, classes_, trunk_channels_ = 0;
+  int input_size_, map_size_, classes_;
   Precision precision_;
   double macs_;
   std::vector<NodeShape> shapes_;
   std::map<int, std::unique_ptr<Plan>> plans_;
+  std::vector<float> unused_trunk_;  // where the trunk's means go when forward is not asked for them
 };
 
 // The CenterNet model JSON (its weights beside it, both checked by sha256) in the first weights folder holding both
