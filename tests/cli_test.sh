@@ -879,14 +879,31 @@ expect_error "--tune-from that would freeze fine-tuned units" \
     --epochs 1 --val-limit 20 >"$WORK/rn3_trunk.log" 2>&1 &&
   grep -q "object channels joined to its encoder's grid: 560 (tags+trunk, scale 4)" "$WORK/rn3_trunk.log" &&
   grep -q "grid 3x3x1584" "$WORK/rn3_trunk.log" &&
+  grep -Eq "object channels: the trunk's 480 standardized over [0-9]+ training photos \(mean 0, spread 0.5\)" "$WORK/rn3_trunk.log" &&
+  "$SAT" model info "$WORK/rn3_trunk/model.sat" --json |
+    python3 -c 'import json,sys; assert json.load(sys.stdin)["encoder"]["objects"]["standardized_from"] == 80' &&
+  "$SAT" model info "$WORK/rn3_trunk/model.sat" | grep -q "^objects standardized: the object channels from 80 on" &&
   "$SAT" eval --model "$WORK/rn3_trunk/model.sat" --data "$WORK/val" --features "$WORK/rn_raw_trunk.feat" \
     --results-out "$WORK/rn3_trunk_cache.json" >/dev/null 2>&1 &&
   "$SAT" eval --model "$WORK/rn3_trunk/model.sat" --data "$WORK/val" --results-out "$WORK/rn3_trunk_images.json" \
     >/dev/null 2>&1 &&
   cmp -s "$WORK/rn3_trunk_cache.json" "$WORK/rn3_trunk_images.json" &&
   ! cmp -s "$WORK/rn_raw_trunk.feat" "$WORK/rn_raw_tags.feat" &&
-  pass "object tags and the detector's trunk beside a fine-tuned encoder (--objects-as tags+trunk): captions from the raw cache equal those from images" ||
+  pass "object tags and the detector's trunk beside a fine-tuned encoder (--objects-as tags+trunk), the trunk standardized in the model: captions from the raw cache equal those from images" ||
   fail "object tags and trunk with a fine-tuned encoder: $(tail -2 "$WORK/rn3_trunk.log")"
+# its standardization damaged in the file (a gain that is not a number): refused naming the file
+python3 - "$WORK/rn3_trunk/model.sat" "$WORK/rn3_trunk_nan.sat" <<'PY' &&
+import json, struct, sys
+data = bytearray(open(sys.argv[1], "rb").read())
+n = struct.unpack("<Q", data[:8])[0]
+begin = json.loads(data[8:8 + n])["objects.gain"]["data_offsets"][0]
+data[8 + n + begin + 4 * 100:8 + n + begin + 4 * 101] = struct.pack("<f", float("nan"))
+open(sys.argv[2], "wb").write(data)
+PY
+  ! "$SAT" model info "$WORK/rn3_trunk_nan.sat" >"$WORK/rn3_trunk_nan.out" 2>&1 &&
+  grep -q "rn3_trunk_nan.sat: object standardization has a value that is not finite" "$WORK/rn3_trunk_nan.out" &&
+  pass "a model whose object standardization is damaged is refused naming the file" ||
+  fail "a damaged object standardization: $(cat "$WORK/rn3_trunk_nan.out" 2>/dev/null)"
 ls "$WORK/val/images" >"$WORK/val_names.txt"
 # model name: beam 3 captions of the val photos from the tagged raw cache equal those from the photos
 same_from_tags_cache_and_photos() {

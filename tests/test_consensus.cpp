@@ -590,6 +590,16 @@ TEST_CASE("consensus: a model's memory reranks its search, survives its file, an
           dir.file("p1.sat") + ": key pooling must be mean, max or gem, got 'median'");
   }
 
+  {  // an object standardization in a model without object channels
+    TensorFile tf = load_safetensors(dir.file("max.sat"));
+    Param center(kObjectCenter, {1, 2}, false);
+    tf.tensors.emplace(kObjectCenter, center);
+    save_safetensors(dir.file("s1.sat"), tf);
+    CHECK(error_of([&] { CaptionModel::load(dir.file("s1.sat")); }) ==
+          dir.file("s1.sat") + ": standardizes object channels ('objects.center' and 'objects.gain'), and its encoder "
+                               "has none");
+  }
+
   {  // a memory whose keys weight object channels the model does not have, or by an absurd weight
     TensorFile tf = load_safetensors(dir.file("max.sat"));
     tf.metadata["consensus"] = "{\"neighbours\": 1, \"weight\": 1, \"key_object_weight\": 3, \"key_object_channels\": 2}";

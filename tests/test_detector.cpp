@@ -545,6 +545,44 @@ TEST_CASE("detector: object maps joined to a grid, max-pooled and scaled (Encode
                        doctest::Contains("object form 'labels' is not maps, tags, both or tags+trunk"), Error);
 }
 
+TEST_CASE("detector: the trunk's channels standardized over training rows, the tags as they are") {
+  // rows of 5: 2 grid channels, then 3 object channels: a tag, a trunk channel, a trunk channel that never varies
+  const std::vector<float> rows = {9, 9, 0.2f, 1.f, 7.f,  //
+                                   9, 9, 0.9f, 3.f, 7.f,  //
+                                   9, 9, 0.4f, 5.f, 7.f,  //
+                                   9, 9, 0.0f, 7.f, 7.f};
+  ObjectChannelStats stats(3);
+  CHECK_THROWS_WITH_AS(stats.standardization(1, 0.5f), doctest::Contains("no rows"), Error);
+  stats.add(rows.data(), 2, 5, 2);
+  stats.add(rows.data() + 10, 2, 5, 2);
+  CHECK(stats.rows() == 4);
+  const ObjectStandardization st = stats.standardization(1, 0.5f);
+  REQUIRE(st.on());
+  CHECK(st.center == std::vector<float>{0.f, 4.f, 7.f});
+  CHECK(st.gain[0] == 1.f);
+  CHECK(st.gain[1] == doctest::Approx(0.5 / std::sqrt(5.0)));  // values 1, 3, 5, 7: mean 4, variance 5
+  CHECK(st.gain[2] == 1.f);                                      // it never varies: centred, not blown up
+  std::vector<float> out = rows;
+  st.apply(out.data(), 4, 5, 2);
+  double sum = 0, sum_sq = 0;
+  for (int r = 0; r < 4; ++r) {
+    CHECK(out[r * 5] == 9.f);
+    CHECK(out[r * 5 + 1] == 9.f);
+    CHECK(out[r * 5 + 2] == rows[r * 5 + 2]);  // the tag as it was
+    CHECK(out[r * 5 + 4] == 0.f);
+    sum += out[r * 5 + 3], sum_sq += out[r * 5 + 3] * out[r * 5 + 3];
+  }
+  CHECK(sum / 4 == doctest::Approx(0).epsilon(1e-6));
+  CHECK(std::sqrt(sum_sq / 4) == doctest::Approx(0.5));
+  CHECK_THROWS_WITH_AS(st.apply(out.data(), 4, 4, 2), doctest::Contains("does not fit rows of 4"), Error);
+  CHECK_THROWS_WITH_AS(stats.add(rows.data(), 1, 4, 2), doctest::Contains("do not fit rows of 4"), Error);
+  CHECK_THROWS_WITH_AS(stats.standardization(4, 0.5f), doctest::Contains("bad channel range"), Error);
+  ObjectStandardization none;
+  std::vector<float> same = rows;
+  none.apply(same.data(), 4, 3, 7);  // off: nothing to fit, nothing changed
+  CHECK(same == rows);
+}
+
 TEST_CASE("detector: its files found by name and sha256; missing or altered ones refused naming what was looked for") {
   const std::string shared = std::string(SAT_SHARED_DATA) + "/../models/centernet_mobilenetv3";
   test::TempDir dir;

@@ -315,6 +315,50 @@ TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on t
   CHECK(worst_pool == 0.f);
   CHECK(m.features_from_cache(records.data(), n).cols() == C + K);
 
+  // The object channels standardized (sat train's, for the trunk's): after the pooling, in training and from a cache
+  // alike; the tuned blocks' channels as they were.
+  std::vector<float> plain, standardized;
+  m.tuned_forward(records.data(), n, false, plain);
+  ObjectStandardization st;
+  for (int k = 0; k < K; ++k) st.center.push_back(k ? 0.3f * k : 0.f), st.gain.push_back(k ? 0.5f + k : 1.f);
+  m.object_standardization = st;
+  m.tuned_forward(records.data(), n, false, standardized);
+  REQUIRE(standardized.size() == plain.size());
+  float worst_standardized = 0;
+  for (size_t r = 0; r < (size_t)n * L; ++r) {
+    for (int c = 0; c < C; ++c) CHECK(standardized[r * (C + K) + c] == plain[r * (C + K) + c]);
+    for (int k = 0; k < K; ++k)
+      worst_standardized = std::max(worst_standardized, std::fabs(standardized[r * (C + K) + C + k] -
+                                                                 (plain[r * (C + K) + C + k] - st.center[k]) * st.gain[k]));
+  }
+  CHECK(worst_standardized < 1e-5f);
+  const Mat standardized_from_cache = m.features_from_cache(records.data(), n);
+  CHECK((standardized_from_cache -
+         Eigen::Map<const Mat>(standardized.data(), standardized_from_cache.rows(), standardized_from_cache.cols()))
+            .cwiseAbs()
+            .maxCoeff() == 0.f);
+  m.object_standardization = {};
+  // A frozen encoder's records (no tuned blocks): the same standardization, the grid's channels untouched.
+  CaptionModel frozen;
+  frozen.encoder_config = EncoderConfig::make_pretrained(graph, "c0", S, mean, stdev);
+  frozen.encoder_config.object_channels = K, frozen.encoder_config.object_scale = 2.f;
+  frozen.object_standardization = st;
+  std::vector<float> frozen_grid;
+  frozen.records_to_features(records.data(), n, frozen_grid);
+  REQUIRE(frozen_grid.size() == records.size());
+  float worst_frozen = 0;
+  for (size_t r = 0; r < (size_t)n * raw_l; ++r) {
+    for (int c = 0; c < raw_c; ++c) CHECK(frozen_grid[r * (raw_c + K) + c] == records[r * (raw_c + K) + c]);
+    for (int k = 0; k < K; ++k)
+      worst_frozen = std::max(worst_frozen, std::fabs(frozen_grid[r * (raw_c + K) + raw_c + k] -
+                                                     (records[r * (raw_c + K) + raw_c + k] - st.center[k]) * st.gain[k]));
+  }
+  CHECK(worst_frozen < 1e-6f);
+  CHECK((frozen.features_from_cache(records.data(), n) -
+         Eigen::Map<const Mat>(frozen_grid.data(), (int64_t)n * raw_l, raw_c + K))
+            .cwiseAbs()
+            .maxCoeff() == 0.f);
+
   // backward: the tuned blocks get the gradient of their own channels; the object channels' is dropped
   const std::vector<float> dgrid = randoms(grid.size(), rng);
   std::vector<float> dtuned((size_t)n * L * C);

@@ -26,7 +26,9 @@ Mat mean_training_grid(const TrainRun& run) {
     run.train_feats->read(run.train_record[(int64_t)k * n / count], one.data());
     sum += one.cast<double>();
   }
-  return (sum / std::max(count, 1)).cast<float>();
+  Mat mean = (sum / std::max(count, 1)).cast<float>();
+  run.model->standardize_object_channels(mean.data(), run.cache_L);  // an affine map: the mean of the standardized
+  return mean;
 }
 
 // Captions slice [first, last) of `order` as a teacher-forced batch reading grid 0.

@@ -67,7 +67,7 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
 }
 
 void CaptionModel::build_encoder(bool photo_encoder) {
-  through_tuned.reset();
+  photos_as_records.reset();
   if (encoder_config.pretrained()) {
     if (!encoder_weights) throw Error("a pretrained encoder's weights are not set");
     cnn.reset();
@@ -86,18 +86,18 @@ void CaptionModel::build_encoder(bool photo_encoder) {
 
 namespace {
 
-// A fine-tuned encoder on photos: the frozen part (with any object channels pooled onto its grid) gives the record a
-// feature cache holds, and the tuned blocks run on it as they do on a cache's records (tuned_inference).
-// One path whatever the grids come from: captions from photos equal captions from a cache in any arithmetic the
-// frozen part runs in.
-class FrozenThenTuned : public ImageEncoder {
+// Photos as a cache's records go: the frozen part (with any object channels pooled onto its grid) gives the record a
+// feature cache holds, and it goes on to the decoder as a cache's records do (records_to_features: the tuned blocks,
+// the object channels' standardization). One path whatever the grids come from: captions from photos equal captions
+// from a cache in any arithmetic the frozen part runs in.
+class PhotosAsRecords : public ImageEncoder {
  public:
-  FrozenThenTuned(ImageEncoder& frozen, CaptionModel& model) : frozen_(frozen), model_(model) {}
+  PhotosAsRecords(ImageEncoder& frozen, CaptionModel& model) : frozen_(frozen), model_(model) {}
   void encode(const float* images, int n, std::vector<float>& grid) override {
     grid.clear();
     if (n <= 0) return;
     frozen_.encode(images, n, records_);
-    model_.tuned_inference(records_.data(), n, grid);
+    model_.records_to_features(records_.data(), n, grid);
   }
   Precision precision() const override { return frozen_.precision(); }
 
@@ -118,7 +118,7 @@ void CaptionModel::build_photo_encoder() {
     throw Error(
         "its encoder in int8 needs activation ranges calibrated on photos, and it has none (sat model "
         "calibrate writes a copy with them)");
-  through_tuned.reset();
+  photos_as_records.reset();
   with_objects.reset();
   pretrained = std::make_unique<PretrainedEncoder>(frozen.graph, encoder_weights, frozen.input_size,
                                                    "encoder weights", precision,
@@ -141,7 +141,7 @@ void CaptionModel::build_photo_encoder() {
                                                         frozen.grid_channels(), frozen.mean, frozen.stdev,
                                                         frozen.object_scale, frozen.object_form);
   }
-  if (tuned) through_tuned = std::make_unique<FrozenThenTuned>(*frozen_encoder(), *this);
+  if (tuned || with_objects) photos_as_records = std::make_unique<PhotosAsRecords>(*frozen_encoder(), *this);
 }
 
 void CaptionModel::apply_decoder_precision() {
@@ -157,10 +157,22 @@ Precision CaptionModel::encoder_precision_in_use() const {
 
 Mat CaptionModel::features_from_cache(const float* grids, int n) {
   const int64_t rows = (int64_t)n * encoder_config.locations();
-  if (!tuned) return Eigen::Map<const Mat>(grids, rows, encoder_config.feature_dim());
+  if (!tuned && !object_standardization.on()) return Eigen::Map<const Mat>(grids, rows, encoder_config.feature_dim());
   std::vector<float> out;
-  tuned_inference(grids, n, out);
+  records_to_features(grids, n, out);
   return Eigen::Map<const Mat>(out.data(), rows, encoder_config.feature_dim());
+}
+
+void CaptionModel::records_to_features(const float* records, int n, std::vector<float>& grid) {
+  if (tuned) return tuned_inference(records, n, grid);  // tuned_forward standardizes
+  const size_t rows = (size_t)std::max(n, 0) * encoder_config.locations();
+  grid.assign(records, records + rows * encoder_config.feature_dim());
+  standardize_object_channels(grid.data(), rows);
+}
+
+void CaptionModel::standardize_object_channels(float* grid, size_t rows) const {
+  const int D = encoder_config.feature_dim(), K = encoder_config.object_channels;
+  object_standardization.apply(grid, rows, D, D - K);
 }
 
 void CaptionModel::tuned_inference(const float* cached, int n, std::vector<float>& grid) {
@@ -215,6 +227,7 @@ void CaptionModel::tuned_forward(const float* cached, int n, bool training, std:
   grid.resize((size_t)n * L * D);
   copy_columns(t.out.data(), (size_t)n * L, C, 0, C, grid.data(), D, 0);
   copy_columns(t.pooled.data(), (size_t)n * L, K, 0, K, grid.data(), D, C);
+  standardize_object_channels(grid.data(), (size_t)n * L);
 }
 
 void CaptionModel::tuned_backward(const float* dgrid) {
@@ -306,7 +319,7 @@ ObjectDetector& CaptionModel::object_detector() {
 }
 
 ImageEncoder* CaptionModel::image_encoder() const {
-  if (through_tuned) return through_tuned.get();
+  if (photos_as_records) return photos_as_records.get();
   return frozen_encoder();
 }
 

@@ -30,6 +30,9 @@ constexpr const char* kMemoryKeyMap = "memory.key_map";
 // The projection's word side, if any (KeyProjection::word_map, float16, and word_center, float32).
 constexpr const char* kMemoryWordMap = "memory.word_map";
 constexpr const char* kMemoryWordCenter = "memory.word_center";
+// The object channels' standardization, if any (ObjectStandardization: 1 x object channels each, float32).
+constexpr const char* kObjectCenter = "objects.center";
+constexpr const char* kObjectGain = "objects.gain";
 
 struct CaptionModel {
   EncoderConfig encoder_config;
@@ -79,9 +82,16 @@ struct CaptionModel {
   // weights_dir first), and the encoder that joins its maps to the grid (what image_encoder() then gives).
   std::unique_ptr<ObjectDetector> detector;
   std::unique_ptr<EncoderWithObjects> with_objects;
-  // With tuned layers: photos through the frozen part (and the detector), then tuned_forward, as a cache's records
-  // go: one path from photos and from caches (what image_encoder() then gives).
-  std::unique_ptr<ImageEncoder> through_tuned;
+  // The object channels' standardization on their way to the decoder (vision/objects_encoder.hpp; sat train computes
+  // it from the training photos for the trunk's channels), stored in the model file. A cache's records and the frozen
+  // part's output stay raw: it is applied after them (records_to_features, tuned_forward), on every path alike.
+  // Empty: the object channels as the encoder gives them (models without trunk channels, files before it).
+  ObjectStandardization object_standardization;
+  // The grid's rows (N*L of feature_dim() values, object channels last) with object_standardization applied.
+  void standardize_object_channels(float* grid, size_t rows) const;
+  // With tuned layers or object channels: photos through the frozen part (and the detector), then on as a cache's
+  // records go (records_to_features): one path from photos and from caches (what image_encoder() then gives).
+  std::unique_ptr<ImageEncoder> photos_as_records;
   std::string weights_dir;
   std::unique_ptr<Decoder> decoder;
   // An ensemble (sat model ensemble): more decoders over the same encoder grid and vocabulary, each with its own
@@ -104,17 +114,19 @@ struct CaptionModel {
   // Identifies what made a feature cache this model can read (config and weights of the encoder, or of its frozen
   // part when tuned): caches record it, and a cache from another encoder is refused.
   std::string encoder_id() const;
-  // Builds what encodes photos (pretrained, with_objects, through_tuned) in the arithmetic chosen now, the detector
+  // Builds what encodes photos (pretrained, with_objects, photos_as_records) in the arithmetic chosen now, the detector
   // found when the model has object channels. The tuned blocks' weights may change after (training): they run as
   // they are.
   void build_photo_encoder();
   // Cached grids (N x L x D of cache_config()) -> the decoder's features (N*L' x D'): through the tuned blocks
-  // (inference) when there are any.
+  // (inference) when there are any, the object channels standardized (records_to_features).
   Mat features_from_cache(const float* grids, int n);
+  // The same into grid (N x L' x D'): what photos (through the frozen part) and caches both go through.
+  void records_to_features(const float* records, int n, std::vector<float>& grid);
   // A tuned encoder's cached records (N x cache L x cache D: the frozen part's raw output, then any object channels
   // pooled onto that grid) -> the grid the decoder reads (N x L x D): the tuned blocks' output, then the object
   // channels max-pooled onto it (the same numbers as pooling the detector's maps onto it directly, the pooling being
-  // a max). training: keeps what tuned_backward needs (float32 only). bf16: the tuned blocks in bf16 (inference).
+  // a max), standardized (object_standardization). training: keeps what tuned_backward needs (float32 only). bf16: the tuned blocks in bf16 (inference).
   void tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid, bool bf16 = false);
   // The same for inference, a few photos at a time: what photos (through the frozen part) and caches both go through.
   // In the encoder's arithmetic when that is bf16 (and the CPU computes it natively), else float32 (int8's ranges

@@ -141,6 +141,14 @@ TensorFile CaptionModel::to_tensor_file() const {
     tf.tensors.emplace(kMemoryKeys, std::move(keys));
     tf.half.insert(kMemoryKeys);
   }
+  if (object_standardization.on()) {
+    for (auto [name, values] : {std::pair{kObjectCenter, &object_standardization.center},
+                                std::pair{kObjectGain, &object_standardization.gain}}) {
+      Param t(name, {1, (int64_t)values->size()}, false);
+      t.value.assign(values->begin(), values->end());
+      tf.tensors.emplace(name, std::move(t));
+    }
+  }
   // A pretrained encoder's weights named by file and sha256 are found at load; a small CNN's are its params above.
   if (!encoder_config.weights_file.empty() || !encoder_weights) return tf;
   for (auto& [name, p] : encoder_weights->tensors) {
@@ -217,6 +225,24 @@ void read_key_projection(const TensorFile& tf, const nlohmann::json& kp, const s
       memory.projection.word_map.size() == 0)
     fail(path, "caption memory's key projection has a vocabulary but not the tensors '" + std::string(kMemoryWordMap) +
                    "' (words x dims) and '" + kMemoryWordCenter + "' (1 x dims)");
+}
+
+// The object channels' standardization (absent: none): both tensors, one finite value per object channel.
+void read_object_standardization(const TensorFile& tf, const std::string& path, CaptionModel& m) {
+  const bool center = tf.shape_of(kObjectCenter) != nullptr, gain = tf.shape_of(kObjectGain) != nullptr;
+  if (!center && !gain) return;
+  const int K = m.encoder_config.object_channels;
+  const std::string both = "'" + std::string(kObjectCenter) + "' and '" + kObjectGain + "'";
+  if (K == 0) fail(path, "standardizes object channels (" + both + "), and its encoder has none");
+  Vec c, g;
+  if (!read_float_matrix(tf, kObjectCenter, c) || !read_float_matrix(tf, kObjectGain, g) || c.size() != K ||
+      g.size() != K)
+    fail(path, "object standardization needs the tensors " + both + ", 1 x " + std::to_string(K) +
+                   " floats each (the encoder's object channels)");
+  if (!c.allFinite() || !g.allFinite() || (g.array() < 0).any() || (g.array().abs() > 1e6f).any())
+    fail(path, "object standardization has a value that is not finite, or a gain that is negative or above 1e6");
+  m.object_standardization.center.assign(c.data(), c.data() + K);
+  m.object_standardization.gain.assign(g.data(), g.data() + K);
 }
 
 }  // namespace
@@ -362,6 +388,7 @@ std::unique_ptr<CaptionModel> CaptionModel::from_tensor_file(const TensorFile& t
     memory->prepare(m->encoder_config.feature_dim(), path);
     m->memory = std::move(memory);
   }
+  read_object_standardization(tf, path, *m);
   if (m->neighbour_words.on() && m->neighbour_words.neighbours > m->memory_photos())
     fail(path, "its decoder reads the words of its " + std::to_string(m->neighbour_words.neighbours) +
                    " nearest memory photos, and its caption memory holds " + std::to_string(m->memory_photos()));

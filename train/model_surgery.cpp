@@ -27,6 +27,7 @@ std::unique_ptr<CaptionModel> average_models(const std::vector<std::string>& pat
     if (m->decoder_config.to_json() != out->decoder_config.to_json()) differs("the decoder");
     if (m->vocab.words != out->vocab.words) differs("the vocabulary");
     if (m->neighbour_words.to_json() != out->neighbour_words.to_json()) differs("the neighbour words");
+    if (m->object_standardization != out->object_standardization) differs("the object channels' standardization");
     std::vector<Param*> add = m->params();
     if (add.size() != sum.size()) differs("the parameter list");
     for (size_t i = 0; i < sum.size(); ++i) {
@@ -115,6 +116,8 @@ std::unique_ptr<CaptionModel> ensemble_models(const std::vector<std::string>& pa
     if (m->encoder_config.to_json() != out->encoder_config.to_json()) differs("the encoder differs");
     if (m->encoder_id() != first_id) differs("the encoder's weights differ");
     if (m->neighbour_words.to_json() != out->neighbour_words.to_json()) differs("the neighbour words differ");
+    if (m->object_standardization != out->object_standardization)
+      differs("the object channels' standardization differs");
     if (out->tuned) {  // fine-tuned layers: the very same weights
       std::vector<Param*> theirs;
       for (auto& p : m->tuned->params()) theirs.push_back(&p);

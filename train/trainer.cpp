@@ -407,9 +407,11 @@ void load_grids(TrainRun& run, StepBuffers& buf, const StepBatch& b, bool traini
   const int n = (int)b.idx.size();
   if (run.from_features) {
     read_grids(run, b, buf.grid);
-    if (run.tuned) {
+    if (run.tuned) {  // it standardizes the object channels too
       run.model->tuned_forward(buf.grid.data(), n, training && run.tail_learns, buf.tuned_grid);
       buf.grid.swap(buf.tuned_grid);
+    } else {
+      run.model->standardize_object_channels(buf.grid.data(), (size_t)n * run.cache_L);
     }
   } else {
     run.train_bank.planes(b.idx, run.model->encoder_config, buf.planes);

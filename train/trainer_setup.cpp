@@ -239,6 +239,7 @@ void join_object_channels(TrainRun& run) {
                             "--fresh-decoder too");
   e.object_channels = object_form_channels(opt.objects_as, (int)coco_class_names().size(), kCenternetTrunkChannels);
   e.object_scale = opt.objects, e.object_form = opt.objects_as;
+  model.object_standardization = ObjectStandardization{};  // the new channels' own, once the caches are open
   model.build_photo_encoder();  // the encoder with the detector beside it (found like the encoder weights)
   note(run.lead, "object channels joined to its encoder's grid: %d (%s, scale %g)\n", e.object_channels,
        e.object_form.c_str(), e.object_scale);
@@ -349,6 +350,7 @@ void tune_more_of_encoder(TrainRun& run) {
   tuned->beam_diversity = model->beam_diversity;
   // its encoder's arithmetic, and int8 ranges that still cover the (now shorter) frozen part
   tuned->encoder_precision = model->encoder_precision, tuned->encoder_int8_ranges = model->encoder_int8_ranges;
+  tuned->object_standardization = model->object_standardization;  // the same channels, the same photos
   try {
     tuned->build();
   } catch (const Error& e) {
@@ -603,6 +605,31 @@ void set_up_grid_sources(TrainRun& run) {
     load_image_banks(run);
 }
 
+// A new model (or one given new object channels) whose object channels hold the detector's trunk: those channels
+// standardized over the training photos (mean 0, spread kTrunkChannelSpread; the tags stay as they are), from up to
+// kStandardizationPhotos of their records spread evenly through the set. The channels are the same at every location,
+// so each record's rows count alike. A model that has its standardization (resumed, or started from) keeps it.
+constexpr int kStandardizationPhotos = 1000;
+
+void standardize_trunk_channels(TrainRun& run) {
+  CaptionModel& model = *run.model;
+  const EncoderConfig& e = model.encoder_config;
+  if (!run.from_features || e.object_channels == 0 || !object_form_has_trunk(e.object_form) ||
+      model.object_standardization.on())
+    return;
+  const int n = (int)run.train_set.images.size(), count = std::min(n, kStandardizationPhotos);
+  const int K = e.object_channels, tags = (int)coco_class_names().size();
+  ObjectChannelStats stats(K);
+  std::vector<float> record((size_t)run.cache_L * run.cache_D);
+  for (int k = 0; k < count; ++k) {
+    run.train_feats->read(run.train_record[(int64_t)k * n / count], record.data());
+    stats.add(record.data(), run.cache_L, run.cache_D, run.cache_D - K);
+  }
+  model.object_standardization = stats.standardization(tags, kTrunkChannelSpread);
+  note(run.lead, "object channels: the trunk's %d standardized over %d training photos (mean 0, spread %g)\n",
+       K - tags, count, kTrunkChannelSpread);
+}
+
 // Where the steps read each photo's grid, each caption as word ids (mirrored too, with --mirror-features), and the
 // self-critical reward's scorer.
 void index_training_data(TrainRun& run) {
@@ -650,6 +677,7 @@ TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const 
   set_up_encoder_side(run);
   set_up_grid_sources(run);
   index_training_data(run);
+  if (resume_path.empty()) standardize_trunk_channels(run);
   if (pretrains_language) {
     if (!run.from_features || run.tuned)
       throw Error("train: --language-captions needs grids read from a feature cache, without fine-tuned encoder blocks");

@@ -1,6 +1,7 @@
 #include "vision/objects_encoder.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <string>
 
 #include "datasets/io.hpp"
@@ -69,6 +70,48 @@ void EncoderWithObjects::encode(const float* images, int n, std::vector<float>& 
       for (int t = 0; t < T; ++t) *row++ = scale_ * trunk_[(size_t)b * T + t];
     }
   }
+}
+
+void ObjectStandardization::apply(float* rows, size_t count, int width, int first) const {
+  if (!on()) return;
+  const int K = (int)gain.size();
+  if (center.size() != gain.size() || first < 0 || first + K > width)
+    throw Error("object standardization of " + std::to_string(K) + " channels does not fit rows of " +
+                std::to_string(width) + " from channel " + std::to_string(first));
+  for (size_t r = 0; r < count; ++r) {
+    float* x = rows + r * width + first;
+    for (int k = 0; k < K; ++k) x[k] = (x[k] - center[k]) * gain[k];
+  }
+}
+
+ObjectChannelStats::ObjectChannelStats(int channels) : sum_(std::max(channels, 0)), sum_sq_(std::max(channels, 0)) {}
+
+void ObjectChannelStats::add(const float* rows, size_t count, int width, int first) {
+  const int K = (int)sum_.size();
+  if (first < 0 || first + K > width)
+    throw Error("object channel statistics of " + std::to_string(K) + " channels do not fit rows of " +
+                std::to_string(width) + " from channel " + std::to_string(first));
+  for (size_t r = 0; r < count; ++r) {
+    const float* x = rows + r * width + first;
+    for (int k = 0; k < K; ++k) sum_[k] += x[k], sum_sq_[k] += (double)x[k] * x[k];
+  }
+  rows_ += (int64_t)count;
+}
+
+ObjectStandardization ObjectChannelStats::standardization(int from, float spread) const {
+  const int K = (int)sum_.size();
+  if (rows_ == 0) throw Error("object channel statistics: no rows to standardize by");
+  if (from < 0 || from > K || !(spread > 0)) throw Error("object channel statistics: bad channel range or spread");
+  ObjectStandardization s;
+  s.center.assign(K, 0.f);
+  s.gain.assign(K, 1.f);
+  for (int k = from; k < K; ++k) {
+    const double mean = sum_[k] / rows_, var = std::max(0.0, sum_sq_[k] / rows_ - mean * mean);
+    s.center[k] = (float)mean;
+    const double sd = std::sqrt(var);
+    if (sd > 1e-6 * std::max(1.0, std::abs(mean))) s.gain[k] = (float)(spread / sd);
+  }
+  return s;
 }
 
 }  // namespace sat

@@ -6,6 +6,7 @@
 // to); "both", the maps then the tags; "tags+trunk", the tags then the detector's trunk output averaged over the
 // photo (what the trunk saw, beyond the 80 verdicts; the same at every location), scaled alike.
 #pragma once
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -37,6 +38,39 @@ class EncoderWithObjects : public ImageEncoder {
   float mean_[3], stdev_[3], scale_;
   std::string form_;
   std::vector<float> base_, rgb_, heat_, trunk_, pooled_, peaks_;
+};
+
+// The object channels on their way to the decoder (CaptionModel::object_standardization): object channel k becomes
+// (x - center[k]) * gain[k]. Caches and the frozen part's output keep them raw; a cache's records and a photo's grid
+// are standardized alike, after them. sat train sets it for the trunk's channels of "tags+trunk" from its training
+// photos (ObjectChannelStats); the tags keep center 0 and gain 1. Empty: every channel as it is.
+struct ObjectStandardization {
+  std::vector<float> center, gain;  // one per object channel, or both empty
+  bool on() const { return !gain.empty(); }
+  // count rows of `width` values whose object channels are [first, first + gain.size()): standardized in place.
+  void apply(float* rows, size_t count, int width, int first) const;
+  bool operator==(const ObjectStandardization& o) const { return center == o.center && gain == o.gain; }
+  bool operator!=(const ObjectStandardization& o) const { return !(*this == o); }
+};
+
+// The spread sat train gives each trunk channel (the standard deviation over its training photos, the mean being 0):
+// the value the experiment in docs/objects.md chose, near the spread of the tags' channels at --objects 4.
+constexpr float kTrunkChannelSpread = 0.5f;
+
+// Each object channel's mean and standard deviation over the rows added (double sums).
+class ObjectChannelStats {
+ public:
+  explicit ObjectChannelStats(int channels);
+  // count rows of `width` values, the object channels at [first, first + channels)
+  void add(const float* rows, size_t count, int width, int first);
+  int64_t rows() const { return rows_; }
+  // Channels [from, channels) to mean 0 and standard deviation `spread` (a channel that never varies keeps gain 1,
+  // centred), the channels before `from` as they are. No rows added is an Error.
+  ObjectStandardization standardization(int from, float spread) const;
+
+ private:
+  std::vector<double> sum_, sum_sq_;
+  int64_t rows_ = 0;
 };
 
 }  // namespace sat

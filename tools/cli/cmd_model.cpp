@@ -141,6 +141,12 @@ nlohmann::json model_summary(const std::string& path) {
                       {"scale", e.object_scale},
                       {"form", e.object_form},
                       {"detector", m->detector->path()}};
+  if (e.object_channels > 0 && m->detector && m->object_standardization.on()) {  // the channels it moves or rescales
+    const auto& st = m->object_standardization;
+    int from = 0;
+    while (from < (int)st.gain.size() && st.center[from] == 0.f && st.gain[from] == 1.f) ++from;
+    enc["objects"]["standardized_from"] = from;
+  }
   if (m->tuned) {
     int64_t tuned_params = 0;
     for (auto& p : m->tuned->params()) tuned_params += p.size();
@@ -204,13 +210,20 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
                 e["precision_in_use"].get<std::string>().c_str(), e["precision"].get<std::string>().c_str());
   if (e.contains("objects")) {
     const std::string form = e["objects"].value("form", std::string("maps"));
-    const char* what = form == "tags"   ? "each class's peak over the photo, at every location"
-                       : form == "both" ? "its class heat max-pooled onto the grid, then each class's peak over the photo"
-                                        : "its class heat max-pooled onto the grid";
+    const char* what =
+        form == "tags"         ? "each class's peak over the photo, at every location"
+        : form == "both"       ? "its class heat max-pooled onto the grid, then each class's peak over the photo"
+        : form == "tags+trunk" ? "each class's peak over the photo, then its trunk's output averaged over the photo, "
+                                 "at every location"
+                               : "its class heat max-pooled onto the grid";
     std::printf("objects (%s): the last %d features come from the COCO detector: %s, x %g (%s, sha256-checked, not stored "
                 "in the model)\n",
                 form.c_str(), e["objects"]["channels"].get<int>(), what, e["objects"]["scale"].get<double>(),
                 e["objects"]["detector"].get<std::string>().c_str());
+    if (e["objects"].contains("standardized_from"))
+      std::printf("objects standardized: the object channels from %d on, by their training photos' mean and spread "
+                  "(stored in the model)\n",
+                  e["objects"]["standardized_from"].get<int>());
   }
   if (e.contains("int8_ranges"))
     std::printf("int8 ready: the ranges of %d activations calibrated on photos (sat model calibrate)\n",
