@@ -891,6 +891,12 @@ expect_error "--tune-from that would freeze fine-tuned units" \
   ! cmp -s "$WORK/rn_raw_trunk.feat" "$WORK/rn_raw_tags.feat" &&
   pass "object tags and the detector's trunk beside a fine-tuned encoder (--objects-as tags+trunk), the trunk standardized in the model: captions from the raw cache equal those from images" ||
   fail "object tags and trunk with a fine-tuned encoder: $(tail -2 "$WORK/rn3_trunk.log")"
+# a tags cache cut from a tags+trunk one (tools/feature-cache-slice.py, so ablation arms read the same grids): the
+# tags extraction bit for bit
+/usr/bin/python3 "$ROOT/tools/feature-cache-slice.py" "$WORK/rn_raw_trunk.feat" "$WORK/rn_raw_tags.feat" "$WORK/rn_raw_cut.feat" &&
+  cmp -s "$WORK/rn_raw_cut.feat" "$WORK/rn_raw_tags.feat" &&
+  pass "feature-cache-slice.py: a tags cache cut from a tags+trunk one equals the tags extraction" ||
+  fail "feature-cache-slice.py: the tags cut from tags+trunk differs from the tags extraction"
 # its standardization damaged in the file (a gain that is not a number): refused naming the file
 python3 - "$WORK/rn3_trunk/model.sat" "$WORK/rn3_trunk_nan.sat" <<'PY' &&
 import json, struct, sys

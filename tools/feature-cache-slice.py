@@ -11,7 +11,10 @@ extraction of one photo) with
   - object channels in the form "tags" or "both" (sat extract --objects-as), where FROM has them as "maps" with the
     same scale: OUT's records are the grid, then (both) the maps, then each class's largest value over the
     locations, repeated at every location: what the detector-side pooling computes (a max of maxima), since
-    rounding to float16 keeps the order of values.
+    rounding to float16 keeps the order of values;
+  - object channels in the form "tags", where FROM has them as "tags+trunk" with the same scale: OUT's records are
+    the first channels of FROM's (the grid, then the tags; the trunk's channels after them left out), since the
+    detector's heat is the same with its trunk kept as without.
 OUT gets HEADER_FROM's header with FROM's image list (and skipped list): the same grids, bit for bit. Written to
 OUT.partial, then renamed. Used by tools/train-flickr8k-objects.sh so every arm of the ablation reads identical
 ResNet features.
@@ -48,8 +51,8 @@ def object_layout(header, path):
     if not objects:
         return None, header["channels"], 0
     form = objects.get("form", "maps")
-    if form not in ("maps", "tags", "both"):
-        sys.exit(f"feature-cache-slice: {path}: object form {form!r} is not maps, tags or both")
+    if form not in ("maps", "tags", "both", "tags+trunk"):
+        sys.exit(f"feature-cache-slice: {path}: object form {form!r} is not maps, tags, both or tags+trunk")
     return form, header["channels"] - objects["channels"], objects["channels"]
 
 
@@ -65,11 +68,19 @@ def main():
             if source[key] != target[key]:
                 sys.exit(f"feature-cache-slice: {src} and {header_src} differ in {key}")
         form, grid_channels, objects = object_layout(target, header_src)
+        if form == "tags+trunk":
+            sys.exit(f"feature-cache-slice: {header_src}: the tags+trunk form is made by sat extract, not from a slice")
+        source_form, source_grid, source_objects = object_layout(source, src)
+        if form == "tags" and source_form == "tags+trunk":  # the grid and the tags come first: the first channels
+            if source_grid != grid_channels or source_objects <= objects:
+                sys.exit(f"feature-cache-slice: {src} does not hold the {header_src}'s grid with its tags first")
+            if source["encoder"]["objects"]["scale"] != target["encoder"]["objects"]["scale"]:
+                sys.exit(f"feature-cache-slice: {src} and {header_src} scale the object channels differently")
+            form = None
         form = None if form == "maps" else form  # maps to maps: the first channels, all of them
         if form is None and target["channels"] > source["channels"]:
             sys.exit(f"feature-cache-slice: {header_src} has more channels than {src}")
         if form is not None:
-            source_form, source_grid, source_objects = object_layout(source, src)
             if source_form != "maps" or source_grid != grid_channels or source_objects != objects_per_form(objects, form):
                 sys.exit(f"feature-cache-slice: {src} does not hold the {header_src}'s grid with object maps")
             if source["encoder"]["objects"]["scale"] != target["encoder"]["objects"]["scale"]:

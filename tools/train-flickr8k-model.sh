@@ -106,7 +106,8 @@ order3=${ORDER3:-bahdanau}  # stage 3's members' decoder ordering
 memory=${MEMORY:-1}  # 1: consensus reranking's caption memory in the shipped model, its use chosen on dev
 cca=${CCA:-256}  # the memory's keys projected onto that many CCA directions (0: as pooled; docs/search.md)
 cca_regularization=${CCA_REG:-0.1}
-objects=${OBJECTS:-0}  # SCALE > 0: stage 3's members read the detector's objects (OBJECTS_AS: tags, maps, both or tags+trunk)
+objects=${OBJECTS:-0}  # SCALE > 0: stage 3's members read the detector's objects (OBJECTS_AS: tags, maps, both or tags+trunk;
+# tags+trunk's trunk channels are standardized by sat train over the training photos and the model stores it)
 objects_as=${OBJECTS_AS:-tags}
 base_model=${BASE:-}  # a model whose encoder the members share, instead of stages 1-2b
 work=${WORK:-runs/flickr8k-resnet}
