@@ -160,7 +160,8 @@ void add_train_command(CLI::App& app) {
   cmd->add_option("--objects-as", o->objects_as,
                   "With --objects: maps (each class's heat pooled onto the grid), tags (each class's peak over the "
                   "photo, the same at every location), both (160 features) or tags+trunk (the tags, then the detector's "
-                  "trunk output averaged over the photo: 560); the cache: sat extract --objects-as")
+                  "trunk output averaged over the photo, each trunk channel standardized over the training photos and the "
+                  "statistics stored in the model: 560); the cache: sat extract --objects-as")
       ->check(CLI::IsMember({"maps", "tags", "both", "tags+trunk"}))
       ->capture_default_str();
   cmd->add_option("--encoder-size", o->encoder_size, "With --encoder: input side (0: the file's default, 299)")
