@@ -114,9 +114,9 @@ struct CaptionModel {
   // Identifies what made a feature cache this model can read (config and weights of the encoder, or of its frozen
   // part when tuned): caches record it, and a cache from another encoder is refused.
   std::string encoder_id() const;
-  // Builds what encodes photos (pretrained, with_objects, photos_as_records) in the arithmetic chosen now, the detector
-  // found when the model has object channels. The tuned blocks' weights may change after (training): they run as
-  // they are.
+  // Builds what encodes photos (pretrained, with_objects, photos_as_records) in the arithmetic chosen now, the
+  // detector found when the model has object channels. The tuned blocks' weights may change after (training): they
+  // run as they are.
   void build_photo_encoder();
   // Cached grids (N x L x D of cache_config()) -> the decoder's features (N*L' x D'): through the tuned blocks
   // (inference) when there are any, the object channels standardized (records_to_features).
@@ -126,7 +126,8 @@ struct CaptionModel {
   // A tuned encoder's cached records (N x cache L x cache D: the frozen part's raw output, then any object channels
   // pooled onto that grid) -> the grid the decoder reads (N x L x D): the tuned blocks' output, then the object
   // channels max-pooled onto it (the same numbers as pooling the detector's maps onto it directly, the pooling being
-  // a max), standardized (object_standardization). training: keeps what tuned_backward needs (float32 only). bf16: the tuned blocks in bf16 (inference).
+  // a max), standardized (object_standardization). training: keeps what tuned_backward needs (float32 only).
+  // bf16: the tuned blocks in bf16 (inference).
   void tuned_forward(const float* cached, int n, bool training, std::vector<float>& grid, bool bf16 = false);
   // The same for inference, a few photos at a time: what photos (through the frozen part) and caches both go through.
   // In the encoder's arithmetic when that is bf16 (and the CPU computes it natively), else float32 (int8's ranges
