@@ -324,13 +324,19 @@ TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on t
   m.object_standardization = st;
   m.tuned_forward(records.data(), n, false, standardized);
   REQUIRE(standardized.size() == plain.size());
-  float worst_standardized = 0;
-  for (size_t r = 0; r < (size_t)n * L; ++r) {
-    for (int c = 0; c < C; ++c) CHECK(standardized[r * (C + K) + c] == plain[r * (C + K) + c]);
-    for (int k = 0; k < K; ++k)
-      worst_standardized = std::max(worst_standardized, std::fabs(standardized[r * (C + K) + C + k] -
-                                                                 (plain[r * (C + K) + C + k] - st.center[k]) * st.gain[k]));
-  }
+  // rows of `first` grid channels then K object channels: the grid's as they were, the largest object channel error
+  auto standardization_error = [&](const std::vector<float>& got, const std::vector<float>& before, size_t rows,
+                                   int first) {
+    float worst = 0;
+    for (size_t r = 0; r < rows; ++r) {
+      const float *g = got.data() + r * (first + K), *b = before.data() + r * (first + K);
+      for (int c = 0; c < first; ++c) CHECK(g[c] == b[c]);
+      for (int k = 0; k < K; ++k)
+        worst = std::max(worst, std::fabs(g[first + k] - (b[first + k] - st.center[k]) * st.gain[k]));
+    }
+    return worst;
+  };
+  const float worst_standardized = standardization_error(standardized, plain, (size_t)n * L, C);
   CHECK(worst_standardized < 1e-5f);
   const Mat standardized_from_cache = m.features_from_cache(records.data(), n);
   CHECK((standardized_from_cache -
@@ -346,13 +352,7 @@ TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on t
   std::vector<float> frozen_grid;
   frozen.records_to_features(records.data(), n, frozen_grid);
   REQUIRE(frozen_grid.size() == records.size());
-  float worst_frozen = 0;
-  for (size_t r = 0; r < (size_t)n * raw_l; ++r) {
-    for (int c = 0; c < raw_c; ++c) CHECK(frozen_grid[r * (raw_c + K) + c] == records[r * (raw_c + K) + c]);
-    for (int k = 0; k < K; ++k)
-      worst_frozen = std::max(worst_frozen, std::fabs(frozen_grid[r * (raw_c + K) + raw_c + k] -
-                                                     (records[r * (raw_c + K) + raw_c + k] - st.center[k]) * st.gain[k]));
-  }
+  const float worst_frozen = standardization_error(frozen_grid, records, (size_t)n * raw_l, raw_c);
   CHECK(worst_frozen < 1e-6f);
   CHECK((frozen.features_from_cache(records.data(), n) -
          Eigen::Map<const Mat>(frozen_grid.data(), (int64_t)n * raw_l, raw_c + K))
