@@ -373,7 +373,14 @@ TEST_CASE("detector: class peaks and maps pooled onto a grid") {
   CHECK(grid[(0 * 2 + 1) * 2 + 0] == 0.6f);
   CHECK(grid[(1 * 2 + 0) * 2 + 1] == 0.2f);
   CHECK(grid[0] == 0.f);
+  // any sign (the detector's trunk channels pass through it too): each cell its largest value, not clipped at 0
+  std::vector<float> below(4 * 4 * 2);
+  for (size_t i = 0; i < below.size(); ++i) below[i] = -1.f - 0.1f * (float)i;
+  pool_class_maps(below.data(), 4, 4, 2, 2, 2, grid.data());
+  CHECK(grid[(0 * 2 + 0) * 2 + 0] == below[0]);                // cell (0,0): map cells (0..1, 0..1), the largest first
+  CHECK(grid[(1 * 2 + 1) * 2 + 1] == below[(2 * 4 + 2) * 2 + 1]);  // cell (1,1), class 1: map cell (2,2)
   CHECK_THROWS_AS(pool_class_maps(heat.data(), 4, 4, 2, 3, 3, grid.data()), Error);
+  CHECK_THROWS_AS(pool_class_maps(heat.data(), 0, 0, 2, 1, 1, grid.data()), Error);
 }
 
 TEST_CASE("detector: the shared CenterNet model gives its README's figures at 224 (skipped without ../shared)") {

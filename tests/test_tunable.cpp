@@ -252,7 +252,7 @@ TEST_CASE("Adam with per-parameter learning-rate scales (tuned encoder blocks st
   CHECK_THROWS_AS(adam.update(params, 0.1f, &wrong), Error);
 }
 
-TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on to the tuned grid, no gradient") {
+TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on to the tuned grid (negative ones too), no gradient") {
   // c0 (the cached cut, 8 x 8) -> b1 (3x3 stride 2: 4 x 4), so each tuned location covers 2 x 2 cached ones
   NetGraph graph;
   NetNode in;
@@ -290,7 +290,8 @@ TEST_CASE("a tuned encoder with object channels: the cached ones max-pooled on t
                      tuned_only;
   for (int r = 0; r < n * raw_l; ++r) {
     std::copy(records.begin() + r * (raw_c + K), records.begin() + r * (raw_c + K) + raw_c, raw.begin() + r * raw_c);
-    for (int k = 0; k < K; ++k) records[(size_t)r * (raw_c + K) + raw_c + k] *= records[(size_t)r * (raw_c + K) + raw_c + k];  // heat: not negative
+    // the first channels like the heat (not negative), the last like one of the detector's trunk (any sign)
+    for (int k = 0; k + 1 < K; ++k) records[(size_t)r * (raw_c + K) + raw_c + k] *= records[(size_t)r * (raw_c + K) + raw_c + k];
   }
   m.tuned_forward(records.data(), n, true, grid);
   REQUIRE(grid.size() == (size_t)n * L * (C + K));

@@ -519,14 +519,15 @@ nlohmann::json objects_to_json(const std::vector<DetectedObject>& found) {
 }
 
 void pool_class_maps(const float* heat, int map_h, int map_w, int classes, int grid_h, int grid_w, float* out) {
-  if (grid_h < 1 || grid_w < 1 || map_h % grid_h || map_w % grid_w)
+  if (grid_h < 1 || grid_w < 1 || map_h < grid_h || map_w < grid_w || map_h % grid_h || map_w % grid_w)
     throw Error("the class maps (" + std::to_string(map_h) + "x" + std::to_string(map_w) + ") do not pool onto a " +
                 std::to_string(grid_h) + "x" + std::to_string(grid_w) + " grid");
   const int fy = map_h / grid_h, fx = map_w / grid_w;
   for (int gy = 0; gy < grid_h; ++gy)
     for (int gx = 0; gx < grid_w; ++gx) {
       float* o = out + ((size_t)gy * grid_w + gx) * classes;
-      std::fill(o, o + classes, 0.f);
+      std::copy(heat + ((size_t)gy * fy * map_w + gx * fx) * classes,
+                heat + ((size_t)gy * fy * map_w + gx * fx + 1) * classes, o);  // from the cell's first: any sign
       for (int y = gy * fy; y < (gy + 1) * fy; ++y)
         for (int x = gx * fx; x < (gx + 1) * fx; ++x) {
           const float* v = heat + ((size_t)y * map_w + x) * classes;

@@ -92,7 +92,9 @@ std::vector<DetectedObject> class_peaks(const float* heat, int map_h, int map_w,
 // As JSON for the front ends: [{"class": "dog", "score": 0.366, "x": 0.41, "y": 0.62}] (three decimals).
 nlohmann::json objects_to_json(const std::vector<DetectedObject>& found);
 // The heat max-pooled onto a grid_h x grid_w grid (each cell the largest value of the map cells it covers, the map's
-// side a multiple of the grid's): out is grid_h x grid_w x classes, cells in raster order.
+// side a multiple of the grid's): out is grid_h x grid_w x classes, cells in raster order. Values of any sign: a
+// tuned encoder pools all its cached object channels through it, the detector's trunk channels (negative about as
+// often as not) too.
 void pool_class_maps(const float* heat, int map_h, int map_w, int classes, int grid_h, int grid_w, float* out);
 
 }  // namespace sat
