@@ -6,6 +6,8 @@
 
 #include <oneapi/dnnl/dnnl.hpp>
 
+#include "datasets/cpu.hpp"
+
 #if defined(__AVX512F__)
 #include <immintrin.h>
 #endif
@@ -18,6 +20,11 @@ using dt = memory::data_type;
 bool cpu_computes_bf16() {
   return dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_bf16;
 }
+bool cpu_prefers_bf16_products() {
+  static const bool faster = bf16_beats_f32(dnnl::get_effective_cpu_isa() >= dnnl::cpu_isa::avx512_core_amx,
+                                            cpu_computes_bf16(), cpu_vendor());
+  return faster;
+}
 
 const char* product_precision_name(ProductPrecision p) {
   return p == ProductPrecision::bf16 ? "bf16" : "f32";
@@ -25,7 +32,7 @@ const char* product_precision_name(ProductPrecision p) {
 
 ProductPrecision parse_product_precision(const std::string& s, const std::string& what) {
   if (s == "f32") return ProductPrecision::f32;
-  if (s == "auto") return cpu_computes_bf16() ? ProductPrecision::bf16 : ProductPrecision::f32;
+  if (s == "auto") return cpu_prefers_bf16_products() ? ProductPrecision::bf16 : ProductPrecision::f32;
   if (s == "bf16") {
     if (!cpu_computes_bf16())
       throw Error(what + ": this CPU has no native bfloat16 arithmetic (AVX512-BF16 or AMX); use f32 or auto");

@@ -24,8 +24,10 @@ namespace sat {
 enum class ProductPrecision { f32, bf16 };
 // AVX512-BF16 or AMX-BF16, as oneDNN sees this CPU: where bf16 products run natively, not emulated.
 bool cpu_computes_bf16();
+// And faster than float32 there (datasets/cpu.hpp: AMX, or AVX512-BF16 on AMD): what "auto" takes.
+bool cpu_prefers_bf16_products();
 const char* product_precision_name(ProductPrecision p);
-// "f32", "bf16" or "auto" (bf16 where the CPU computes it natively, else f32); anything else throws an Error naming
+// "f32", "bf16" or "auto" (bf16 where it is the faster arithmetic, else f32); anything else throws an Error naming
 // `what` (the flag or file field). bf16 on a CPU without native bf16 is refused (oneDNN would emulate it slowly).
 ProductPrecision parse_product_precision(const std::string& s, const std::string& what);
 

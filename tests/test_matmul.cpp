@@ -6,11 +6,13 @@
 #include <cmath>
 #include <tuple>
 
+#include "datasets/cpu.hpp"
 #include "seq/decoder.hpp"
 #include "seq/grid_bf16.hpp"
 #include "seq/matmul.hpp"
 #include "tests/decoder_fixtures.hpp"
 #include "train/optimizer.hpp"
+#include "vision/onednn.hpp"
 
 using namespace sat;
 
@@ -162,6 +164,24 @@ TEST_CASE("products: a transposed operand's bf16 copy is each element rounded, i
   to_bf16(Operand{y.data(), 2, 3, 3, true}, trans.data());
   CHECK(plain != trans);
   CHECK(bf16_to_float(trans[1]) == 3.f);  // out[0][1] = y[1][0]
+}
+
+TEST_CASE("auto takes bf16 only where it beats float32: AMX, or AVX512-BF16 on AMD") {
+  CHECK(bf16_beats_f32(true, true, CpuVendor::intel));
+  CHECK(bf16_beats_f32(true, true, CpuVendor::other));
+  CHECK(bf16_beats_f32(false, true, CpuVendor::amd));
+  CHECK_FALSE(bf16_beats_f32(false, true, CpuVendor::intel));  // one port for VDPBF16PS: half sgemm's rate here
+  CHECK_FALSE(bf16_beats_f32(false, true, CpuVendor::other));
+  CHECK_FALSE(bf16_beats_f32(false, false, CpuVendor::amd));  // emulated
+  // this CPU: the encoder's auto and the products' auto follow the one rule; bf16 by name runs wherever it is native
+  const bool faster = bf16_beats_f32(cpu_has_amx(), cpu_has_native_bf16(), cpu_vendor());
+  CHECK(cpu_prefers_bf16() == faster);
+  CHECK(cpu_prefers_bf16_products() == faster);
+  CHECK((resolve(PrecisionChoice::auto_) == Precision::bf16) == faster);
+  CHECK((parse_product_precision("auto", "t") == ProductPrecision::bf16) == faster);
+  if (cpu_computes_bf16()) CHECK(parse_product_precision("bf16", "t") == ProductPrecision::bf16);
+  MESSAGE("this CPU: " << std::string(cpu_vendor_name(cpu_vendor())) << ", AMX " << cpu_has_amx() << ", AVX512-BF16 "
+                       << cpu_has_native_bf16() << ": auto is " << std::string(precision_name(resolve(PrecisionChoice::auto_))));
 }
 
 TEST_CASE("products: bfloat16 rounds the inputs to nearest even and sums them in float32") {

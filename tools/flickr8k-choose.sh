@@ -28,7 +28,7 @@
 #     among the settings that make no more false mentions of the rarer objects than OUT without it (sat model set
 #     --object-evidence V --evidence-threshold T; its dev scores recorded as in step 3); without a gain OUT stays as it
 #     was.
-#  7. the decoder's arithmetic when captioning: where this CPU computes bf16 natively and OUT searches in float32,
+#  7. the decoder's arithmetic when captioning: where bf16 is this CPU's faster arithmetic and OUT searches in float32,
 #     OUT searches in bf16 (sat model set --decoder-precision bf16; its dev scores recorded as in step 3) unless that
 #     lowers dev BLEU-4 by more than 0.002; elsewhere OUT stays as it was.
 #  8. the captions' relevance (a caption memory whose keys CCA projects, with its word side): each candidate's total
@@ -225,7 +225,7 @@ decoder_precision_stage() {  # features out [encoder precision]: step 7 for the 
   info=$("$sat" model info "$out.bf16" --json)
   if ! [[ "$info" =~ \"decoder_precision_in_use\":\ *\"bf16\" ]]; then
     rm -f "$out.bf16"
-    echo "this CPU does not compute bf16 natively: $out's decoder searches in float32"
+    echo "bf16 is not the faster arithmetic on this CPU: $out's decoder searches in float32"
     return 0
   fi
   b4=$(dev_bleu4 "$sat" "$data" "$features" "$out")

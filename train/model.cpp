@@ -39,7 +39,7 @@ std::unique_ptr<CaptionModel> pretrained_encoder_model(const std::string& encode
                                                        const std::string& object_form) {
   PretrainedNet net = load_pretrained_net(encoder_file);
   auto m = std::make_unique<CaptionModel>();
-  // as sat caption runs it: bf16 where the CPU computes it natively (a model trained from it stores the choice)
+  // as sat caption runs it: bf16 where it is the faster arithmetic (a model trained from it stores the choice)
   m->encoder_precision = PrecisionChoice::auto_;
   try {
     m->encoder_config =
@@ -144,9 +144,12 @@ void CaptionModel::build_photo_encoder() {
   if (tuned || with_objects) photos_as_records = std::make_unique<PhotosAsRecords>(*frozen_encoder(), *this);
 }
 
-void CaptionModel::apply_decoder_precision() {
-  const ProductPrecision p = decoder_precision == ProductPrecision::bf16 && cpu_computes_bf16() ? ProductPrecision::bf16
-                                                                                                : ProductPrecision::f32;
+void CaptionModel::apply_decoder_precision(bool as_asked) {
+  // a model file's bf16 is a choice for speed: kept where bf16 is the faster arithmetic; asked for by name (a run's
+  // --precision), it holds wherever the CPU computes bf16 natively
+  const bool runs_bf16 = as_asked ? cpu_computes_bf16() : cpu_prefers_bf16_products();
+  const ProductPrecision p =
+      decoder_precision == ProductPrecision::bf16 && runs_bf16 ? ProductPrecision::bf16 : ProductPrecision::f32;
   for (Decoder* d : member_decoders()) d->set_precision(p);
 }
 
@@ -305,9 +308,12 @@ void CaptionModel::load_plane(const std::string& path, float* out, const DecodeO
 }
 
 ObjectDetector& CaptionModel::object_detector() {
-  // the encoder's arithmetic, except int8 (the grid's alone): then bf16 where the CPU has it natively, else f32
-  const Precision for_objects =
-      encoder_precision_in_use() == Precision::f32 || !cpu_has_native_bf16() ? Precision::f32 : Precision::bf16;
+  // the encoder's arithmetic, except int8 (the grid's alone): then bf16 where it is the faster one, else f32
+  const Precision in_use = encoder_precision_in_use();
+  const Precision for_objects = (in_use == Precision::bf16 && cpu_has_native_bf16()) ||
+                                        (in_use == Precision::int8 && cpu_prefers_bf16())
+                                    ? Precision::bf16
+                                    : Precision::f32;
   if (encoder_config.input_size % 32)
     throw Error("object detection needs an input side that is a multiple of 32; this model takes " +
                 std::to_string(encoder_config.input_size));

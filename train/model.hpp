@@ -101,9 +101,11 @@ struct CaptionModel {
   int members() const { return 1 + (int)more_members.size(); }
   std::vector<Decoder*> member_decoders();  // decoder, then more_members
   // The arithmetic the decoder trained in (sat train --precision, seq/matmul.hpp), stored in the file; its searches
-  // run their products in it too where the CPU computes bf16 natively, else in float32. Files before it: f32.
+  // run their products in it too where bf16 is the faster arithmetic, else in float32. Files before it: f32.
   ProductPrecision decoder_precision = ProductPrecision::f32;
-  void apply_decoder_precision();  // sets every member decoder's products to decoder_precision (as this CPU allows)
+  // Sets every member decoder's products to decoder_precision: bf16 where it is the faster arithmetic here, or
+  // (as_asked: a run's own --precision) wherever this CPU computes it natively; else f32.
+  void apply_decoder_precision(bool as_asked = false);
 
   // Builds encoder and decoder from the configs (decoder sizes that depend on the encoder are filled in).
   // A pretrained encoder needs encoder_weights set first. photo_encoder false, with tuned layers: the tuned blocks

@@ -103,7 +103,7 @@ struct TrainOptions {
   uint64_t seed = 1;
   int threads = 0;
   // The decoder's products (seq/matmul.hpp): "f32", "bf16" (bfloat16 with float32 sums; float32 master weights,
-  // Adam, softmaxes and loss) or "auto" (bf16 where the CPU computes it natively). Resolved to f32 or bf16 when the
+  // Adam, softmaxes and loss) or "auto" (bf16 where it is the faster arithmetic). Resolved to f32 or bf16 when the
   // run starts, so the checkpoint records what ran and --resume keeps it; the model file records it for searches.
   // auto by default: trained both ways, bf16 learned the same as float32 within what two float32 seeds differ by
   // (the Flickr8k recipe's first stage, the synthetic scenes, self-critical training; docs/precision.md).

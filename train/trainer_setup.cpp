@@ -670,7 +670,7 @@ TrainRun set_up_run(TrainOptions options, const std::string& resume_path, const 
   set_up_model(run);
   run.model->decoder_precision =
       run.opt.precision == "bf16" ? ProductPrecision::bf16 : ProductPrecision::f32;  // resolved by settle_options
-  run.model->apply_decoder_precision();
+  run.model->apply_decoder_precision(/*as_asked=*/true);
   note(run.lead, "decoder products in %s\n",
        run.opt.precision == "bf16" ? "bf16 (float32 sums, master weights and Adam)" : "float32");
   attach_optimizer(run, ckpt);

@@ -57,7 +57,7 @@ struct ObjectDetector::Plan {
 
 ObjectDetector::ObjectDetector(DetectorNet net, int input_size, Precision precision)
     : net_(std::move(net)), input_size_(input_size), precision_(precision) {
-  if (precision_ == Precision::int8) precision_ = cpu_has_native_bf16() ? Precision::bf16 : Precision::f32;
+  if (precision_ == Precision::int8) precision_ = cpu_prefers_bf16() ? Precision::bf16 : Precision::f32;
   if (input_size_ < 32 || input_size_ > 4096 || input_size_ % 32)
     fail(net_.path, "input size " + std::to_string(input_size_) + " is not a multiple of 32 in 32..4096");
   shapes_ = net_.shapes(input_size_);

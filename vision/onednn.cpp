@@ -4,6 +4,7 @@
 #include <chrono>
 #include <vector>
 
+#include "datasets/cpu.hpp"
 #include "datasets/io.hpp"
 
 namespace sat {
@@ -77,9 +78,13 @@ bool cpu_has_vnni() {
 bool cpu_has_native_bf16() {
   return get_effective_cpu_isa() >= cpu_isa::avx512_core_bf16;
 }
+bool cpu_prefers_bf16() {
+  static const bool faster = bf16_beats_f32(cpu_has_amx(), cpu_has_native_bf16(), cpu_vendor());
+  return faster;
+}
 
 Precision resolve(PrecisionChoice c) {
-  if (c == PrecisionChoice::auto_) return cpu_has_native_bf16() ? Precision::bf16 : Precision::f32;
+  if (c == PrecisionChoice::auto_) return cpu_prefers_bf16() ? Precision::bf16 : Precision::f32;
   return c == PrecisionChoice::bf16 ? Precision::bf16 : c == PrecisionChoice::int8 ? Precision::int8 : Precision::f32;
 }
 

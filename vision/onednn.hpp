@@ -16,7 +16,8 @@ int activation_block();  // its channel block: 16 or 8 (1 for a plain layout)
 // The arithmetic a pretrained (frozen) encoder runs in. f32: float32 throughout. bf16: activations and weights in
 // bfloat16 (8-bit mantissa), accumulated in float32 by the convolutions, bias and grid in float32; on a CPU with
 // AMX (Intel Sapphire Rapids and later) oneDNN runs it on the tile units, several times the float32 rate.
-// auto: bf16 where the CPU computes it natively (AMX or AVX512-BF16), else f32 (oneDNN would emulate it, slowly).
+// auto: bf16 where it is the faster arithmetic (cpu_prefers_bf16: AMX, or AVX512-BF16 on AMD), else f32 (on Intel
+// without AMX bf16 runs natively but slower than f32; without AVX512-BF16 oneDNN would emulate it, slowly).
 // int8: the convolutions read unsigned 8-bit activations and signed 8-bit weights (one scale per output channel)
 // and sum in 32-bit integers; the activations' ranges come from calibration on photos (PretrainedEncoder,
 // Int8Ranges), the residual stream and the grid stay float32 (vision/pretrained.hpp). With AVX512-VNNI (or
@@ -27,7 +28,8 @@ Precision resolve(PrecisionChoice c);
 PrecisionChoice parse_precision(const std::string& s);  // "f32", "bf16", "int8", "auto"; else an Error
 const char* precision_name(Precision p);
 const char* precision_name(PrecisionChoice p);
-bool cpu_has_native_bf16();  // AMX-BF16 or AVX512-BF16, as oneDNN sees the CPU
+bool cpu_has_native_bf16();  // AMX-BF16 or AVX512-BF16, as oneDNN sees the CPU: bf16 runs, not emulated
+bool cpu_prefers_bf16();     // and runs faster than f32 (datasets/cpu.hpp: bf16_beats_f32): what auto takes
 bool cpu_has_amx();
 bool cpu_has_vnni();  // AVX512-VNNI or later (oneDNN's int8 convolutions at full rate)
 // The process's choice, set by the CLI's --encoder-precision (or LoadOptions): when set, it overrides the

@@ -683,7 +683,7 @@ PretrainedEncoder::Plan::Builder::Builder(PretrainedEncoder& encoder, int n, Pla
       type(encoder.precision_ == Precision::bf16 ? dt::bf16 : dt::f32),
       value_bytes(encoder.precision_ == Precision::bf16 ? 2 : 4),  // (int8 has no concatenations to offset into)
       node_type(count, type),
-      float_conv_type(int8 ? (cpu_has_native_bf16() ? dt::bf16 : dt::f32) : type),
+      float_conv_type(int8 ? (cpu_prefers_bf16() ? dt::bf16 : dt::f32) : type),
       B(plan_buffers(encoder.graph_, encoder.shapes_, n, activation_block(encoder.precision_))) {
   if (int8)
     for (int i : E.int8_nodes_) node_type[i] = dt::u8;

@@ -269,8 +269,8 @@ void add_bench_decoder(CLI::App& bench) {
       ->capture_default_str()
       ->check(CLI::PositiveNumber);
   dec->add_option("--precision", d->precision,
-                  "The products' arithmetic, as sat train --precision: f32, bf16 or auto (bf16 where the CPU "
-                  "computes it natively)")
+                  "The products' arithmetic, as sat train --precision: f32, bf16 or auto (bf16 where it is "
+                  "the faster arithmetic)")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));
   dec->add_flag("--json", d->json, "One JSON line (tools/mpi-scaling.sh reads it)");

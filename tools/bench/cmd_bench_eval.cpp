@@ -117,7 +117,7 @@ void bench_search(const SearchBenchArgs& sa) {
   std::unique_ptr<CaptionModel> model = CaptionModel::load(path);
   if (!sa.precision.empty()) {  // else the model's (the arithmetic it trained in)
     model->decoder_precision = parse_product_precision(sa.precision, "bench search: --precision");
-    model->apply_decoder_precision();
+    model->apply_decoder_precision(/*as_asked=*/true);
   }
   Decoder& dec = *model->decoder;
   const DecoderConfig& c = dec.config();

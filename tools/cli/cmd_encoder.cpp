@@ -135,7 +135,7 @@ void add_encoder_commands(CLI::App& app) {
     if (x->model.empty()) {
       model = pretrained_encoder_model(x->encoder.empty() ? default_encoder_path() : x->encoder, x->cut, x->size,
                                        x->raw, false, x->objects, x->objects_as);
-      // auto unless told (bf16 where the CPU computes it natively; sat --encoder-precision; the cache's header
+      // auto unless told (bf16 where it is the faster arithmetic; sat --encoder-precision; the cache's header
       // records what ran): a model trained from the encoder stores the same choice
       model->build_encoder();
     } else {

@@ -238,7 +238,7 @@ void print_model_summary(const std::string& path, const nlohmann::json& s) {
       d.value("attention", "soft").c_str(), d.value("score", "additive").c_str(), d.value("order", "bahdanau").c_str(),
       d.value("embed_dim", 0), d.value("hidden_dim", 0), d.value("attn_dim", 0),
       s["decoder_parameters"].get<long long>(), s["decoder_storage"].get<std::string>().c_str());
-  std::printf("decoder products: %s (the model's choice: %s, bf16 where the CPU computes it natively)\n",
+  std::printf("decoder products: %s (the model's choice: %s; bf16 where it is the faster arithmetic)\n",
               s["decoder_precision_in_use"].get<std::string>().c_str(), s["decoder_precision"].get<std::string>().c_str());
   if (s["decoders"].get<int>() > 1)
     std::printf(
@@ -513,11 +513,11 @@ void add_model_set(CLI::App& model) {
       ->check(CLI::Range(0, kMaxNoRepeat));
   set->add_option("--encoder-precision", a->precision,
                   "A pretrained encoder's arithmetic: f32, bf16, int8 (needs sat "
-                  "model calibrate) or auto (bf16 where the CPU computes it "
-                  "natively); choose it on dev data");
+                  "model calibrate) or auto (bf16 where it is the CPU's faster "
+                  "arithmetic); choose it on dev data");
   set->add_option("--decoder-precision", a->decoder_precision,
                   "The decoder's products when captioning: f32, or bf16 (bfloat16 with float32 accumulation, where "
-                  "the CPU computes it natively, else f32); default: the arithmetic it trained in; choose it on dev "
+                  "it is the CPU's faster arithmetic, else f32); default: the arithmetic it trained in; choose it on dev "
                   "data")
       ->check(CLI::IsMember({"f32", "bf16"}));
   set->add_option("--consensus-weight", a->consensus_weight,

@@ -273,7 +273,7 @@ void add_train_command(CLI::App& app) {
       ->check(CLI::Range(0, 4096));
   cmd->add_option("--precision", o->precision,
                   "The decoder's matrix products: f32, bf16 (bfloat16 inputs, float32 sums; weights, Adam, softmaxes "
-                  "and the loss stay float32) or auto (bf16 where the CPU computes it natively: AVX512-BF16 or AMX). "
+                  "and the loss stay float32) or auto (bf16 where it is faster: AMX, or AVX512-BF16 on AMD). "
                   "Recorded in the checkpoint (--resume keeps it) and in the model, whose searches use it")
       ->capture_default_str()
       ->check(CLI::IsMember({"auto", "f32", "bf16"}));

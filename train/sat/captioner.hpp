@@ -36,8 +36,8 @@ struct LoadOptions {
   // Threads the encoder and the search use (OpenMP); 0: OpenMP's default (every core, or $OMP_NUM_THREADS).
   int threads = 0;
   // A pretrained encoder's arithmetic: "f32", "bf16" (bfloat16 with float32 accumulation), "int8" (8-bit
-  // activations and weights; the model needs calibrated ranges, sat model calibrate) or "auto" (bf16 where the CPU
-  // computes it natively); "" takes the model's stored choice. Anything else throws sat::Error.
+  // activations and weights; the model needs calibrated ranges, sat model calibrate) or "auto" (bf16 where it is the
+  // CPU's faster arithmetic: AMX, or AVX512-BF16 on AMD); "" takes the model's stored choice. Anything else throws sat::Error.
   std::string encoder_precision;
 };
 
