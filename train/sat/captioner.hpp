@@ -37,7 +37,8 @@ struct LoadOptions {
   int threads = 0;
   // A pretrained encoder's arithmetic: "f32", "bf16" (bfloat16 with float32 accumulation), "int8" (8-bit
   // activations and weights; the model needs calibrated ranges, sat model calibrate) or "auto" (bf16 where it is the
-  // CPU's faster arithmetic: AMX, or AVX512-BF16 on AMD); "" takes the model's stored choice. Anything else throws sat::Error.
+  // CPU's faster arithmetic: AMX, or AVX512-BF16 on AMD); "" takes the model's stored choice. Anything else throws
+  // sat::Error.
   std::string encoder_precision;
 };
 
