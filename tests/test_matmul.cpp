@@ -181,7 +181,8 @@ TEST_CASE("auto takes bf16 only where it beats float32: AMX, or AVX512-BF16 on A
   CHECK((parse_product_precision("auto", "t") == ProductPrecision::bf16) == faster);
   if (cpu_computes_bf16()) CHECK(parse_product_precision("bf16", "t") == ProductPrecision::bf16);
   MESSAGE("this CPU: " << std::string(cpu_vendor_name(cpu_vendor())) << ", AMX " << cpu_has_amx() << ", AVX512-BF16 "
-                       << cpu_has_native_bf16() << ": auto is " << std::string(precision_name(resolve(PrecisionChoice::auto_))));
+                       << cpu_has_native_bf16() << ": auto is "
+                       << std::string(precision_name(resolve(PrecisionChoice::auto_))));
 }
 
 TEST_CASE("products: bfloat16 rounds the inputs to nearest even and sums them in float32") {

@@ -517,8 +517,8 @@ void add_model_set(CLI::App& model) {
                   "arithmetic); choose it on dev data");
   set->add_option("--decoder-precision", a->decoder_precision,
                   "The decoder's products when captioning: f32, or bf16 (bfloat16 with float32 accumulation, where "
-                  "it is the CPU's faster arithmetic, else f32); default: the arithmetic it trained in; choose it on dev "
-                  "data")
+                  "it is the CPU's faster arithmetic, else f32); default: the arithmetic it trained in; choose it "
+                  "on dev data")
       ->check(CLI::IsMember({"f32", "bf16"}));
   set->add_option("--consensus-weight", a->consensus_weight,
                   "Consensus reranking's weight W (0: off; the model "

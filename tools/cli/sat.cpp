@@ -101,7 +101,8 @@ int main(int argc, char** argv) {
                  "A pretrained encoder's arithmetic: f32, bf16 (bfloat16 with float32 "
                  "accumulation: AMX on CPUs that have it), int8 (8-bit activations and "
                  "weights, ranges calibrated by sat model calibrate) or auto (bf16 where it is "
-                 "the faster arithmetic: AMX, or AVX512-BF16 on AMD; else f32); default: what the model file stores (f32 if nothing)")
+                 "the faster arithmetic: AMX, or AVX512-BF16 on AMD; else f32); default: what the model file stores "
+                 "(f32 if nothing)")
       ->each([](const std::string& p) { sat::set_encoder_precision(sat::parse_precision(p)); });
   sat::add_synth_command(app);
   sat::add_train_command(app);
